@@ -1,0 +1,95 @@
+"""Alembic environment of sql_lease.
+
+Used three ways:
+- by ``sql-lease migrate`` / ``SqlLeaseProvider.migrate()``, which pass a connection and the table
+  names in ``config.attributes``;
+- by ``sql-lease migrate --sql``, offline, with the URL in ``config.attributes["offline_url"]``;
+- by ``alembic upgrade head`` from a checkout, with the URL from ``-x url=...`` or ``SQL_LEASE_URL``
+  and optional ``-x table=... -x schema=... -x version_table=...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from alembic import context
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from sql_lease.sql.migrate import NAMES_ATTRIBUTE
+from sql_lease.sql.provider import to_async_url
+from sql_lease.sql.schema import DEFAULT_TABLE_NAME, DEFAULT_VERSION_TABLE, LeaseTableNames, lease_metadata
+
+config = context.config
+x_args = context.get_x_argument(as_dictionary=True)
+
+
+def _names() -> LeaseTableNames:
+    names = config.attributes.get(NAMES_ATTRIBUTE)
+    if names is None:
+        names = LeaseTableNames(
+            x_args.get("table", DEFAULT_TABLE_NAME),
+            x_args.get("schema") or None,
+            x_args.get("version_table", DEFAULT_VERSION_TABLE),
+        )
+        config.attributes[NAMES_ATTRIBUTE] = names
+    return names
+
+
+def _url() -> str:
+    url = config.attributes.get("offline_url") or x_args.get("url") or os.environ.get("SQL_LEASE_URL")
+    if not url:
+        raise SystemExit("sql_lease migrations: give the database URL with -x url=... or SQL_LEASE_URL")
+    return str(url)
+
+
+def _configure(names: LeaseTableNames, dialect_name: str, **kwargs: object) -> None:
+    context.configure(
+        target_metadata=lease_metadata(names, dialect_name),
+        version_table=names.version_table,
+        version_table_schema=names.schema,
+        include_schemas=names.schema is not None,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def run_offline() -> None:
+    names = _names()
+    url = to_async_url(_url())
+    _configure(names, url.get_backend_name(), url=url, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_on(connection: Connection) -> None:
+    names = _names()
+    dialect_name = connection.dialect.name
+    if dialect_name == "postgresql":
+        # Serialise concurrent deploys: the second waits, then finds the schema at head.
+        connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('sql_lease migrate'))"))
+        if names.schema:
+            connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{names.schema}"'))
+    _configure(names, dialect_name, connection=connection)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_with_new_engine() -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(to_async_url(_url()))
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(run_on)
+            await conn.commit()
+    finally:
+        await engine.dispose()
+
+
+if context.is_offline_mode():
+    run_offline()
+elif config.attributes.get("connection") is not None:
+    run_on(config.attributes["connection"])
+else:
+    asyncio.run(_run_with_new_engine())

@@ -1,0 +1,69 @@
+"""sql_lease: distributed leases on the SQL database you already run.
+
+Single-owner election with a time-to-live and fencing tokens, on PostgreSQL (asyncpg) or SQLite
+(aiosqlite). The contract follows the ``LeaseProvider`` interface of the Mastra agent framework.
+
+    async with SqlLeaseProvider("postgresql://app@db/app") as leases:
+        result = await leases.acquire_lease("thread:42", "worker-7", ttl_ms=15_000)
+
+``SqlLeaseProvider`` is imported lazily, so ``import sql_lease`` needs no database package and the
+no-op and in-memory providers work without one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .contract import (
+    MAX_KEY_LENGTH,
+    MAX_OWNER_LENGTH,
+    MAX_TTL_MS,
+    AcquireResult,
+    LeaseInfo,
+    LeaseProvider,
+    is_lease_provider,
+)
+from .errors import (
+    LeaseBackendError,
+    LeaseError,
+    LeaseLostError,
+    LeaseNotAcquiredError,
+    SchemaMissingError,
+)
+from .holding import ExpirySweeper, HeldLease, acquire_lease_wait, hold
+from .memory import InMemoryLeaseProvider, NoopLeaseProvider
+
+if TYPE_CHECKING:
+    from .sql.provider import SqlLeaseProvider
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "MAX_OWNER_LENGTH",
+    "MAX_TTL_MS",
+    "AcquireResult",
+    "ExpirySweeper",
+    "HeldLease",
+    "InMemoryLeaseProvider",
+    "LeaseBackendError",
+    "LeaseError",
+    "LeaseInfo",
+    "LeaseLostError",
+    "LeaseNotAcquiredError",
+    "LeaseProvider",
+    "NoopLeaseProvider",
+    "SchemaMissingError",
+    "SqlLeaseProvider",
+    "acquire_lease_wait",
+    "hold",
+    "is_lease_provider",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SqlLeaseProvider":
+        from .sql.provider import SqlLeaseProvider
+
+        return SqlLeaseProvider
+    raise AttributeError(f"module 'sql_lease' has no attribute {name!r}")

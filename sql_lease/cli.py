@@ -1,0 +1,327 @@
+"""The ``sql-lease`` command line: ``exec`` (flock(1) for a fleet), ``migrate``, ``status``, ``sweep``.
+
+Exit codes of ``sql-lease exec`` (the sysexits.h names where one fits):
+
+    the command's own   the command ran; its exit status (128+N when killed by signal N)
+    75  EX_TEMPFAIL     the lease is held by another owner (or --wait timed out)
+    76  LEASE_LOST      the lease was lost while the command ran; the command was terminated
+    69  EX_UNAVAILABLE  the database failed or could not be reached
+    78  EX_CONFIG       the lease table is missing (run `sql-lease migrate`) or bad configuration
+    126 / 127           the command could not be run / was not found (as in shells)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from .contract import validate_key, validate_owner
+from .errors import LeaseBackendError, LeaseError, LeaseNotAcquiredError, SchemaMissingError
+from .holding import hold, new_owner_id
+
+T = TypeVar("T")
+
+EX_UNAVAILABLE = 69
+EX_TEMPFAIL = 75
+EXIT_LEASE_LOST = 76
+EX_CONFIG = 78
+
+DEFAULT_URL = "sqlite:///sql_lease.db"
+URL_ENV = "SQL_LEASE_URL"
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*\Z")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class Duration(click.ParamType):
+    """A duration such as ``500ms``, ``30s``, ``5m``, ``1h`` or ``2.5`` (seconds); value in seconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        match = _DURATION.match(str(value))
+        if not match:
+            self.fail(f"{value!r} is not a duration like 500ms, 30s, 5m or 1h", param, ctx)
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        if seconds <= 0:
+            self.fail(f"{value!r} must be longer than zero", param, ctx)
+        return seconds
+
+
+DURATION = Duration()
+
+url_option = click.option(
+    "--url",
+    envvar=URL_ENV,
+    default=DEFAULT_URL,
+    show_default=True,
+    help=f"Database URL (postgresql://... or sqlite:///path). Also read from ${URL_ENV}.",
+)
+table_option = click.option("--table", "table_name", default="sql_leases", show_default=True, help="Lease table name.")
+schema_option = click.option("--schema", default=None, help="PostgreSQL schema of the lease table.")
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    click.echo(f"sql-lease: {message}", err=True)
+    sys.exit(code)
+
+
+def _provider(url: str, table_name: str, schema: str | None) -> Any:
+    from .sql.provider import SqlLeaseProvider
+
+    try:
+        return SqlLeaseProvider(url, table_name=table_name, schema=schema)
+    except (TypeError, ValueError) as exc:
+        _fail(EX_CONFIG, str(exc))
+
+
+def _run(main: Callable[[], Awaitable[T]]) -> T:
+    """Run ``main`` and turn the library's errors into messages and exit codes."""
+    try:
+        return asyncio.run(main())  # type: ignore[arg-type]
+    except SchemaMissingError as exc:
+        _fail(EX_CONFIG, str(exc))
+    except LeaseBackendError as exc:
+        _fail(EX_UNAVAILABLE, str(exc))
+    except LeaseError as exc:
+        _fail(EX_UNAVAILABLE, str(exc))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sql-lease")
+def cli() -> None:
+    """Distributed leases on the SQL database you already run."""
+
+
+@cli.command()
+@url_option
+@table_option
+@schema_option
+@click.option(
+    "--version-table",
+    default="sql_lease_alembic_version",
+    show_default=True,
+    help="Alembic version table of sql_lease (kept apart from your application's).",
+)
+@click.option("--sql", "offline", is_flag=True, help="Print the SQL for a DBA instead of running it.")
+def migrate(url: str, table_name: str, schema: str | None, version_table: str, offline: bool) -> None:
+    """Create or upgrade the lease table (idempotent; safe to run concurrently)."""
+    from .sql.migrate import offline_sql
+    from .sql.provider import SqlLeaseProvider, to_async_url
+    from .sql.schema import LeaseTableNames
+
+    try:
+        names = LeaseTableNames(table_name, schema, version_table)
+        safe_url = to_async_url(url).render_as_string(hide_password=True)
+    except (TypeError, ValueError) as exc:
+        _fail(EX_CONFIG, str(exc))
+    if offline:
+        click.echo(offline_sql(url, names), nl=False)
+        return
+
+    async def main() -> str | None:
+        async with SqlLeaseProvider(url, table_name=table_name, schema=schema, version_table=version_table) as p:
+            return await p.migrate()
+
+    revision = _run(main)
+    click.echo(f"sql_lease schema at revision {revision} on {safe_url}")
+
+
+@cli.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+def status(key: str, url: str, table_name: str, schema: str | None) -> None:
+    """Show who holds KEY (exit 0), or that it is free (exit 1)."""
+    provider = _provider(url, table_name, schema)
+
+    async def main() -> Any:
+        async with provider:
+            return await provider.get_lease(key)
+
+    try:
+        validate_key(key)
+    except ValueError as exc:
+        _fail(EX_CONFIG, str(exc))
+    lease = _run(main)
+    if lease is None:
+        click.echo(f"{key}: free")
+        sys.exit(1)
+    click.echo(f"{key}: held by {lease.owner} (fence {lease.fence}) until {lease.expires_at.isoformat()}")
+
+
+@cli.command()
+@url_option
+@table_option
+@schema_option
+@click.option(
+    "--batch-size",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Rows deleted per statement.",
+)
+@click.option(
+    "--grace",
+    default="0s",
+    type=DURATION,
+    show_default=True,
+    help="Only remove leases expired at least this long ago.",
+)
+def sweep(url: str, table_name: str, schema: str | None, batch_size: int, grace: float) -> None:
+    """Delete expired leases in bounded batches and print how many were removed."""
+    from .holding import ExpirySweeper
+
+    provider = _provider(url, table_name, schema)
+
+    async def main() -> int:
+        async with provider:
+            return await ExpirySweeper(provider, batch_size=batch_size, grace_ms=grace * 1000).sweep_once()
+
+    removed = _run(main)
+    click.echo(f"removed {removed} expired lease(s)")
+
+
+def _is_embedded_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+@cli.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.argument("key")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@url_option
+@table_option
+@schema_option
+@click.option("--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL; renewed every TTL/3.")
+@click.option("--owner", default=None, help="Owner id (default host:pid:random).")
+@click.option("--wait", is_flag=True, help="Wait for the lease instead of exiting 75 when it is held.")
+@click.option("--timeout", default=None, type=DURATION, help="With --wait: give up after this long (exit 75).")
+@click.option(
+    "--kill-after",
+    default="10s",
+    type=DURATION,
+    show_default=True,
+    help="After the lease is lost: SIGTERM the command, then SIGKILL it after this long.",
+)
+def exec_(
+    key: str,
+    command: tuple[str, ...],
+    url: str,
+    table_name: str,
+    schema: str | None,
+    ttl: float,
+    owner: str | None,
+    wait: bool,
+    timeout: float | None,
+    kill_after: float,
+) -> None:
+    """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
+
+    \b
+    sql-lease exec nightly-report -- ./report.sh --full
+    Acquires KEY, runs COMMAND with SQL_LEASE_KEY, SQL_LEASE_OWNER and SQL_LEASE_FENCE in its
+    environment, renews the lease every TTL/3, releases it when COMMAND exits, and exits with
+    COMMAND's status. Exit 75 if another owner holds KEY, 76 if the lease was lost while COMMAND
+    ran (COMMAND is then terminated), 69 if the database fails, 78 if the lease table is missing.
+    A sqlite:// database gets its schema on first use; PostgreSQL must be migrated first.
+    """
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        _fail(2, "no command given: sql-lease exec KEY -- COMMAND [ARGS...]")
+    try:
+        validate_key(key)
+        owner = validate_owner(owner) if owner is not None else new_owner_id()
+    except (TypeError, ValueError) as exc:
+        _fail(2, str(exc))
+    if timeout is not None and not wait:
+        _fail(2, "--timeout goes with --wait")
+    provider = _provider(url, table_name, schema)
+    code = _run(lambda: _exec(provider, url, key, owner, ttl, wait, timeout, kill_after, command))
+    sys.exit(code)
+
+
+async def _exec(
+    provider: Any,
+    url: str,
+    key: str,
+    owner: str,
+    ttl_s: float,
+    wait: bool,
+    timeout_s: float | None,
+    kill_after_s: float,
+    command: tuple[str, ...],
+) -> int:
+    async with provider:
+        if _is_embedded_sqlite(url):
+            await provider.migrate()
+        try:
+            async with hold(
+                provider, key, owner, ttl_s * 1000, wait=wait, timeout_s=timeout_s, on_lost="flag"
+            ) as lease:
+                return await _run_command(lease, command, kill_after_s)
+        except LeaseNotAcquiredError as exc:
+            click.echo(f"sql-lease: {exc}", err=True)
+            return EX_TEMPFAIL
+
+
+async def _run_command(lease: Any, command: tuple[str, ...], kill_after_s: float) -> int:
+    env = dict(os.environ, SQL_LEASE_KEY=lease.key, SQL_LEASE_OWNER=lease.owner, SQL_LEASE_FENCE=str(lease.fence))
+    try:
+        proc = await asyncio.create_subprocess_exec(*command, env=env)
+    except FileNotFoundError:
+        click.echo(f"sql-lease: command not found: {command[0]}", err=True)
+        return 127
+    except PermissionError:
+        click.echo(f"sql-lease: command not executable: {command[0]}", err=True)
+        return 126
+
+    loop = asyncio.get_running_loop()
+    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for signum in forwarded:
+        loop.add_signal_handler(signum, _forward, proc, signum)
+    try:
+        exited = asyncio.ensure_future(proc.wait())
+        lost = asyncio.ensure_future(lease.lost.wait())
+        await asyncio.wait({exited, lost}, return_when=asyncio.FIRST_COMPLETED)
+        if exited.done():
+            lost.cancel()
+            return _exit_status(exited.result())
+        click.echo(
+            f"sql-lease: lease {lease.key!r} lost ({lease.lost_reason}); terminating the command",
+            err=True,
+        )
+        _forward(proc, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(exited), kill_after_s)
+        except TimeoutError:
+            _forward(proc, signal.SIGKILL)
+            await exited
+        return EXIT_LEASE_LOST
+    finally:
+        for signum in forwarded:
+            loop.remove_signal_handler(signum)
+
+
+def _forward(proc: asyncio.subprocess.Process, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signum)
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def main() -> None:
+    cli(prog_name="sql-lease")

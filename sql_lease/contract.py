@@ -1,0 +1,211 @@
+"""The lease contract: ``LeaseProvider``, ``AcquireResult``, input validation and structural detection.
+
+The interface follows the ``LeaseProvider`` of the Mastra agent framework (``acquireLease``,
+``getLeaseOwner``, ``releaseLease``, ``renewLease``, ``transferLease``, detected structurally by
+``isLeaseProvider``), in Python naming. This module imports no database package, so the no-op and
+in-memory providers work without SQLAlchemy or a driver installed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "MAX_OWNER_LENGTH",
+    "MAX_TTL_MS",
+    "AcquireResult",
+    "LeaseInfo",
+    "LeaseProvider",
+    "LeaseProviderBase",
+    "is_lease_provider",
+    "validate_key",
+    "validate_owner",
+    "validate_ttl_ms",
+]
+
+MAX_KEY_LENGTH = 512
+"""Longest accepted key, in characters (Unicode code points)."""
+
+MAX_OWNER_LENGTH = 512
+"""Longest accepted owner id, in characters (Unicode code points)."""
+
+MAX_TTL_MS = 365 * 24 * 3600 * 1000
+"""Longest accepted TTL: 365 days, in milliseconds."""
+
+LEASE_METHOD_NAMES = (
+    "acquire_lease",
+    "get_lease_owner",
+    "release_lease",
+    "renew_lease",
+    "transfer_lease",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireResult:
+    """The outcome of ``acquire_lease``.
+
+    Attributes:
+        acquired: True iff the caller now owns the lease.
+        owner: the owner after the call: the caller when acquired, else the current holder
+            (None only when the holder could not be determined, e.g. it released in between).
+        fence: the fencing token of that owner's tenure, an ``int`` that strictly increases per key
+            at every change of owner. Pass it to the resource you protect; it rejects smaller ones.
+            ``None`` from ``NoopLeaseProvider``.
+        expires_at: when that tenure expires, a timezone-aware UTC ``datetime`` by the database's
+            clock (by the process clock for in-memory providers). ``None`` from ``NoopLeaseProvider``.
+    """
+
+    acquired: bool
+    owner: str | None
+    fence: int | None = None
+    expires_at: datetime | None = None
+
+    def __bool__(self) -> bool:
+        return self.acquired
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """An unexpired lease as read by ``get_lease``: its key, owner, fence and expiry (aware UTC)."""
+
+    key: str
+    owner: str
+    fence: int
+    expires_at: datetime
+
+
+@runtime_checkable
+class LeaseProvider(Protocol):
+    """Single-owner leases with a time-to-live (TTL), keyed by a string.
+
+    Rules every provider follows (T is the provider's clock when the operation runs; for SQL
+    providers the database's clock, never the client's):
+
+    1. ``acquire_lease`` on a free key (absent, released or expired) succeeds:
+       ``expires_at = T + ttl`` and a new fencing token (``fence``).
+    2. While another owner holds an unexpired lease, ``acquire_lease`` returns ``acquired=False``
+       with the holder's ``owner``, ``fence`` and ``expires_at``.
+    3. ``acquire_lease`` by the current owner succeeds, resets ``expires_at = T + ttl`` and keeps the
+       fence, so a caller that lost the reply can simply retry.
+    4. The fence strictly increases per key at every change of owner (release and re-acquire,
+       transfer, expiry sweeps, database restarts).
+    5. ``get_lease_owner`` of an expired or released lease returns None.
+    6. ``release_lease`` by anyone but the unexpired owner returns False and changes nothing.
+    7. ``renew_lease`` by the unexpired owner returns True with ``expires_at = T + ttl``;
+       after expiry, or by a non-owner, False.
+    8. ``transfer_lease`` from the unexpired owner returns True, sets the new owner with
+       ``expires_at = T + ttl`` and a larger fence, atomically (the key is never free in between);
+       ``to_owner == from_owner`` acts as renew. Otherwise False and nothing changes.
+
+    ``key`` and ``owner`` are non-empty ``str`` without NUL, at most ``MAX_KEY_LENGTH`` and
+    ``MAX_OWNER_LENGTH`` characters. ``ttl_ms`` is a finite ``int`` or ``float`` number of
+    milliseconds, ``0 < ttl_ms <= MAX_TTL_MS`` (365 days). Invalid input raises ``TypeError`` or
+    ``ValueError`` before anything is sent to the database.
+    """
+
+    async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
+        """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3)."""
+        ...
+
+    async def get_lease_owner(self, key: str) -> str | None:
+        """The owner of the unexpired lease on ``key``, or None (rule 5)."""
+        ...
+
+    async def release_lease(self, key: str, owner: str) -> bool:
+        """Release ``key`` if ``owner`` holds it unexpired; True iff it did (rule 6)."""
+        ...
+
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
+        """Extend ``owner``'s unexpired lease to T + ``ttl_ms`` milliseconds (rule 7)."""
+        ...
+
+    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
+        """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms (rule 8)."""
+        ...
+
+
+def is_lease_provider(obj: object) -> bool:
+    """True iff ``obj`` has all five ``LeaseProvider`` methods and each is callable.
+
+    Structural, like Mastra's ``isLeaseProvider``: it works across copies of this package and for
+    classes that never import it. A class (rather than an instance) is not a provider.
+    """
+    if isinstance(obj, type):
+        return False
+    return all(callable(getattr(obj, name, None)) for name in LEASE_METHOD_NAMES)
+
+
+def _validate_identifier(value: object, what: str, max_length: int) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > max_length:
+        raise ValueError(f"{what} is {len(value)} characters long; the limit is {max_length}")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode text (lone surrogate?): {exc}") from None
+    return value
+
+
+def validate_key(key: object) -> str:
+    """Return ``key`` if it is a valid lease key, else raise ``TypeError``/``ValueError``."""
+    return _validate_identifier(key, "key", MAX_KEY_LENGTH)
+
+
+def validate_owner(owner: object, what: str = "owner") -> str:
+    """Return ``owner`` if it is a valid owner id, else raise ``TypeError``/``ValueError``."""
+    return _validate_identifier(owner, what, MAX_OWNER_LENGTH)
+
+
+def validate_ttl_ms(ttl_ms: object, what: str = "ttl_ms") -> float:
+    """Return ``ttl_ms`` as a float number of milliseconds, or raise ``TypeError``/``ValueError``.
+
+    Accepts ``int`` and ``float`` (not ``bool``), finite, ``0 < ttl_ms <= MAX_TTL_MS``.
+    """
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, (int, float)):
+        raise TypeError(f"{what} must be an int or float number of milliseconds, not {type(ttl_ms).__name__}")
+    if not math.isfinite(ttl_ms):
+        raise ValueError(f"{what} must be finite, got {ttl_ms!r}")
+    if ttl_ms <= 0:
+        raise ValueError(f"{what} must be > 0 milliseconds, got {ttl_ms!r}")
+    if ttl_ms > MAX_TTL_MS:
+        raise ValueError(f"{what} must be at most {MAX_TTL_MS} ms (365 days), got {ttl_ms!r}")
+    return float(ttl_ms)
+
+
+class LeaseProviderBase:
+    """Holding helpers shared by the bundled providers; they rely only on the five methods.
+
+    ``hold()`` and ``acquire_lease_wait()`` live in :mod:`sql_lease.holding` and serve any
+    ``LeaseProvider``; these methods are shortcuts to them.
+    """
+
+    def hold(  # type: ignore[no-untyped-def]
+        self,
+        key: str,
+        owner: str | None = None,
+        ttl_ms: int | float = 15_000,
+        **options,
+    ):
+        """Hold ``key`` while a block runs, renewing it; see :func:`sql_lease.holding.hold`."""
+        from .holding import hold
+
+        return hold(self, key, owner, ttl_ms, **options)  # type: ignore[arg-type]
+
+    async def acquire_lease_wait(
+        self, key: str, owner: str, ttl_ms: int | float, timeout_s: float | None = None
+    ) -> AcquireResult:
+        """Wait until ``key`` is acquired or ``timeout_s`` seconds pass; see
+        :func:`sql_lease.holding.acquire_lease_wait`."""
+        from .holding import acquire_lease_wait
+
+        return await acquire_lease_wait(self, key, owner, ttl_ms, timeout_s)  # type: ignore[arg-type]

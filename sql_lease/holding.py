@@ -1,0 +1,380 @@
+"""Holding leases on any ``LeaseProvider``: ``hold()``, waiting acquire, handoff, and the sweeper.
+
+Built on the five protocol methods only, so it serves every provider. Mastra's signals runtime does
+this by hand (renew every TTL/3, transfer to the queued run, release when drained); here it is one
+API. A provider may offer a faster wake-up for waiters through an optional method
+``wait_for_release(key, timeout_s)``; without one, waiters poll with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import random
+import socket
+import uuid
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Literal
+
+from .contract import AcquireResult, LeaseProvider, validate_key, validate_owner, validate_ttl_ms
+from .errors import LeaseError, LeaseLostError, LeaseNotAcquiredError
+
+__all__ = ["ExpirySweeper", "HeldLease", "acquire_lease_wait", "hold", "new_owner_id"]
+
+log = logging.getLogger("sql_lease")
+
+OnLost = Literal["cancel", "flag"]
+
+
+def new_owner_id() -> str:
+    """A unique owner id: ``host:pid:random``, readable in ``get_lease_owner`` output."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def _validate_timeout_s(timeout_s: object) -> float | None:
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        raise TypeError(f"timeout_s must be a number of seconds or None, not {type(timeout_s).__name__}")
+    if not (math.isfinite(timeout_s) and timeout_s >= 0):
+        raise ValueError(f"timeout_s must be a finite number of seconds >= 0, got {timeout_s!r}")
+    return float(timeout_s)
+
+
+def _seconds_until(moment: datetime | None) -> float | None:
+    if moment is None:
+        return None
+    return max(0.0, (moment - datetime.now(UTC)).total_seconds())
+
+
+async def acquire_lease_wait(
+    provider: LeaseProvider,
+    key: str,
+    owner: str,
+    ttl_ms: int | float,
+    timeout_s: float | None = None,
+    *,
+    poll_initial_s: float = 0.02,
+    poll_max_s: float = 1.0,
+) -> AcquireResult:
+    """Acquire ``key`` for ``owner``, waiting up to ``timeout_s`` seconds (None: no limit) while
+    another owner holds it.
+
+    Returns the successful ``AcquireResult``. Raises ``LeaseNotAcquiredError`` naming the holder
+    when the timeout passes, and ``LeaseBackendError`` when the database fails. Between attempts it
+    waits with jittered exponential backoff (``poll_initial_s`` doubling to ``poll_max_s``), never
+    past the holder's known expiry; a provider with ``wait_for_release(key, timeout_s)`` wakes it
+    as soon as the key is released instead.
+    """
+    validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms)
+    limit = _validate_timeout_s(timeout_s)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline = None if limit is None else started + limit
+    wait_for_release = getattr(provider, "wait_for_release", None)
+    delay = poll_initial_s
+    while True:
+        result = await provider.acquire_lease(key, owner, ttl_ms)
+        if result.acquired:
+            return result
+        now = loop.time()
+        if deadline is not None and now >= deadline:
+            raise LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at, waited_s=now - started)
+        pause = delay * random.uniform(0.5, 1.0)
+        until_expiry = _seconds_until(result.expires_at)
+        if until_expiry is not None:
+            pause = min(pause, until_expiry + 0.001)
+        if deadline is not None:
+            pause = min(pause, deadline - now)
+        if wait_for_release is not None:
+            await wait_for_release(key, pause)
+        else:
+            await asyncio.sleep(pause)
+        delay = min(delay * 2, poll_max_s)
+
+
+class HeldLease:
+    """A lease held for the duration of an ``async with`` block; made by :func:`hold`.
+
+    Attributes: ``key``, ``owner``, ``fence`` (the fencing token of this tenure), ``expires_at``
+    (aware UTC; after renewals, estimated as renewal time + TTL by this process's clock), ``lost``
+    (an ``asyncio.Event`` set when the lease is lost), ``lost_reason`` and ``transferred_to``.
+    """
+
+    def __init__(
+        self,
+        provider: LeaseProvider,
+        key: str,
+        owner: str | None = None,
+        ttl_ms: int | float = 15_000,
+        *,
+        renew_every_ms: int | float | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+        on_lost: OnLost = "cancel",
+    ) -> None:
+        self.provider = provider
+        self.key = validate_key(key)
+        self.owner = validate_owner(owner) if owner is not None else new_owner_id()
+        self.ttl_ms = validate_ttl_ms(ttl_ms)
+        self.renew_every_ms = (
+            self.ttl_ms / 3 if renew_every_ms is None else validate_ttl_ms(renew_every_ms, "renew_every_ms")
+        )
+        if self.renew_every_ms >= self.ttl_ms:
+            raise ValueError(f"renew_every_ms ({self.renew_every_ms:g}) must be less than ttl_ms ({self.ttl_ms:g})")
+        if on_lost not in ("cancel", "flag"):
+            raise ValueError(f"on_lost must be 'cancel' or 'flag', not {on_lost!r}")
+        self.wait = bool(wait)
+        self.timeout_s = _validate_timeout_s(timeout_s)
+        self.on_lost: OnLost = on_lost
+        self.fence: int | None = None
+        self.expires_at: datetime | None = None
+        self.lost = asyncio.Event()
+        self.lost_reason: str | None = None
+        self.transferred_to: str | None = None
+        self._valid_until = 0.0  # loop.time() up to which the lease is surely still ours
+        self._body_task: asyncio.Task[Any] | None = None
+        self._renewer: asyncio.Task[None] | None = None
+        self._renew_lock = asyncio.Lock()
+        self._cancelled_for_loss = False
+        self._closing = False
+
+    def __repr__(self) -> str:
+        state = (
+            "lost"
+            if self.lost.is_set()
+            else f"transferred to {self.transferred_to!r}"
+            if self.transferred_to
+            else "held"
+        )
+        return f"<HeldLease {self.key!r} owner={self.owner!r} fence={self.fence} {state}>"
+
+    @property
+    def _margin_s(self) -> float:
+        """Loss is declared this long before the last known expiry, so the body stops in time."""
+        return self.ttl_ms / 1000 * 0.1
+
+    async def __aenter__(self) -> HeldLease:
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        if self.wait:
+            result = await acquire_lease_wait(self.provider, self.key, self.owner, self.ttl_ms, self.timeout_s)
+        else:
+            result = await self.provider.acquire_lease(self.key, self.owner, self.ttl_ms)
+            if not result.acquired:
+                raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
+        # With wait=True the successful attempt was sent at most now; counting from `sent` only
+        # underestimates how long the lease is ours, which is the safe side.
+        self._valid_until = sent + self.ttl_ms / 1000
+        self.fence, self.expires_at = result.fence, result.expires_at
+        self._body_task = asyncio.current_task()
+        self._renewer = asyncio.create_task(self._renew_loop(), name=f"sql_lease renew {self.key}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        self._closing = True
+        await self._stop_renewer()
+        if self.transferred_to is None:
+            await self._release_shielded()
+        if self._cancelled_for_loss and self._body_task is not None:
+            self._body_task.uncancel()
+            if exc_type is asyncio.CancelledError:
+                raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost") from exc
+        if self.lost.is_set() and self.on_lost == "cancel" and exc_type is None:
+            raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost")
+        return None
+
+    async def _stop_renewer(self) -> None:
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None and renewer is not asyncio.current_task():
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    async def _release_shielded(self) -> None:
+        release = asyncio.ensure_future(self.provider.release_lease(self.key, self.owner))
+        try:
+            await asyncio.shield(release)
+        except asyncio.CancelledError:
+            # Let the release finish (it is one atomic statement) before the cancellation goes on.
+            with contextlib.suppress(Exception):
+                await release
+            raise
+        except Exception as exc:  # the lease expires by itself; don't mask the body's outcome
+            log.warning("releasing lease %r as %r failed: %s", self.key, self.owner, exc)
+
+    def _declare_lost(self, reason: str) -> None:
+        if self.lost.is_set():
+            return
+        self.lost_reason = reason
+        self.lost.set()
+        log.warning("lease %r held by %r lost: %s", self.key, self.owner, reason)
+        if self.on_lost == "cancel" and not self._closing and self._body_task is not None:
+            self._cancelled_for_loss = True
+            self._body_task.cancel(f"sql_lease: lease {self.key!r} lost: {reason}")
+
+    async def _renew_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.renew_every_ms / 1000
+        ttl_s = self.ttl_ms / 1000
+        next_at = loop.time() + interval
+        backoff = min(0.05, interval)
+        last_error: BaseException | None = None
+        while True:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            async with self._renew_lock:
+                if self.transferred_to is not None:
+                    return
+                sent = loop.time()
+                remaining = self._valid_until - self._margin_s - sent
+                try:
+                    if remaining <= 0:
+                        raise TimeoutError("renewal time ran out")
+                    async with asyncio.timeout(remaining):
+                        renewed = await self.provider.renew_lease(self.key, self.owner, self.ttl_ms)
+                except (LeaseError, TimeoutError, OSError) as exc:
+                    last_error = exc if not isinstance(exc, TimeoutError) or last_error is None else last_error
+                    if loop.time() >= self._valid_until - self._margin_s:
+                        self._declare_lost(f"no renewal succeeded before the lease expired (last error: {last_error})")
+                        return
+                    log.info("renewing lease %r failed, retrying: %s", self.key, exc)
+                    next_at = loop.time() + min(backoff, max(0.0, self._valid_until - self._margin_s - loop.time()))
+                    backoff = min(backoff * 2, interval)
+                    continue
+                if not renewed:
+                    self._declare_lost("renewal refused: the lease expired or another owner holds it")
+                    return
+                self._valid_until = sent + ttl_s
+                self.expires_at = datetime.now(UTC) + timedelta(seconds=ttl_s)
+                last_error, backoff = None, min(0.05, interval)
+                next_at = sent + interval
+
+    async def transfer_to(self, next_owner: str, ttl_ms: int | float | None = None) -> bool:
+        """Hand the lease to ``next_owner`` with no gap (``transfer_lease``), for ``ttl_ms``
+        milliseconds (default: this lease's TTL). On success this holder stops renewing and will
+        not release on exit. Returns False if the lease was no longer ours."""
+        validate_owner(next_owner, "next_owner")
+        ttl = self.ttl_ms if ttl_ms is None else validate_ttl_ms(ttl_ms)
+        async with self._renew_lock:
+            if self.transferred_to is not None or self.lost.is_set():
+                return False
+            moved = await self.provider.transfer_lease(self.key, self.owner, next_owner, ttl)
+            if moved and next_owner != self.owner:
+                self.transferred_to = next_owner
+        if self.transferred_to is not None:
+            await self._stop_renewer()
+        return moved
+
+
+def hold(
+    provider: LeaseProvider,
+    key: str,
+    owner: str | None = None,
+    ttl_ms: int | float = 15_000,
+    *,
+    renew_every_ms: int | float | None = None,
+    wait: bool = False,
+    timeout_s: float | None = None,
+    on_lost: OnLost = "cancel",
+) -> HeldLease:
+    """Hold ``key`` while an ``async with`` block runs, renewing it in the background.
+
+    ::
+
+        async with hold(provider, "thread:42", ttl_ms=15_000) as lease:
+            await work(fence=lease.fence)
+
+    Args:
+        owner: the owner id; None generates a unique one (``host:pid:random``).
+        ttl_ms: lease TTL in milliseconds; renewed every ``renew_every_ms`` (default TTL/3).
+        wait: wait for the key (up to ``timeout_s`` seconds; None: no limit) instead of failing.
+        on_lost: ``"cancel"`` (default) cancels the block and raises ``LeaseLostError`` from the
+            ``async with``; ``"flag"`` only sets ``lease.lost``.
+
+    Raises ``LeaseNotAcquiredError`` (naming the holder) when the key is held by another owner,
+    ``LeaseBackendError`` when the database fails at acquire. A renewal that raises is retried with
+    backoff; the lease is declared lost only when no renewal succeeded before the last known expiry
+    minus a safety margin (10% of the TTL), or a renewal returns False. On exit (normal, exception
+    or cancellation) the lease is released, shielded from cancellation, unless it was transferred.
+    """
+    return HeldLease(
+        provider,
+        key,
+        owner,
+        ttl_ms,
+        renew_every_ms=renew_every_ms,
+        wait=wait,
+        timeout_s=timeout_s,
+        on_lost=on_lost,
+    )
+
+
+class ExpirySweeper:
+    """Deletes expired lease rows in the background, in bounded batches.
+
+    ``provider`` must have ``sweep_expired(batch_size, grace_ms)`` (the SQL and in-memory providers
+    do). Every ``interval_s`` seconds it sweeps batches of at most ``batch_size`` rows until a batch
+    comes back short. Rows are removed only ``grace_ms`` milliseconds after they expired. Errors are
+    logged and the next round tries again. Use as ``async with ExpirySweeper(provider):`` or
+    ``start()``/``await stop()``.
+    """
+
+    def __init__(
+        self, provider: Any, interval_s: float = 60.0, batch_size: int = 1000, grace_ms: int | float = 0
+    ) -> None:
+        if not callable(getattr(provider, "sweep_expired", None)):
+            raise TypeError(f"{type(provider).__name__} has no sweep_expired(); it cannot be swept")
+        if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or not interval_s > 0:
+            raise ValueError(f"interval_s must be a number of seconds > 0, got {interval_s!r}")
+        self.provider = provider
+        self.interval_s = float(interval_s)
+        self.batch_size = batch_size
+        self.grace_ms = grace_ms
+        self.swept_total = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def sweep_once(self) -> int:
+        """Sweep batches until one comes back short; the number of rows removed."""
+        removed = 0
+        while True:
+            batch = await self.provider.sweep_expired(batch_size=self.batch_size, grace_ms=self.grace_ms)
+            removed += batch
+            self.swept_total += batch
+            if batch < self.batch_size:
+                return removed
+            await asyncio.sleep(0)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sweep_once()
+            except LeaseError as exc:
+                log.warning("sweeping expired leases failed: %s", exc)
+            await asyncio.sleep(self.interval_s)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="sql_lease sweeper")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def __aenter__(self) -> ExpirySweeper:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

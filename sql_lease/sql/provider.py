@@ -1,0 +1,353 @@
+"""``SqlLeaseProvider``: the executor that runs :mod:`.statements` on PostgreSQL or SQLite.
+
+SQLAlchemy gives configuration, URL parsing and the connection pool; each operation checks out a
+pooled connection and runs its one statement on the *driver* connection (asyncpg or aiosqlite), in
+autocommit, so on PostgreSQL an operation is one round trip: no ``BEGIN``/``COMMIT``, no reset
+query when the connection goes back to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from ..contract import (
+    AcquireResult,
+    LeaseInfo,
+    LeaseProviderBase,
+    validate_key,
+    validate_owner,
+    validate_ttl_ms,
+)
+from ..errors import LeaseBackendError, LeaseError, SchemaMissingError
+from .schema import DEFAULT_TABLE_NAME, DEFAULT_VERSION_TABLE, LeaseTableNames
+from .statements import LeaseStatements, statements_for
+
+__all__ = ["SqlLeaseProvider", "to_async_url"]
+
+T = TypeVar("T")
+Row = Sequence[Any]
+
+_ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
+_PREPARED = "sql_lease.prepared"
+
+
+def to_async_url(url: str | URL) -> URL:
+    """Parse ``url`` and map plain ``postgresql://``/``postgres://``/``sqlite://`` to the async drivers.
+
+    Raises ``ValueError`` for another database or driver, and for in-memory SQLite (each pooled
+    connection would see its own empty database; use ``InMemoryLeaseProvider`` instead).
+    """
+    if isinstance(url, str) and url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    parsed = make_url(url)
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend not in _ASYNC_DRIVERS:
+        raise ValueError(f"sql_lease supports postgresql:// and sqlite:// URLs, not {backend}://")
+    wanted = _ASYNC_DRIVERS[backend]
+    if driver and driver != wanted:
+        raise ValueError(f"{backend} URLs must use the {wanted} driver ({backend}+{wanted}://), not {driver}")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError(
+            "in-memory SQLite is not shared between connections; give a file path or use InMemoryLeaseProvider"
+        )
+    return parsed.set(drivername=f"{backend}+{wanted}")
+
+
+class _Driver:
+    """How one driver fetches rows and which of its errors leave the connection usable."""
+
+    async def fetch_one(self, conn: Any, sql: str, params: tuple[Any, ...]) -> Row | None:
+        raise NotImplementedError
+
+    async def fetch_all(self, conn: Any, sql: str, params: tuple[Any, ...]) -> list[Row]:
+        raise NotImplementedError
+
+    async def prepare(self, conn: Any) -> None:
+        """Run once per new driver connection."""
+
+    def is_schema_missing(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    def connection_survives(self, exc: BaseException) -> bool:
+        """True if ``exc`` came from the server about the statement, so the connection is still good."""
+        raise NotImplementedError
+
+
+class _AsyncpgDriver(_Driver):
+    async def fetch_one(self, conn: Any, sql: str, params: tuple[Any, ...]) -> Row | None:
+        return await conn.fetchrow(sql, *params)  # type: ignore[no-any-return]
+
+    async def fetch_all(self, conn: Any, sql: str, params: tuple[Any, ...]) -> list[Row]:
+        return await conn.fetch(sql, *params)  # type: ignore[no-any-return]
+
+    def is_schema_missing(self, exc: BaseException) -> bool:
+        import asyncpg
+
+        return isinstance(exc, asyncpg.UndefinedTableError)
+
+    def connection_survives(self, exc: BaseException) -> bool:
+        import asyncpg
+
+        return isinstance(exc, asyncpg.PostgresError) and not isinstance(
+            exc, (asyncpg.AdminShutdownError, asyncpg.CannotConnectNowError)
+        )
+
+
+class _AiosqliteDriver(_Driver):
+    def __init__(self, busy_timeout_ms: int, synchronous: str) -> None:
+        self._pragmas = (
+            f"PRAGMA busy_timeout = {int(busy_timeout_ms)}",
+            "PRAGMA journal_mode = WAL",
+            f"PRAGMA synchronous = {synchronous}",
+        )
+
+    async def fetch_one(self, conn: Any, sql: str, params: tuple[Any, ...]) -> Row | None:
+        rows = await conn.execute_fetchall(sql, params)
+        return next(iter(rows), None)
+
+    async def fetch_all(self, conn: Any, sql: str, params: tuple[Any, ...]) -> list[Row]:
+        return list(await conn.execute_fetchall(sql, params))
+
+    async def prepare(self, conn: Any) -> None:
+        for pragma in self._pragmas:
+            await conn.execute_fetchall(pragma, ())
+
+    def is_schema_missing(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
+
+    def connection_survives(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.Error)
+
+
+class SqlLeaseProvider(LeaseProviderBase):
+    """Leases in a PostgreSQL or SQLite table, shared by every process that reaches the database.
+
+    Args:
+        url_or_engine: a URL (``postgresql://``, ``postgresql+asyncpg://``, ``postgres://``,
+            ``sqlite:///path``, ``sqlite+aiosqlite:///path``; plain forms use the async drivers) or
+            an ``AsyncEngine`` on asyncpg or aiosqlite. A URL's engine is created and disposed by the
+            provider; a given engine is shared and never disposed.
+        table_name: the lease table (default ``sql_leases``); letters, digits, underscores.
+        schema: PostgreSQL schema (SQLite: attached database name) of the table, default the
+            connection's search path.
+        version_table: Alembic's version table for :meth:`migrate` (default
+            ``sql_lease_alembic_version``), kept apart from the application's own Alembic history.
+        operation_timeout_s: every operation (pool checkout included) either completes within this
+            many seconds or raises ``LeaseBackendError``. Default 10.
+        pool_size: connections kept by an engine the provider creates (PostgreSQL). Default 10.
+        sqlite_busy_timeout_ms: how long a SQLite statement waits for another process's write lock
+            before failing, in milliseconds. Default 5000.
+        sqlite_synchronous: SQLite ``PRAGMA synchronous``: ``"FULL"`` (default: a committed lease
+            and its fence survive power loss) or ``"NORMAL"`` (faster; survives process crashes).
+        engine_options: extra keyword arguments for ``create_async_engine`` when given a URL.
+
+    Raises ``ValueError``/``TypeError`` for bad arguments, before connecting. Operations raise
+    ``SchemaMissingError`` when the table does not exist (run ``sql-lease migrate``) and
+    ``LeaseBackendError`` (original on ``__cause__``) when the database fails or times out.
+
+    Use it as an async context manager, or call :meth:`close` when done.
+    """
+
+    def __init__(
+        self,
+        url_or_engine: str | URL | AsyncEngine,
+        *,
+        table_name: str = DEFAULT_TABLE_NAME,
+        schema: str | None = None,
+        version_table: str = DEFAULT_VERSION_TABLE,
+        operation_timeout_s: float = 10.0,
+        pool_size: int = 10,
+        sqlite_busy_timeout_ms: int = 5000,
+        sqlite_synchronous: str = "FULL",
+        engine_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.names = LeaseTableNames(table_name, schema, version_table)
+        if isinstance(operation_timeout_s, bool) or not isinstance(operation_timeout_s, (int, float)):
+            raise TypeError("operation_timeout_s must be a number of seconds")
+        if not 0 < operation_timeout_s < float("inf"):
+            raise ValueError(f"operation_timeout_s must be > 0 seconds, got {operation_timeout_s!r}")
+        if sqlite_synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError("sqlite_synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
+        self.operation_timeout_s = float(operation_timeout_s)
+
+        if isinstance(url_or_engine, AsyncEngine):
+            base_engine, self._owns_engine = url_or_engine, False
+            backend = base_engine.dialect.name
+            if base_engine.dialect.driver != _ASYNC_DRIVERS.get(backend):
+                raise ValueError(
+                    f"the engine must use asyncpg (PostgreSQL) or aiosqlite (SQLite), "
+                    f"not {backend}+{base_engine.dialect.driver}"
+                )
+        elif isinstance(url_or_engine, (str, URL)):
+            url = to_async_url(url_or_engine)
+            backend = url.get_backend_name()
+            options: dict[str, Any] = {"pool_reset_on_return": None}
+            if backend == "postgresql":
+                options.update(pool_size=pool_size, max_overflow=0)
+            options.update(engine_options or {})
+            base_engine, self._owns_engine = create_async_engine(url, **options), True
+        else:
+            raise TypeError(
+                f"url_or_engine must be a URL string, sqlalchemy URL or AsyncEngine, not {type(url_or_engine).__name__}"
+            )
+        # Migrations run in transactions on the base engine; lease operations run in autocommit.
+        self._base_engine = base_engine
+        self._engine = base_engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.dialect_name = backend
+        self.statements: LeaseStatements = statements_for(backend, self.names)
+        self._driver: _Driver = (
+            _AsyncpgDriver()
+            if backend == "postgresql"
+            else _AiosqliteDriver(sqlite_busy_timeout_ms, sqlite_synchronous)
+        )
+        self.safe_url = base_engine.url.render_as_string(hide_password=True)
+
+    def __repr__(self) -> str:
+        return f"SqlLeaseProvider({self.safe_url!r}, table_name={self.names.table!r})"
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine the provider uses (with autocommit execution options)."""
+        return self._engine
+
+    async def __aenter__(self) -> SqlLeaseProvider:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Dispose the engine if the provider created it; a given engine is left to its owner."""
+        if self._owns_engine:
+            await self._base_engine.dispose()
+
+    async def migrate(self) -> str | None:
+        """Create or upgrade the lease table to the newest schema (Alembic ``upgrade head``).
+
+        Idempotent and safe to run from several processes at once. Needs DDL privileges. Returns
+        the schema revision now in place.
+        """
+        from .migrate import upgrade_engine
+
+        try:
+            return await upgrade_engine(self._base_engine, self.names)
+        except LeaseError:
+            raise
+        except Exception as exc:
+            raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
+
+    # -- the executor -----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _driver_connection(self) -> AsyncIterator[Any]:
+        conn: AsyncConnection = await self._engine.connect()
+        try:
+            pooled = await conn.get_raw_connection()
+            driver_conn = pooled.driver_connection
+            try:
+                if not pooled.info.get(_PREPARED):
+                    await self._driver.prepare(driver_conn)
+                    pooled.info[_PREPARED] = True
+                yield driver_conn
+            except BaseException as exc:
+                if not self._driver.connection_survives(exc):
+                    await conn.invalidate()
+                raise
+        finally:
+            await conn.close()
+
+    async def _run(self, operation: str, key: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
+        what = f"{operation} {key!r}" if key is not None else operation
+        try:
+            async with asyncio.timeout(self.operation_timeout_s):
+                async with self._driver_connection() as conn:
+                    return await work(conn)
+        except LeaseError:
+            raise
+        except TimeoutError as exc:
+            raise LeaseBackendError(
+                f"{what}: no answer from {self.safe_url} within {self.operation_timeout_s:g} s"
+            ) from exc
+        except Exception as exc:
+            if self._driver.is_schema_missing(exc):
+                raise SchemaMissingError(
+                    f"lease table {self.names.table!r} not found in {self.safe_url}: "
+                    f"run `sql-lease migrate --url URL` first ({exc})"
+                ) from exc
+            raise LeaseBackendError(f"{what} on {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
+
+    # -- the five operations ------------------------------------------------------------------
+
+    async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
+        validate_key(key), validate_owner(owner)
+        params = (key, owner, self.statements.ttl_param(validate_ttl_ms(ttl_ms)))
+        s, fetch = self.statements, self._driver.fetch_one
+
+        async def acquire(conn: Any) -> AcquireResult:
+            # A refusal whose holder vanished before we could read it is retried: the key may be free.
+            for _ in range(3):
+                row = await fetch(conn, s.acquire, params)
+                if row is not None:
+                    return AcquireResult(bool(row[0]), row[1], row[2], s.to_datetime(row[3]))
+                holder = await fetch(conn, s.holder, (key,))
+                if holder is not None:
+                    return AcquireResult(False, holder[0], holder[1], s.to_datetime(holder[2]))
+            return AcquireResult(False, None)
+
+        return await self._run("acquire", key, acquire)
+
+    async def get_lease_owner(self, key: str) -> str | None:
+        validate_key(key)
+        row = await self._run("get owner of", key, lambda c: self._driver.fetch_one(c, self.statements.owner, (key,)))
+        return None if row is None else row[0]
+
+    async def get_lease(self, key: str) -> LeaseInfo | None:
+        """The unexpired lease on ``key`` (owner, fence, expiry), or None."""
+        validate_key(key)
+        row = await self._run("read", key, lambda c: self._driver.fetch_one(c, self.statements.holder, (key,)))
+        return None if row is None else LeaseInfo(key, row[0], row[1], self.statements.to_datetime(row[2]))
+
+    async def release_lease(self, key: str, owner: str) -> bool:
+        validate_key(key), validate_owner(owner)
+        row = await self._run(
+            "release", key, lambda c: self._driver.fetch_one(c, self.statements.release, (key, owner))
+        )
+        return row is not None and bool(row[0])
+
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
+        validate_key(key), validate_owner(owner)
+        params = (key, owner, self.statements.ttl_param(validate_ttl_ms(ttl_ms)))
+        row = await self._run("renew", key, lambda c: self._driver.fetch_one(c, self.statements.renew, params))
+        return row is not None
+
+    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
+        validate_key(key), validate_owner(from_owner, "from_owner"), validate_owner(to_owner, "to_owner")
+        params = (key, from_owner, to_owner, self.statements.ttl_param(validate_ttl_ms(ttl_ms)))
+        row = await self._run("transfer", key, lambda c: self._driver.fetch_one(c, self.statements.transfer, params))
+        return row is not None
+
+    async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
+        """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago.
+
+        One short statement (on PostgreSQL ``FOR UPDATE SKIP LOCKED``, so it never waits for or
+        blocks a concurrent acquire). Returns how many rows it removed; call again while that equals
+        ``batch_size``. Fences stay monotonic: they come from a per-table counter, not the rows.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise TypeError("batch_size must be an int")
+        if not 1 <= batch_size <= 1_000_000:
+            raise ValueError(f"batch_size must be between 1 and 1000000, got {batch_size}")
+        if isinstance(grace_ms, bool) or not isinstance(grace_ms, (int, float)):
+            raise TypeError("grace_ms must be a number of milliseconds")
+        if not 0 <= grace_ms <= 10 * 365 * 86_400_000:
+            raise ValueError(f"grace_ms must be between 0 and 10 years in milliseconds, got {grace_ms!r}")
+        params = (self.statements.ttl_param(grace_ms) if grace_ms else 0, batch_size)
+        rows = await self._run("sweep", None, lambda c: self._driver.fetch_all(c, self.statements.sweep, params))
+        return self.statements.swept_count(rows)
