@@ -4,7 +4,7 @@ Used three ways:
 - by ``sql-lease migrate`` / ``SqlLeaseProvider.migrate()``, which pass a connection and the table
   names in ``config.attributes``;
 - by ``sql-lease migrate --sql``, offline, with the URL in ``config.attributes["offline_url"]``;
-- by ``alembic upgrade head`` from a checkout, with the URL from ``-x url=...`` or ``SQL_LEASE_URL``
+- by ``alembic -x url=... upgrade head`` from a checkout (or the URL in ``SQL_LEASE_URL``)
   and optional ``-x table=... -x schema=... -x version_table=...``.
 """
 

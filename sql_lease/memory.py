@@ -73,6 +73,8 @@ class InMemoryLeaseProvider(LeaseProviderBase):
 
     def __init__(self, *, clock: Callable[[], float] = monotonic_ms) -> None:
         self._clock = clock
+        # Wall time of clock() == 0, fixed once so an expiry always maps to the same datetime.
+        self._wall_epoch = datetime.now(UTC) - timedelta(milliseconds=clock())
         self._tenures: dict[str, _Tenure] = {}
         self._last_fence = 0
 
@@ -82,8 +84,8 @@ class InMemoryLeaseProvider(LeaseProviderBase):
             return None
         return tenure
 
-    def _wall(self, expires_at_ms: float, now_ms: float) -> datetime:
-        return datetime.now(UTC) + timedelta(milliseconds=expires_at_ms - now_ms)
+    def _wall(self, expires_at_ms: float) -> datetime:
+        return self._wall_epoch + timedelta(milliseconds=expires_at_ms)
 
     def _next_fence(self) -> int:
         self._last_fence += 1
@@ -95,12 +97,12 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         now = self._clock()
         current = self._tenures.get(key)
         if current is not None and current.owner != owner and current.expires_at_ms > now:
-            return AcquireResult(False, current.owner, current.fence, self._wall(current.expires_at_ms, now))
+            return AcquireResult(False, current.owner, current.fence, self._wall(current.expires_at_ms))
         if current is None or current.owner != owner:
             current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl)
         else:
             current.expires_at_ms = now + ttl
-        return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms, now))
+        return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms))
 
     async def get_lease_owner(self, key: str) -> str | None:
         validate_key(key)
@@ -114,7 +116,7 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         tenure = self._live(key, now)
         if tenure is None:
             return None
-        return LeaseInfo(key, tenure.owner, tenure.fence, self._wall(tenure.expires_at_ms, now))
+        return LeaseInfo(key, tenure.owner, tenure.fence, self._wall(tenure.expires_at_ms))
 
     async def release_lease(self, key: str, owner: str) -> bool:
         validate_key(key), validate_owner(owner)

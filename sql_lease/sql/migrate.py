@@ -7,7 +7,11 @@ touches the host application's Alembic history.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
+import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +59,30 @@ def _upgrade_sync(connection: Connection, names: LeaseTableNames) -> str | None:
 async def upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | None:
     """Upgrade the lease schema on ``engine`` to head; returns the revision now in place.
 
-    Concurrent upgrades are serialised: on PostgreSQL by an advisory lock taken in ``env.py``, on
-    SQLite by a lock file next to the database file.
+    Concurrent upgrades are serialised: within this process by a lock (Alembic's ``context`` and
+    ``op`` are process-global), across processes on PostgreSQL by an advisory lock taken in
+    ``env.py`` and on SQLite by a lock file next to the database file.
     """
-    if engine.dialect.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+    async with _locked(_PROCESS_LOCK):
+        if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
+            return await _upgrade_in_transaction(engine, names)
         from filelock import FileLock
 
-        with FileLock(f"{engine.url.database}.migrate.lock", timeout=60):
+        async with _locked(FileLock(f"{engine.url.database}.migrate.lock", thread_local=False)):
             return await _upgrade_in_transaction(engine, names)
-    return await _upgrade_in_transaction(engine, names)
+
+
+_PROCESS_LOCK = threading.Lock()
+
+
+@contextlib.asynccontextmanager
+async def _locked(lock: Any) -> AsyncIterator[None]:
+    """Hold a blocking lock, waiting for it in a worker thread so the event loop keeps running."""
+    await asyncio.to_thread(lock.acquire)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 async def _upgrade_in_transaction(engine: AsyncEngine, names: LeaseTableNames) -> str | None:

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ..contract import (
@@ -46,7 +47,10 @@ def to_async_url(url: str | URL) -> URL:
     """
     if isinstance(url, str) and url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ValueError(f"not a database URL: {exc}") from None
     backend, _, driver = parsed.drivername.partition("+")
     if backend not in _ASYNC_DRIVERS:
         raise ValueError(f"sql_lease supports postgresql:// and sqlite:// URLs, not {backend}://")

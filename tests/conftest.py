@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from sql_lease import InMemoryLeaseProvider, SqlLeaseProvider
+from tests.support.pgserver import postgres_url
+
+T = TypeVar("T")
+
+PROVIDER_KINDS = [
+    "memory",
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """Base URL of the PostgreSQL the tests use (see tests/support/pgserver.py)."""
+    with postgres_url() as url:
+        yield url
+
+
+def run_in_own_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``main()`` on a fresh event loop in another thread (fixtures may be set up from inside
+    a running loop, where asyncio.run is not allowed)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()
+
+
+async def _execute(url: str, sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_schema(pg_url: str) -> Iterator[tuple[str, str]]:
+    """A schema of its own for this test session, migrated; dropped afterwards. (url, schema)"""
+    schema = f"sql_lease_test_{os.getpid()}"
+
+    async def migrate() -> None:
+        async with SqlLeaseProvider(pg_url, schema=schema) as provider:
+            await provider.migrate()
+
+    run_in_own_loop(migrate)
+    yield pg_url, schema
+    run_in_own_loop(lambda: _execute(pg_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+
+
+@pytest.fixture
+def fresh_pg_schema(pg_url: str) -> Iterator[str]:
+    """An empty schema name for a test that migrates it itself; dropped afterwards."""
+    schema = f"sql_lease_t_{uuid.uuid4().hex[:10]}"
+    yield schema
+    run_in_own_loop(lambda: _execute(pg_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+
+
+async def make_provider(kind: str, request: pytest.FixtureRequest, tmp_path: os.PathLike[str]):  # type: ignore[no-untyped-def]
+    if kind == "memory":
+        return InMemoryLeaseProvider()
+    if kind == "sqlite":
+        provider = SqlLeaseProvider(f"sqlite:///{tmp_path}/leases.db")
+        await provider.migrate()
+        return provider
+    url, schema = request.getfixturevalue("pg_schema")
+    return SqlLeaseProvider(url, schema=schema)
+
+
+@pytest.fixture(params=PROVIDER_KINDS)
+async def provider(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> AsyncIterator[object]:
+    """Each provider in turn: in-memory, SQLite (fresh file), PostgreSQL (session schema)."""
+    made = await make_provider(request.param, request, tmp_path)
+    yield made
+    if hasattr(made, "close"):
+        await made.close()
+
+
+@pytest.fixture(params=PROVIDER_KINDS[1:])
+async def sql_provider(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> AsyncIterator[SqlLeaseProvider]:
+    """Each SQL provider in turn: SQLite (fresh file), PostgreSQL (session schema)."""
+    made = await make_provider(request.param, request, tmp_path)
+    yield made
+    await made.close()
+
+
+@pytest.fixture
+def key() -> str:
+    """A key no other test uses."""
+    return f"test:{uuid.uuid4().hex}"

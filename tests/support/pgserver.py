@@ -1,0 +1,91 @@
+"""PostgreSQL for the tests: a DSN from the environment, else testcontainers, else a throwaway
+cluster started from the local binaries by pytest-postgresql's executor."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+ENV_URL = "SQL_LEASE_TEST_POSTGRES_URL"
+PG_BINDIR = os.environ.get("SQL_LEASE_PG_BINDIR", "/usr/lib/postgresql/15/bin")
+PG_CTL_AS_POSTGRES = Path(__file__).with_name("pg_ctl_as_postgres")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _docker_works() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def testcontainers_postgres() -> Iterator[str]:
+    from testcontainers.postgres import PostgresContainer
+
+    with PostgresContainer("postgres:15", driver=None) as container:
+        yield container.get_connection_url()
+
+
+@contextlib.contextmanager
+def throwaway_postgres(**server_options: str) -> Iterator[tuple[str, object]]:
+    """Start a new cluster from the local binaries on a free port; yields (url, executor).
+
+    As root, pg_ctl runs as the ``postgres`` OS user (initdb refuses root). ``server_options``
+    become ``-c name=value`` settings.
+    """
+    from pytest_postgresql.executors.proc import PostgreSQLExecutor
+
+    as_root = os.geteuid() == 0
+    workdir = tempfile.mkdtemp(prefix="sql_lease_pg_")
+    os.chmod(workdir, 0o755)
+    if as_root:
+        pg_user = pwd.getpwnam("postgres")
+        os.chown(workdir, pg_user.pw_uid, pg_user.pw_gid)
+    options = " ".join(f"-c {name}={value}" for name, value in server_options.items())
+    port = _free_port()
+    executor = PostgreSQLExecutor(
+        executable=str(PG_CTL_AS_POSTGRES) if as_root else os.path.join(PG_BINDIR, "pg_ctl"),
+        host="127.0.0.1",
+        port=port,
+        datadir=os.path.join(workdir, "data"),
+        unixsocketdir=workdir,
+        logfile=os.path.join(workdir, "postgresql.log"),
+        startparams="-w",
+        dbname="postgres",
+        postgres_options=options,
+    )
+    executor.start()
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", executor
+    finally:
+        with contextlib.suppress(Exception):
+            executor.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_url() -> Iterator[str]:
+    """The PostgreSQL the tests use, in the documented order of preference."""
+    if os.environ.get(ENV_URL):
+        yield os.environ[ENV_URL]
+    elif _docker_works():
+        with testcontainers_postgres() as url:
+            yield url
+    else:
+        with throwaway_postgres() as (url, _executor):
+            yield url

@@ -1,0 +1,265 @@
+"""The LeaseProvider contract (rules 1-10 of the foundation issue), on every provider."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from sql_lease import MAX_KEY_LENGTH, MAX_OWNER_LENGTH, MAX_TTL_MS, AcquireResult, LeaseProvider, is_lease_provider
+
+TTL = 10_000
+SHORT_TTL = 300  # ms; tests wait SHORT_WAIT seconds for it to lapse
+SHORT_WAIT = 0.6
+
+
+def assert_near_now_plus(moment: datetime | None, ttl_ms: float, slack_s: float = 5.0) -> None:
+    assert moment is not None and moment.tzinfo is not None
+    assert moment.utcoffset() == timedelta(0)
+    expected = datetime.now(UTC) + timedelta(milliseconds=ttl_ms)
+    assert abs((moment - expected).total_seconds()) < slack_s
+
+
+async def test_is_a_lease_provider(provider: LeaseProvider) -> None:
+    assert is_lease_provider(provider)
+    assert isinstance(provider, LeaseProvider)
+
+
+# 1. acquire on a free key
+async def test_acquire_free_key(provider: LeaseProvider, key: str) -> None:
+    result = await provider.acquire_lease(key, "alice", TTL)
+    assert result == AcquireResult(True, "alice", result.fence, result.expires_at)
+    assert isinstance(result.fence, int) and result.fence > 0
+    assert_near_now_plus(result.expires_at, TTL)
+    assert await provider.get_lease_owner(key) == "alice"
+
+
+# 2. refused while another owner holds it, with the holder described
+async def test_acquire_held_by_other_is_refused_with_holder(provider: LeaseProvider, key: str) -> None:
+    held = await provider.acquire_lease(key, "alice", TTL)
+    refused = await provider.acquire_lease(key, "bob", TTL)
+    assert not refused.acquired and not refused
+    assert (refused.owner, refused.fence, refused.expires_at) == (held.owner, held.fence, held.expires_at)
+    assert await provider.get_lease_owner(key) == "alice"
+
+
+# 3. acquire by the current owner: idempotent, expiry reset, fence unchanged
+async def test_reacquire_by_owner_extends_and_keeps_fence(provider: LeaseProvider, key: str) -> None:
+    first = await provider.acquire_lease(key, "alice", 1_000)
+    await asyncio.sleep(0.02)
+    again = await provider.acquire_lease(key, "alice", TTL)
+    assert again.acquired and again.fence == first.fence
+    assert again.expires_at is not None and first.expires_at is not None
+    assert again.expires_at > first.expires_at
+    assert_near_now_plus(again.expires_at, TTL)
+
+
+# 4. fences strictly increase at every change of owner
+async def test_fence_increases_on_every_change_of_owner(provider: LeaseProvider, key: str) -> None:
+    fences = [(await provider.acquire_lease(key, "alice", TTL)).fence]
+    assert await provider.release_lease(key, "alice")
+    fences.append((await provider.acquire_lease(key, "bob", TTL)).fence)
+    assert await provider.release_lease(key, "bob")
+    fences.append((await provider.acquire_lease(key, "bob", TTL)).fence)  # same owner after a release
+    assert await provider.transfer_lease(key, "bob", "carol", TTL)
+    fences.append((await provider.acquire_lease(key, "carol", TTL)).fence)
+    assert await provider.release_lease(key, "carol")
+    fences.append((await provider.acquire_lease(key, "dave", SHORT_TTL)).fence)
+    await asyncio.sleep(SHORT_WAIT)
+    fences.append((await provider.acquire_lease(key, "erin", TTL)).fence)  # takeover after expiry
+    assert all(isinstance(f, int) for f in fences)
+    assert fences == sorted(set(fences)), fences  # type: ignore[type-var]
+
+
+async def test_fence_increases_after_sweep(provider: LeaseProvider, key: str) -> None:
+    first = await provider.acquire_lease(key, "alice", SHORT_TTL)
+    await asyncio.sleep(SHORT_WAIT)
+    assert await provider.sweep_expired(batch_size=1_000_000) >= 1  # type: ignore[attr-defined]
+    assert await provider.get_lease_owner(key) is None
+    second = await provider.acquire_lease(key, "bob", TTL)
+    assert second.acquired and second.fence > first.fence  # type: ignore[operator]
+
+
+async def test_fences_independent_keys_never_repeat(provider: LeaseProvider, key: str) -> None:
+    seen = set()
+    for i in range(20):
+        result = await provider.acquire_lease(f"{key}:{i}", f"owner{i}", TTL)
+        seen.add(result.fence)
+    assert len(seen) == 20
+
+
+# 5. get_lease_owner of expired or released leases
+async def test_owner_of_expired_or_released_is_none(provider: LeaseProvider, key: str) -> None:
+    assert await provider.get_lease_owner(key) is None
+    await provider.acquire_lease(key, "alice", SHORT_TTL)
+    assert await provider.get_lease_owner(key) == "alice"
+    await asyncio.sleep(SHORT_WAIT)
+    assert await provider.get_lease_owner(key) is None
+    await provider.acquire_lease(key, "bob", TTL)
+    assert await provider.release_lease(key, "bob")
+    assert await provider.get_lease_owner(key) is None
+
+
+# 6. release by a non-owner or a former owner
+async def test_release_by_non_owner_is_refused(provider: LeaseProvider, key: str) -> None:
+    held = await provider.acquire_lease(key, "alice", TTL)
+    assert await provider.release_lease(key, "mallory") is False
+    assert await provider.release_lease(f"{key}:other", "alice") is False
+    again = await provider.acquire_lease(key, "alice", TTL)
+    assert again.fence == held.fence and await provider.get_lease_owner(key) == "alice"
+
+
+async def test_release_by_former_owner_after_takeover_is_refused(provider: LeaseProvider, key: str) -> None:
+    await provider.acquire_lease(key, "alice", SHORT_TTL)
+    await asyncio.sleep(SHORT_WAIT)
+    taken = await provider.acquire_lease(key, "bob", TTL)
+    assert taken.acquired
+    assert await provider.release_lease(key, "alice") is False
+    assert await provider.get_lease_owner(key) == "bob"
+
+
+async def test_release_of_own_expired_lease_reports_false(provider: LeaseProvider, key: str) -> None:
+    await provider.acquire_lease(key, "alice", SHORT_TTL)
+    await asyncio.sleep(SHORT_WAIT)
+    assert await provider.release_lease(key, "alice") is False
+    assert (await provider.acquire_lease(key, "bob", TTL)).acquired
+
+
+async def test_release_frees_the_key_at_once(provider: LeaseProvider, key: str) -> None:
+    await provider.acquire_lease(key, "alice", TTL)
+    assert await provider.release_lease(key, "alice") is True
+    assert (await provider.acquire_lease(key, "bob", TTL)).acquired
+
+
+# 7. renew
+async def test_renew_by_owner_extends(provider: LeaseProvider, key: str) -> None:
+    await provider.acquire_lease(key, "alice", SHORT_TTL)
+    assert await provider.renew_lease(key, "alice", TTL) is True
+    await asyncio.sleep(SHORT_WAIT)
+    assert await provider.get_lease_owner(key) == "alice"
+    assert not (await provider.acquire_lease(key, "bob", TTL)).acquired
+
+
+async def test_renew_keeps_a_lease_past_its_ttl(provider: LeaseProvider, key: str) -> None:
+    await provider.acquire_lease(key, "alice", SHORT_TTL)
+    for _ in range(6):
+        await asyncio.sleep(SHORT_TTL / 3000)
+        assert await provider.renew_lease(key, "alice", SHORT_TTL)
+    assert await provider.get_lease_owner(key) == "alice"
+
+
+async def test_renew_after_expiry_or_by_non_owner_fails(provider: LeaseProvider, key: str) -> None:
+    assert await provider.renew_lease(key, "alice", TTL) is False  # never held
+    await provider.acquire_lease(key, "alice", SHORT_TTL)
+    assert await provider.renew_lease(key, "bob", TTL) is False
+    await asyncio.sleep(SHORT_WAIT)
+    assert await provider.renew_lease(key, "alice", TTL) is False  # expired, nobody took it
+    assert await provider.get_lease_owner(key) is None
+
+
+# 8. transfer
+async def test_transfer_hands_over_with_new_fence(provider: LeaseProvider, key: str) -> None:
+    held = await provider.acquire_lease(key, "alice", SHORT_TTL)
+    assert await provider.transfer_lease(key, "alice", "bob", TTL) is True
+    assert await provider.get_lease_owner(key) == "bob"
+    await asyncio.sleep(SHORT_WAIT)  # the new TTL counts from the transfer
+    assert await provider.get_lease_owner(key) == "bob"
+    refused = await provider.acquire_lease(key, "alice", TTL)
+    assert not refused.acquired and refused.owner == "bob"
+    assert refused.fence > held.fence  # type: ignore[operator]
+    assert await provider.release_lease(key, "alice") is False
+
+
+async def test_transfer_to_self_acts_as_renew(provider: LeaseProvider, key: str) -> None:
+    held = await provider.acquire_lease(key, "alice", SHORT_TTL)
+    assert await provider.transfer_lease(key, "alice", "alice", TTL) is True
+    await asyncio.sleep(SHORT_WAIT)
+    again = await provider.acquire_lease(key, "alice", TTL)
+    assert again.fence == held.fence
+
+
+async def test_transfer_by_non_owner_or_after_expiry_changes_nothing(provider: LeaseProvider, key: str) -> None:
+    assert await provider.transfer_lease(key, "alice", "bob", TTL) is False
+    assert await provider.get_lease_owner(key) is None
+    held = await provider.acquire_lease(key, "alice", SHORT_TTL)
+    assert await provider.transfer_lease(key, "mallory", "bob", TTL) is False
+    again = await provider.acquire_lease(key, "alice", SHORT_TTL)
+    assert again.fence == held.fence
+    await asyncio.sleep(SHORT_WAIT)
+    assert await provider.transfer_lease(key, "alice", "bob", TTL) is False
+    assert await provider.get_lease_owner(key) is None
+
+
+async def test_transfer_leaves_no_gap(provider: LeaseProvider, key: str) -> None:
+    """A contender hammering acquire never gets the key between the two owners."""
+    await provider.acquire_lease(key, "owner0", TTL)
+    stolen = []
+
+    async def contender() -> None:
+        for _ in range(200):
+            if (await provider.acquire_lease(key, "thief", TTL)).acquired:
+                stolen.append(True)
+            await asyncio.sleep(0)
+
+    async def relay() -> None:
+        for i in range(40):
+            assert await provider.transfer_lease(key, f"owner{i}", f"owner{i + 1}", TTL)
+            await asyncio.sleep(0)
+
+    await asyncio.gather(contender(), relay())
+    assert stolen == []
+    assert await provider.get_lease_owner(key) == "owner40"
+
+
+# 9. limits that must be accepted
+async def test_documented_limits_are_accepted(provider: LeaseProvider, key: str) -> None:
+    long_key = key + "k" * (MAX_KEY_LENGTH - len(key))
+    long_owner = "o" * MAX_OWNER_LENGTH
+    assert (await provider.acquire_lease(long_key, long_owner, 24 * 3600 * 1000)).acquired
+    assert await provider.get_lease_owner(long_key) == long_owner
+    assert await provider.renew_lease(long_key, long_owner, MAX_TTL_MS)
+    assert (await provider.acquire_lease(key, "alice", 0.5)).acquired  # fractional milliseconds
+
+
+async def test_keys_and_owners_round_trip_exactly(provider: LeaseProvider, key: str) -> None:
+    odd = ["it's", 'say "hi"', "100%", "a_b", "back\\slash", "new\nline", "tab\t", "emoji 🔒", "ünïcödé", " "]
+    for i, text in enumerate(odd):
+        assert (await provider.acquire_lease(f"{key}:{text}", text, TTL)).acquired
+        assert await provider.get_lease_owner(f"{key}:{text}") == text
+    # LIKE metacharacters are not wildcards: "a_b" and "a%b" are different keys from "axb"
+    assert await provider.get_lease_owner(f"{key}:axb") is None
+    base = key + "x" * (MAX_KEY_LENGTH - len(key) - 1)
+    assert (await provider.acquire_lease(base + "1", "one", TTL)).acquired
+    assert (await provider.acquire_lease(base + "2", "two", TTL)).acquired
+    assert await provider.get_lease_owner(base + "1") == "one"
+
+
+# 10. the client's clock and time zone never matter (SQL providers read the database's clock)
+async def test_client_clock_and_timezone_do_not_matter(
+    sql_provider: LeaseProvider, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = sql_provider
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() - 10 * 365 * 86400)
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")
+    time.tzset()
+    try:
+        result = await provider.acquire_lease(key, "alice", TTL)
+        assert result.acquired
+        assert_near_now_plus(result.expires_at, TTL)  # datetime.now is unaffected by the patch
+        assert not (await provider.acquire_lease(key, "bob", TTL)).acquired
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+async def test_concurrent_acquires_elect_exactly_one(provider: LeaseProvider, key: str) -> None:
+    results = await asyncio.gather(*(provider.acquire_lease(key, f"w{i}", TTL) for i in range(16)))
+    winners = [r for r in results if r.acquired]
+    assert len(winners) == 1
+    assert {r.owner for r in results} == {winners[0].owner}
+
+

@@ -1,0 +1,75 @@
+"""Database failures surface as the library's own errors, with the original on __cause__."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from sql_lease import LeaseBackendError, SchemaMissingError, SqlLeaseProvider
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.postgres
+async def test_missing_table_names_the_migrate_command(pg_url: str, fresh_pg_schema: str) -> None:
+    async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as provider:
+        for call in (
+            provider.acquire_lease("k", "o", 1000),
+            provider.get_lease_owner("k"),
+            provider.release_lease("k", "o"),
+            provider.renew_lease("k", "o", 1000),
+            provider.transfer_lease("k", "o", "p", 1000),
+        ):
+            with pytest.raises(SchemaMissingError, match="sql-lease migrate") as info:
+                await call
+            assert info.value.__cause__ is not None
+
+
+async def test_missing_table_on_sqlite(tmp_path: Path) -> None:
+    async with SqlLeaseProvider(f"sqlite:///{tmp_path}/empty.db") as provider:
+        with pytest.raises(SchemaMissingError, match="sql-lease migrate"):
+            await provider.acquire_lease("k", "o", 1000)
+
+
+async def test_unreachable_database_raises_backend_error_without_password() -> None:
+    url = f"postgresql://app:s3cr3t-pw@127.0.0.1:{closed_port()}/db"
+    async with SqlLeaseProvider(url, operation_timeout_s=5) as provider:
+        assert "s3cr3t-pw" not in repr(provider)
+        for call in (
+            provider.acquire_lease("k", "o", 1000),
+            provider.get_lease_owner("k"),
+            provider.release_lease("k", "o"),
+            provider.renew_lease("k", "o", 1000),
+            provider.transfer_lease("k", "o", "p", 1000),
+        ):
+            with pytest.raises(LeaseBackendError) as info:
+                await call
+            assert info.value.__cause__ is not None
+            assert "s3cr3t-pw" not in str(info.value)
+
+
+async def test_operation_timeout_bounds_a_hanging_server() -> None:
+    """A server that accepts TCP but never answers: the operation fails within the timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    try:
+        async with SqlLeaseProvider(f"postgresql://u@127.0.0.1:{port}/db", operation_timeout_s=0.5) as provider:
+            with pytest.raises(LeaseBackendError, match="within 0.5 s"):
+                await provider.acquire_lease("k", "o", 1000)
+    finally:
+        listener.close()
+
+
+async def test_unwritable_sqlite_path_is_a_backend_error(tmp_path: Path) -> None:
+    async with SqlLeaseProvider(f"sqlite:///{tmp_path}/no/such/dir/x.db") as provider:
+        with pytest.raises(LeaseBackendError) as info:
+            await provider.acquire_lease("k", "o", 1000)
+        assert info.value.__cause__ is not None

@@ -1,0 +1,161 @@
+"""The Alembic migrations: idempotent, no drift from the declared schema, own version table,
+offline SQL, `alembic upgrade head` from a checkout, and the migrations inside the built wheel."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection
+
+from sql_lease import SqlLeaseProvider
+from sql_lease.sql.migrate import offline_sql
+from sql_lease.sql.schema import LeaseTableNames, lease_metadata
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _drift(connection: Connection, names: LeaseTableNames) -> list[Any]:
+    context = MigrationContext.configure(
+        connection,
+        opts={
+            "version_table": names.version_table,
+            "version_table_schema": names.schema,
+            "include_schemas": names.schema is not None,
+            "compare_type": True,
+            "include_name": lambda name, type_, parent: (
+                type_ != "schema" or name == names.schema
+            ),
+        },
+    )
+    return list(compare_metadata(context, lease_metadata(names, connection.dialect.name)))
+
+
+async def _schema_facts(provider: SqlLeaseProvider) -> dict[str, Any]:
+    names = provider.names
+
+    def read(connection: Connection) -> dict[str, Any]:
+        inspector = inspect(connection)
+        facts: dict[str, Any] = {
+            "drift": _drift(connection, names),
+            "tables": set(inspector.get_table_names(schema=names.schema)),
+        }
+        if connection.dialect.name == "postgresql":
+            facts["sequences"] = set(inspector.get_sequence_names(schema=names.schema))
+        else:
+            facts["triggers"] = {
+                row[0] for row in connection.execute(text("SELECT name FROM sqlite_master WHERE type = 'trigger'"))
+            }
+            facts["counter"] = connection.execute(text(f'SELECT id, last_fence FROM "{names.fence_counter}"')).all()
+        return facts
+
+    async with provider._base_engine.connect() as conn:
+        return await conn.run_sync(read)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """A database URL and schema no other test uses."""
+    if request.param == "sqlite":
+        return {"url": f"sqlite:///{tmp_path}/m.db", "schema": None}
+    return {"url": request.getfixturevalue("pg_url"), "schema": request.getfixturevalue("fresh_pg_schema")}
+
+
+@pytest.mark.parametrize("table_name", ["sql_leases", "Job_Leases2"])
+async def test_migrations_build_exactly_the_declared_schema(target: dict[str, Any], table_name: str) -> None:
+    async with SqlLeaseProvider(target["url"], schema=target["schema"], table_name=table_name) as provider:
+        assert await provider.migrate() == "0001"
+        assert await provider.migrate() == "0001"  # idempotent
+        facts = await _schema_facts(provider)
+        names = provider.names
+        assert facts["drift"] == []
+        assert names.table in facts["tables"]
+        assert "sql_lease_alembic_version" in facts["tables"]
+        assert "alembic_version" not in facts["tables"]  # never the host application's table
+        if provider.dialect_name == "postgresql":
+            assert facts["sequences"] == {names.fence_sequence}
+        else:
+            assert facts["triggers"] == {f"{table_name}_fence_on_insert", f"{table_name}_fence_on_update"}
+            assert facts["counter"] == [(1, 0)]
+        assert (await provider.acquire_lease("k", "o", 1000)).acquired
+
+
+async def test_custom_version_table(target: dict[str, Any]) -> None:
+    async with SqlLeaseProvider(target["url"], schema=target["schema"], version_table="leases_schema_v") as provider:
+        await provider.migrate()
+        facts = await _schema_facts(provider)
+        assert "leases_schema_v" in facts["tables"] and "sql_lease_alembic_version" not in facts["tables"]
+
+
+async def test_concurrent_migrations_agree(target: dict[str, Any]) -> None:
+    providers = [SqlLeaseProvider(target["url"], schema=target["schema"]) for _ in range(4)]
+    try:
+        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0001"] * 4
+    finally:
+        for p in providers:
+            await p.close()
+
+
+@pytest.mark.parametrize("url", ["postgresql://deploy:hunter2@db.internal/app", "sqlite:///leases.db"])
+def test_offline_sql_for_a_dba(url: str) -> None:
+    sql = offline_sql(url, LeaseTableNames())
+    assert "CREATE TABLE sql_leases" in sql
+    assert "CREATE TABLE sql_lease_alembic_version" in sql
+    assert "hunter2" not in sql
+    if url.startswith("postgresql"):
+        assert "CREATE SEQUENCE sql_leases_fence_seq" in sql
+    else:
+        assert "CREATE TRIGGER" in sql
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_alembic_upgrade_head_from_a_checkout(target: dict[str, Any]) -> None:
+    alembic = str(Path(sys.executable).with_name("alembic"))
+    x_args = ["-x", f"url={target['url']}"]
+    if target["schema"]:
+        x_args += ["-x", f"schema={target['schema']}"]
+    done = _run([alembic, *x_args, "upgrade", "head"], REPO)
+    assert done.returncode == 0, done.stderr
+    done = _run([alembic, *x_args, "current"], REPO)
+    assert "0001 (head)" in done.stdout, done.stdout + done.stderr
+
+
+def test_alembic_reads_the_url_from_the_environment(tmp_path: Path) -> None:
+    alembic = str(Path(sys.executable).with_name("alembic"))
+    env = dict(os.environ, SQL_LEASE_URL=f"sqlite:///{tmp_path}/env.db")
+    done = _run([alembic, "upgrade", "head"], REPO, env)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "env.db").exists()
+
+
+@pytest.mark.slow
+def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path) -> None:
+    done = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist")], REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = (tmp_path / "dist").glob("sql_lease-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "sql_lease/py.typed" in names
+    assert "sql_lease/_migrations/env.py" in names
+    assert "sql_lease/_migrations/versions/0001_create_lease_table.py" in names
+    site = tmp_path / "site"
+    done = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(wheel)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    env = dict(os.environ, PYTHONPATH=str(site))
+    done = _run([sys.executable, "-c", "import sql_lease; print(sql_lease.__file__)"], tmp_path, env)
+    assert done.stdout.startswith(str(site)), done.stdout + done.stderr  # the installed copy, not the checkout
+    db = tmp_path / "installed.db"
+    done = _run([sys.executable, "-m", "sql_lease", "migrate", "--url", f"sqlite:///{db}"], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    assert "revision 0001" in done.stdout

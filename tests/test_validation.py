@@ -1,0 +1,138 @@
+"""Bad input raises TypeError/ValueError before any SQL runs, and nothing is written."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from sql_lease import MAX_KEY_LENGTH, MAX_OWNER_LENGTH, MAX_TTL_MS, NoopLeaseProvider, SqlLeaseProvider
+
+GOOD_KEY, GOOD_OWNER, GOOD_TTL = "validation:key", "validation-owner", 1000
+
+BAD_TEXT: list[tuple[str, Any, type[Exception]]] = [
+    ("None", None, TypeError),
+    ("int", 42, TypeError),
+    ("bytes", b"key", TypeError),
+    ("list", ["k"], TypeError),
+    ("empty", "", ValueError),
+    ("NUL", "a\x00b", ValueError),
+    ("oversize", "k" * (MAX_KEY_LENGTH + 1), ValueError),
+    ("lone surrogate", "a\ud800b", ValueError),
+]
+BAD_TTL: list[tuple[str, Any, type[Exception]]] = [
+    ("zero", 0, ValueError),
+    ("negative", -1, ValueError),
+    ("negative float", -0.5, ValueError),
+    ("NaN", math.nan, ValueError),
+    ("inf", math.inf, ValueError),
+    ("-inf", -math.inf, ValueError),
+    ("True", True, TypeError),
+    ("False", False, TypeError),
+    ("str", "1000", TypeError),
+    ("None", None, TypeError),
+    ("over max", MAX_TTL_MS + 1, ValueError),
+    ("huge float", 1e300, ValueError),
+]
+
+# (method, args with one bad value, expected exception)
+CASES: list[Any] = []
+for label, bad, exc in BAD_TEXT:
+    CASES += [
+        pytest.param("acquire_lease", (bad, GOOD_OWNER, GOOD_TTL), exc, id=f"acquire-key-{label}"),
+        pytest.param("acquire_lease", (GOOD_KEY, bad, GOOD_TTL), exc, id=f"acquire-owner-{label}"),
+        pytest.param("get_lease_owner", (bad,), exc, id=f"owner-key-{label}"),
+        pytest.param("release_lease", (bad, GOOD_OWNER), exc, id=f"release-key-{label}"),
+        pytest.param("release_lease", (GOOD_KEY, bad), exc, id=f"release-owner-{label}"),
+        pytest.param("renew_lease", (GOOD_KEY, bad, GOOD_TTL), exc, id=f"renew-owner-{label}"),
+        pytest.param("transfer_lease", (GOOD_KEY, bad, "next", GOOD_TTL), exc, id=f"transfer-from-{label}"),
+        pytest.param("transfer_lease", (GOOD_KEY, GOOD_OWNER, bad, GOOD_TTL), exc, id=f"transfer-to-{label}"),
+    ]
+for label, bad, exc in BAD_TTL:
+    CASES += [
+        pytest.param("acquire_lease", (GOOD_KEY, GOOD_OWNER, bad), exc, id=f"acquire-ttl-{label}"),
+        pytest.param("renew_lease", (GOOD_KEY, GOOD_OWNER, bad), exc, id=f"renew-ttl-{label}"),
+        pytest.param("transfer_lease", (GOOD_KEY, GOOD_OWNER, "next", bad), exc, id=f"transfer-ttl-{label}"),
+    ]
+CASES.append(pytest.param("acquire_lease", (GOOD_KEY, "o" * (MAX_OWNER_LENGTH + 1), 1), ValueError, id="owner-513"))
+
+
+class CheckoutCounter:
+    """Counts pool checkouts of a SQL provider: zero means no SQL could have run."""
+
+    def __init__(self, provider: Any) -> None:
+        self.count = 0
+        if isinstance(provider, SqlLeaseProvider):
+            event.listen(provider.engine.sync_engine.pool, "checkout", self._checkout)
+
+    def _checkout(self, *args: Any) -> None:
+        self.count += 1
+
+
+@pytest.mark.parametrize(("method", "args", "expected"), CASES)
+async def test_bad_input_is_rejected_before_any_sql(provider: Any, method: str, args: tuple, expected: type) -> None:
+    # Make sure the key is really held by someone, so a wrongly accepted call would change it.
+    assert (await provider.acquire_lease(GOOD_KEY, GOOD_OWNER, 60_000)).acquired
+    before = await provider.get_lease(GOOD_KEY)
+    counter = CheckoutCounter(provider)
+    with pytest.raises(expected):
+        await getattr(provider, method)(*args)
+    assert counter.count == 0
+    after = await provider.get_lease(GOOD_KEY)
+    assert (after.owner, after.fence, after.expires_at) == (before.owner, before.fence, before.expires_at)
+
+
+@pytest.mark.parametrize(("method", "args", "expected"), CASES[:: max(1, len(CASES) // 12)])
+async def test_noop_provider_validates_too(method: str, args: tuple, expected: type) -> None:
+    with pytest.raises(expected):
+        await getattr(NoopLeaseProvider(), method)(*args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"table_name": "x; drop table y"}, ValueError),
+        ({"table_name": 'le"ases'}, ValueError),
+        ({"table_name": "le'ases"}, ValueError),
+        ({"table_name": "public.leases"}, ValueError),
+        ({"table_name": ""}, ValueError),
+        ({"table_name": "1leases"}, ValueError),
+        ({"table_name": "t" * 60}, ValueError),
+        ({"table_name": None}, TypeError),
+        ({"schema": "a;b"}, ValueError),
+        ({"schema": "x.y"}, ValueError),
+        ({"version_table": "v--"}, ValueError),
+        ({"operation_timeout_s": 0}, ValueError),
+        ({"operation_timeout_s": "5"}, TypeError),
+        ({"sqlite_synchronous": "OFF"}, ValueError),
+    ],
+)
+def test_bad_construction_arguments(kwargs: dict[str, Any], expected: type) -> None:
+    with pytest.raises(expected):
+        SqlLeaseProvider("sqlite:///unused.db", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("mysql://root@localhost/test", ValueError),
+        ("postgresql+psycopg2://u@h/db", ValueError),
+        ("sqlite://", ValueError),
+        ("sqlite:///:memory:", ValueError),
+        ("not a url", ValueError),
+        (42, TypeError),
+    ],
+)
+def test_bad_urls(url: Any, expected: type) -> None:
+    with pytest.raises(expected):
+        SqlLeaseProvider(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u@h/db", "postgres://u@h/db", "postgresql+asyncpg://u@h/db", "sqlite:///x.db"]
+)
+def test_plain_urls_map_to_async_drivers(url: str) -> None:
+    provider = SqlLeaseProvider(url)
+    assert provider.engine.dialect.driver in ("asyncpg", "aiosqlite")
