@@ -46,6 +46,9 @@ class Duration(click.ParamType):
 
     name = "duration"
 
+    def __init__(self, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
             return float(value)
@@ -53,7 +56,7 @@ class Duration(click.ParamType):
         if not match:
             self.fail(f"{value!r} is not a duration like 500ms, 30s, 5m or 1h", param, ctx)
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        if seconds <= 0:
+        if seconds <= 0 and not (self.allow_zero and seconds == 0):
             self.fail(f"{value!r} must be longer than zero", param, ctx)
         return seconds
 
@@ -175,7 +178,7 @@ def status(key: str, url: str, table_name: str, schema: str | None) -> None:
 @click.option(
     "--grace",
     default="0s",
-    type=DURATION,
+    type=Duration(allow_zero=True),
     show_default=True,
     help="Only remove leases expired at least this long ago.",
 )

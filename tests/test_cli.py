@@ -1,0 +1,202 @@
+"""`sql-lease` as a user runs it: exec (flock(1) for a fleet), migrate, status, sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sql_lease import SqlLeaseProvider
+
+CLI = [sys.executable, "-m", "sql_lease"]
+
+
+def run_cli(args: list[str], cwd: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def start_cli(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([*CLI, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+@pytest.fixture(params=["sqlite-default", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_args(request: pytest.FixtureRequest) -> list[str]:
+    """Extra CLI arguments: none (the embedded SQLite default in the working directory) or a
+    PostgreSQL URL and the test session's schema."""
+    if request.param == "sqlite-default":
+        return []
+    url, schema = request.getfixturevalue("pg_schema")
+    return ["--url", url, "--schema", schema]
+
+
+@pytest.mark.slow
+def test_two_concurrent_execs_one_runs_one_is_refused(db_args: list[str], tmp_path: Path) -> None:
+    key = f"job-{uuid.uuid4().hex[:8]}"
+    started, go = tmp_path / "started", tmp_path / "go"
+    first = start_cli(
+        ["exec", key, *db_args, "--owner", "first", "--",
+         "sh", "-c", f'touch {started}; while [ ! -e {go} ]; do sleep 0.05; done; echo "fence=$SQL_LEASE_FENCE"; exit 3'],
+        tmp_path,
+    )
+    wait_for(started)
+    second = run_cli(["exec", key, *db_args, "--", "touch", str(tmp_path / "second-ran")], tmp_path)
+    assert second.returncode == 75, second.stderr
+    assert "held by 'first'" in second.stderr
+    assert not (tmp_path / "second-ran").exists()
+    status = run_cli(["status", key, *db_args], tmp_path)
+    assert status.returncode == 0 and "held by first" in status.stdout
+    go.touch()
+    out, err = first.communicate(timeout=30)
+    assert first.returncode == 3, err
+    assert out.strip().startswith("fence=") and int(out.strip()[6:]) > 0
+    # released on exit: the next run gets it at once
+    third = run_cli(["exec", key, *db_args, "--", "true"], tmp_path)
+    assert third.returncode == 0, third.stderr
+    assert run_cli(["status", key, *db_args], tmp_path).returncode == 1
+    if not db_args:
+        assert (tmp_path / "sql_lease.db").exists()  # the embedded default, created on first use
+
+
+def test_exec_passes_exit_status_and_lease_environment(tmp_path: Path) -> None:
+    done = run_cli(["exec", "k", "--owner", "me", "--", "sh", "-c", 'echo "$SQL_LEASE_KEY $SQL_LEASE_OWNER"; exit 7'], tmp_path)
+    assert done.returncode == 7
+    assert done.stdout.strip() == "k me"
+
+
+def test_exec_reports_signal_death_like_a_shell(tmp_path: Path) -> None:
+    done = run_cli(["exec", "k", "--", "sh", "-c", "kill -TERM $$"], tmp_path)
+    assert done.returncode == 128 + signal.SIGTERM
+
+
+def test_exec_missing_command(tmp_path: Path) -> None:
+    done = run_cli(["exec", "k", "--", "no-such-command-xyz"], tmp_path)
+    assert done.returncode == 127 and "not found" in done.stderr
+    assert run_cli(["status", "k"], tmp_path).returncode == 1  # the lease was released
+
+
+def test_exec_rejects_bad_arguments(tmp_path: Path) -> None:
+    assert run_cli(["exec", "k", "--ttl", "soon", "--", "true"], tmp_path).returncode == 2
+    assert run_cli(["exec", "k", "--ttl", "0s", "--", "true"], tmp_path).returncode == 2
+    assert run_cli(["exec", "", "--", "true"], tmp_path).returncode == 2
+    assert run_cli(["exec", "k", "--timeout", "1s", "--", "true"], tmp_path).returncode == 2
+    assert not (tmp_path / "sql_lease.db").exists()  # nothing was created
+
+
+@pytest.mark.slow
+def test_exec_wait_takes_over_after_the_holder_exits(tmp_path: Path) -> None:
+    first = start_cli(["exec", "w", "--owner", "first", "--", "sh", "-c", f"touch {tmp_path}/s; sleep 1"], tmp_path)
+    wait_for(tmp_path / "s")
+    impatient = run_cli(["exec", "w", "--wait", "--timeout", "200ms", "--", "true"], tmp_path)
+    assert impatient.returncode == 75 and "held by 'first'" in impatient.stderr
+    patient = run_cli(["exec", "w", "--wait", "--timeout", "20s", "--", "echo", "got it"], tmp_path)
+    assert patient.returncode == 0 and patient.stdout.strip() == "got it"
+    first.communicate(timeout=10)
+    assert first.returncode == 0
+
+
+@pytest.mark.slow
+def test_exec_terminates_the_command_when_the_lease_is_lost(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/sql_lease.db"
+    proc = start_cli(
+        ["exec", "lost", "--ttl", "900ms", "--owner", "victim", "--kill-after", "2s", "--",
+         "sh", "-c", f"touch {tmp_path}/s; trap 'touch {tmp_path}/got-term; exit 0' TERM; while true; do sleep 0.05; done"],
+        tmp_path,
+    )
+    wait_for(tmp_path / "s")
+
+    async def steal() -> bool:
+        async with SqlLeaseProvider(url) as provider:
+            return await provider.transfer_lease("lost", "victim", "thief", 60_000)
+
+    assert asyncio.run(steal())
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 76, err
+    assert "lost" in err
+    assert (tmp_path / "got-term").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_to_exec_is_forwarded_and_the_lease_released(tmp_path: Path) -> None:
+    proc = start_cli(
+        ["exec", "sig", "--", "sh", "-c", f"trap 'exit 9' TERM; touch {tmp_path}/s; while true; do sleep 0.05; done"],
+        tmp_path,
+    )
+    wait_for(tmp_path / "s")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 9
+    assert run_cli(["status", "sig"], tmp_path).returncode == 1
+
+
+@pytest.mark.postgres
+def test_postgres_is_never_migrated_implicitly(pg_url: str, fresh_pg_schema: str, tmp_path: Path) -> None:
+    args = ["--url", pg_url, "--schema", fresh_pg_schema]
+    done = run_cli(["exec", "k", *args, "--", "true"], tmp_path)
+    assert done.returncode == 78 and "sql-lease migrate" in done.stderr
+    migrated = run_cli(["migrate", *args], tmp_path)
+    assert migrated.returncode == 0 and "revision 0001" in migrated.stdout
+    assert run_cli(["migrate", *args], tmp_path).returncode == 0  # idempotent
+    assert run_cli(["exec", "k", *args, "--", "true"], tmp_path).returncode == 0
+
+
+def test_migrate_sql_prints_ddl_without_password(tmp_path: Path) -> None:
+    done = run_cli(["migrate", "--sql", "--url", "postgresql://deploy:hunter2@db.example/app"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "CREATE TABLE sql_leases" in done.stdout and "hunter2" not in done.stdout + done.stderr
+
+
+def test_unreachable_database_exit_code_hides_password(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = run_cli(["exec", "k", "--url", f"postgresql://u:hunter2@127.0.0.1:{port}/db", "--", "true"], tmp_path)
+    assert done.returncode == 69
+    assert "hunter2" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_sweep_command(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/sql_lease.db"
+
+    async def setup() -> None:
+        async with SqlLeaseProvider(url) as provider:
+            await provider.migrate()
+            for i in range(5):
+                await provider.acquire_lease(f"old{i}", "o", 1)
+            await provider.acquire_lease("live", "o", 60_000)
+
+    asyncio.run(setup())
+    time.sleep(0.05)
+    done = run_cli(["sweep", "--url", url, "--batch-size", "2"], tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "removed 5 expired lease(s)"
+    assert run_cli(["status", "live", "--url", url], tmp_path).returncode == 0
+
+
+def test_version_and_help(tmp_path: Path) -> None:
+    assert run_cli(["--version"], tmp_path).returncode == 0
+    help_text = run_cli(["exec", "--help"], tmp_path).stdout
+    assert "flock(1) for a fleet" in help_text and "75" in help_text
+
+
+def test_env_url_is_used(tmp_path: Path) -> None:
+    env = dict(os.environ, SQL_LEASE_URL=f"sqlite:///{tmp_path}/from_env.db")
+    done = subprocess.run([*CLI, "exec", "k", "--", "true"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "from_env.db").exists() and not (tmp_path / "sql_lease.db").exists()
