@@ -10,9 +10,7 @@ Single-owner election with a time-to-live and fencing tokens, on PostgreSQL (asy
 no-op and in-memory providers work without one.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from .contract import (
     MAX_KEY_LENGTH,
@@ -33,7 +31,7 @@ from .errors import (
 from .holding import ExpirySweeper, HeldLease, acquire_lease_wait, hold
 from .memory import InMemoryLeaseProvider, NoopLeaseProvider
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from .sql.provider import SqlLeaseProvider
 
 __version__ = "0.1.0"
@@ -61,7 +59,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name == "SqlLeaseProvider":
         from .sql.provider import SqlLeaseProvider
 

@@ -346,7 +346,7 @@ class ExpirySweeper:
         """Sweep batches until one comes back short; the number of rows removed."""
         removed = 0
         while True:
-            batch = await self.provider.sweep_expired(batch_size=self.batch_size, grace_ms=self.grace_ms)
+            batch: int = await self.provider.sweep_expired(batch_size=self.batch_size, grace_ms=self.grace_ms)
             removed += batch
             self.swept_total += batch
             if batch < self.batch_size:

@@ -49,8 +49,17 @@ def test_two_concurrent_execs_one_runs_one_is_refused(db_args: list[str], tmp_pa
     key = f"job-{uuid.uuid4().hex[:8]}"
     started, go = tmp_path / "started", tmp_path / "go"
     first = start_cli(
-        ["exec", key, *db_args, "--owner", "first", "--",
-         "sh", "-c", f'touch {started}; while [ ! -e {go} ]; do sleep 0.05; done; echo "fence=$SQL_LEASE_FENCE"; exit 3'],
+        [
+            "exec",
+            key,
+            *db_args,
+            "--owner",
+            "first",
+            "--",
+            "sh",
+            "-c",
+            f'touch {started}; while [ ! -e {go} ]; do sleep 0.05; done; echo "fence=$SQL_LEASE_FENCE"; exit 3',
+        ],
         tmp_path,
     )
     wait_for(started)
@@ -73,7 +82,9 @@ def test_two_concurrent_execs_one_runs_one_is_refused(db_args: list[str], tmp_pa
 
 
 def test_exec_passes_exit_status_and_lease_environment(tmp_path: Path) -> None:
-    done = run_cli(["exec", "k", "--owner", "me", "--", "sh", "-c", 'echo "$SQL_LEASE_KEY $SQL_LEASE_OWNER"; exit 7'], tmp_path)
+    done = run_cli(
+        ["exec", "k", "--owner", "me", "--", "sh", "-c", 'echo "$SQL_LEASE_KEY $SQL_LEASE_OWNER"; exit 7'], tmp_path
+    )
     assert done.returncode == 7
     assert done.stdout.strip() == "k me"
 
@@ -113,8 +124,20 @@ def test_exec_wait_takes_over_after_the_holder_exits(tmp_path: Path) -> None:
 def test_exec_terminates_the_command_when_the_lease_is_lost(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/sql_lease.db"
     proc = start_cli(
-        ["exec", "lost", "--ttl", "900ms", "--owner", "victim", "--kill-after", "2s", "--",
-         "sh", "-c", f"touch {tmp_path}/s; trap 'touch {tmp_path}/got-term; exit 0' TERM; while true; do sleep 0.05; done"],
+        [
+            "exec",
+            "lost",
+            "--ttl",
+            "900ms",
+            "--owner",
+            "victim",
+            "--kill-after",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            f"touch {tmp_path}/s; trap 'touch {tmp_path}/got-term; exit 0' TERM; while true; do sleep 0.05; done",
+        ],
         tmp_path,
     )
     wait_for(tmp_path / "s")
@@ -124,7 +147,7 @@ def test_exec_terminates_the_command_when_the_lease_is_lost(tmp_path: Path) -> N
             return await provider.transfer_lease("lost", "victim", "thief", 60_000)
 
     assert asyncio.run(steal())
-    out, err = proc.communicate(timeout=20)
+    _out, err = proc.communicate(timeout=20)
     assert proc.returncode == 76, err
     assert "lost" in err
     assert (tmp_path / "got-term").exists()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -226,7 +225,7 @@ async def test_documented_limits_are_accepted(provider: LeaseProvider, key: str)
 
 async def test_keys_and_owners_round_trip_exactly(provider: LeaseProvider, key: str) -> None:
     odd = ["it's", 'say "hi"', "100%", "a_b", "back\\slash", "new\nline", "tab\t", "emoji 🔒", "ünïcödé", " "]
-    for i, text in enumerate(odd):
+    for _i, text in enumerate(odd):
         assert (await provider.acquire_lease(f"{key}:{text}", text, TTL)).acquired
         assert await provider.get_lease_owner(f"{key}:{text}") == text
     # LIKE metacharacters are not wildcards: "a_b" and "a%b" are different keys from "axb"
@@ -261,5 +260,3 @@ async def test_concurrent_acquires_elect_exactly_one(provider: LeaseProvider, ke
     winners = [r for r in results if r.acquired]
     assert len(winners) == 1
     assert {r.owner for r in results} == {winners[0].owner}
-
-

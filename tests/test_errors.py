@@ -62,7 +62,7 @@ async def test_operation_timeout_bounds_a_hanging_server() -> None:
     port = listener.getsockname()[1]
     try:
         async with SqlLeaseProvider(f"postgresql://u@127.0.0.1:{port}/db", operation_timeout_s=0.5) as provider:
-            with pytest.raises(LeaseBackendError, match="within 0.5 s"):
+            with pytest.raises(LeaseBackendError, match=r"within 0\.5 s"):
                 await provider.acquire_lease("k", "o", 1000)
     finally:
         listener.close()

@@ -32,9 +32,7 @@ def _drift(connection: Connection, names: LeaseTableNames) -> list[Any]:
             "version_table_schema": names.schema,
             "include_schemas": names.schema is not None,
             "compare_type": True,
-            "include_name": lambda name, type_, parent: (
-                type_ != "schema" or name == names.schema
-            ),
+            "include_name": lambda name, type_, parent: type_ != "schema" or name == names.schema,
         },
     )
     return list(compare_metadata(context, lease_metadata(names, connection.dialect.name)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -38,10 +39,30 @@ def test_processes_never_share_a_key(backend: dict[str, str], tmp_path: Path) ->
     markers.mkdir()
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), "--url", backend["url"], "--schema", backend["schema"],
-             "--prefix", prefix, "--keys", str(keys), "--duration", str(duration),
-             "--dir", str(markers), "--log", str(log), "--worker", str(i)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                str(WORKER),
+                "--url",
+                backend["url"],
+                "--schema",
+                backend["schema"],
+                "--prefix",
+                prefix,
+                "--keys",
+                str(keys),
+                "--duration",
+                str(duration),
+                "--dir",
+                str(markers),
+                "--log",
+                str(log),
+                "--worker",
+                str(i),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(workers)
     ]
@@ -62,5 +83,5 @@ def test_processes_never_share_a_key(backend: dict[str, str], tmp_path: Path) ->
         fences[key].append(int(fence))
     assert len(fences) == keys
     for key, seq in fences.items():
-        assert all(a < b for a, b in zip(seq, seq[1:], strict=False)), (key, seq)
+        assert all(a < b for a, b in itertools.pairwise(seq)), (key, seq)
     assert sum(len(seq) for seq in fences.values()) == total["acquired"]

@@ -67,7 +67,7 @@ class PostgresStatements(LeaseStatements):
     def __init__(self, names: LeaseTableNames) -> None:
         from sqlalchemy.dialects import postgresql
 
-        dialect = postgresql.dialect()
+        dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
         t = _qualified(dialect, names, names.table)
         seq = _qualified(dialect, names, names.fence_sequence).replace("'", "''")
         expires = "now() + $3::float8 * interval '1 millisecond'"
@@ -130,7 +130,7 @@ class SqliteStatements(LeaseStatements):
     def __init__(self, names: LeaseTableNames) -> None:
         from sqlalchemy.dialects import sqlite
 
-        dialect = sqlite.dialect()
+        dialect = sqlite.dialect()  # type: ignore[no-untyped-call]
         t = _qualified(dialect, names, names.table)
         counter = _qualified(dialect, names, names.fence_counter)
         now = SQLITE_NOW_MS

@@ -1,0 +1,225 @@
+"""hold(), waiting acquire and handoff, the sweeper: on every provider."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sql_lease import (
+    ExpirySweeper,
+    LeaseBackendError,
+    LeaseLostError,
+    LeaseNotAcquiredError,
+    acquire_lease_wait,
+    hold,
+)
+
+
+class Faulty:
+    """Wraps a provider; renewals and releases can be made to fail, hang or lag."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.renew_failures = 0  # the next N renewals raise LeaseBackendError
+        self.renew_paused = False  # renewals hang while True
+        self.release_delay_s = 0.0
+        self.renewals = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def renew_lease(self, key: str, owner: str, ttl_ms: float) -> bool:
+        self.renewals += 1
+        while self.renew_paused:  # noqa: ASYNC110 - a plain flag keeps the tests readable
+            await asyncio.sleep(0.01)
+        if self.renew_failures:
+            self.renew_failures -= 1
+            raise LeaseBackendError("simulated database blip")
+        return await self.inner.renew_lease(key, owner, ttl_ms)  # type: ignore[no-any-return]
+
+    async def release_lease(self, key: str, owner: str) -> bool:
+        await asyncio.sleep(self.release_delay_s)
+        return await self.inner.release_lease(key, owner)  # type: ignore[no-any-return]
+
+
+async def test_hold_renews_past_the_ttl_and_releases(provider: Any, key: str) -> None:
+    async with hold(provider, key, "alice", ttl_ms=300) as lease:
+        assert lease.fence is not None and lease.owner == "alice"
+        await asyncio.sleep(1.0)
+        assert not (await provider.acquire_lease(key, "bob", 1000)).acquired
+        assert not lease.lost.is_set()
+    assert await provider.get_lease_owner(key) is None
+
+
+async def test_hold_generates_unique_owners(provider: Any, key: str) -> None:
+    async with hold(provider, key) as first:
+        pass
+    async with hold(provider, key) as second:
+        pass
+    assert first.owner != second.owner
+    assert second.fence > first.fence  # type: ignore[operator]
+
+
+async def test_hold_refused_names_the_holder(provider: Any, key: str) -> None:
+    await provider.acquire_lease(key, "bob", 10_000)
+    with pytest.raises(LeaseNotAcquiredError, match="bob") as info:
+        async with hold(provider, key, "alice"):
+            pytest.fail("the body must not run")
+    assert info.value.holder == "bob"
+
+
+async def test_lapsed_lease_is_lost_and_the_body_cancelled(provider: Any, key: str) -> None:
+    """Renewals hang: loss is declared before the TTL runs out (10% margin), so the body is
+    cancelled before anyone else can take the key."""
+    faulty = Faulty(provider)
+    reached_end = False
+    owner_when_cancelled = "not cancelled"
+    with pytest.raises(LeaseLostError, match="no renewal succeeded"):
+        async with hold(faulty, key, "alice", ttl_ms=1000) as lease:
+            faulty.renew_paused = True
+            try:
+                await asyncio.sleep(5)
+                reached_end = True
+            except asyncio.CancelledError:
+                owner_when_cancelled = await provider.get_lease_owner(key)
+                raise
+    assert not reached_end
+    assert lease.lost.is_set()
+    assert owner_when_cancelled == "alice"  # cancelled while the lease was still ours
+    faulty.renew_paused = False
+    await asyncio.sleep(0.1)
+    assert (await provider.acquire_lease(key, "bob", 10_000)).acquired
+
+
+async def test_taken_over_lease_is_lost(provider: Any, key: str) -> None:
+    with pytest.raises(LeaseLostError, match="refused"):
+        async with hold(provider, key, "alice", ttl_ms=600):
+            assert await provider.transfer_lease(key, "alice", "bob", 10_000)
+            await asyncio.sleep(5)
+    assert await provider.get_lease_owner(key) == "bob"
+
+
+async def test_on_lost_flag_only_sets_the_event(provider: Any, key: str) -> None:
+    async with hold(provider, key, "alice", ttl_ms=300, on_lost="flag") as lease:
+        assert await provider.transfer_lease(key, "alice", "bob", 10_000)
+        await asyncio.wait_for(lease.lost.wait(), 5)
+    assert lease.lost_reason and "refused" in lease.lost_reason
+
+
+async def test_transient_renewal_errors_do_not_declare_loss(provider: Any, key: str) -> None:
+    faulty = Faulty(provider)
+    async with hold(faulty, key, "alice", ttl_ms=900, renew_every_ms=150) as lease:
+        faulty.renew_failures = 3
+        await asyncio.sleep(1.5)
+        assert faulty.renew_failures == 0 and faulty.renewals > 4
+        assert not lease.lost.is_set()
+        assert await provider.get_lease_owner(key) == "alice"
+
+
+async def test_cancellation_during_release_leaves_no_half_state(provider: Any, key: str) -> None:
+    faulty = Faulty(provider)
+    faulty.release_delay_s = 0.3
+    entered = asyncio.Event()
+
+    async def worker() -> None:
+        async with hold(faulty, key, "alice", ttl_ms=10_000):
+            entered.set()
+        # never reached when cancelled during the release
+
+    task = asyncio.create_task(worker())
+    await entered.wait()
+    await asyncio.sleep(0.1)  # now inside the release
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await provider.get_lease_owner(key) is None  # the shielded release completed
+
+
+async def test_transfer_to_hands_over_without_a_gap(provider: Any, key: str) -> None:
+    """A third contender hammering acquire never gets the key between the two owners."""
+    stolen: list[bool] = []
+    done = asyncio.Event()
+
+    async def contender() -> None:
+        while not done.is_set():
+            if (await provider.acquire_lease(key, "thief", 10_000)).acquired:
+                stolen.append(True)
+            await asyncio.sleep(0)
+
+    async with hold(provider, key, "run-1", ttl_ms=10_000) as lease:
+        contending = asyncio.create_task(contender())
+        await asyncio.sleep(0.05)
+        assert await lease.transfer_to("run-2")
+        assert lease.transferred_to == "run-2"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # run-1's exit must not release run-2's lease
+    done.set()
+    await contending
+    assert stolen == []
+    holder = await provider.get_lease(key)
+    assert holder.owner == "run-2" and holder.fence > lease.fence
+
+
+async def test_wait_times_out_naming_the_holder(provider: Any, key: str) -> None:
+    await provider.acquire_lease(key, "bob", 10_000)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(LeaseNotAcquiredError, match="bob") as info:
+        await acquire_lease_wait(provider, key, "alice", 1000, timeout_s=0.3)
+    assert 0.25 < loop.time() - started < 3
+    assert info.value.holder == "bob" and info.value.waited_s is not None
+
+
+async def test_wait_acquires_when_the_holder_releases(provider: Any, key: str) -> None:
+    await provider.acquire_lease(key, "bob", 10_000)
+
+    async def release_soon() -> None:
+        await asyncio.sleep(0.2)
+        await provider.release_lease(key, "bob")
+
+    releaser = asyncio.create_task(release_soon())
+    result = await acquire_lease_wait(provider, key, "alice", 1000, timeout_s=10)
+    await releaser
+    assert result.acquired and result.owner == "alice"
+
+
+async def test_wait_acquires_when_the_holder_expires(provider: Any, key: str) -> None:
+    await provider.acquire_lease(key, "bob", 300)
+    result = await acquire_lease_wait(provider, key, "alice", 1000, timeout_s=10)
+    assert result.acquired
+
+
+async def test_sweeper_removes_expired_rows_only(provider: Any, key: str) -> None:
+    fences = []
+    for i in range(7):
+        fences.append((await provider.acquire_lease(f"{key}:old{i}", "o", 50)).fence)
+    live = await provider.acquire_lease(f"{key}:live", "o", 60_000)
+    await asyncio.sleep(0.2)
+    sweeper = ExpirySweeper(provider, interval_s=60, batch_size=3)
+    assert await sweeper.sweep_once() >= 7
+    assert await provider.get_lease_owner(f"{key}:live") == "o"
+    again = await provider.acquire_lease(f"{key}:old0", "p", 1000)
+    assert again.fence > max([*fences, live.fence])  # type: ignore[operator]
+    async with ExpirySweeper(provider, interval_s=0.05) as background:
+        await provider.acquire_lease(f"{key}:brief", "o", 20)
+        await asyncio.sleep(0.3)
+    assert background.swept_total >= 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"ttl_ms": 0}, ValueError),
+        ({"renew_every_ms": 20_000}, ValueError),
+        ({"on_lost": "explode"}, ValueError),
+        ({"timeout_s": -1}, ValueError),
+        ({"owner": ""}, ValueError),
+    ],
+)
+def test_hold_rejects_bad_arguments(kwargs: dict[str, Any], expected: type) -> None:
+    from sql_lease import InMemoryLeaseProvider
+
+    with pytest.raises(expected):
+        hold(InMemoryLeaseProvider(), "k", **kwargs)
