@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_OWNER_LENGTH",
     "MAX_TTL_MS",
+    "MIN_TTL_MS",
     "AcquireResult",
     "LeaseInfo",
     "LeaseProvider",
@@ -24,6 +25,8 @@ __all__ = [
     "is_lease_provider",
     "validate_key",
     "validate_owner",
+    "validate_seconds",
+    "validate_sweep",
     "validate_ttl_ms",
 ]
 
@@ -104,7 +107,7 @@ class LeaseProvider(Protocol):
 
     ``key`` and ``owner`` are non-empty ``str`` without NUL, at most ``MAX_KEY_LENGTH`` and
     ``MAX_OWNER_LENGTH`` characters. ``ttl_ms`` is a finite ``int`` or ``float`` number of
-    milliseconds, ``0 < ttl_ms <= MAX_TTL_MS`` (365 days). Invalid input raises ``TypeError`` or
+    milliseconds, ``1 <= ttl_ms <= MAX_TTL_MS`` (365 days). Invalid input raises ``TypeError`` or
     ``ValueError`` before anything is sent to the database.
     """
 
@@ -143,6 +146,8 @@ def is_lease_provider(obj: object) -> bool:
 def _validate_identifier(value: object, what: str, max_length: int) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    # An exact str copy: a subclass could override len(), "in" or encode() and slip past the checks.
+    value = str.__str__(value)
     if not value:
         raise ValueError(f"{what} must not be empty")
     if len(value) > max_length:
@@ -166,20 +171,47 @@ def validate_owner(owner: object, what: str = "owner") -> str:
     return _validate_identifier(owner, what, MAX_OWNER_LENGTH)
 
 
+def _validate_number(value: object, what: str, unit: str, low: float, high: float, low_inclusive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be an int or float number of {unit}, not {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    # Compare before converting: int(10**400) has no float.
+    if value < low or (value == low and not low_inclusive) or value > high:
+        bound = ">=" if low_inclusive else ">"
+        raise ValueError(f"{what} must be {bound} {low:g} and <= {high:g} {unit}, got {value!r}")
+    return float(value)
+
+
+MIN_TTL_MS = 1
+"""Shortest accepted TTL, in milliseconds (a shorter one could expire before the statement ends)."""
+
+
 def validate_ttl_ms(ttl_ms: object, what: str = "ttl_ms") -> float:
     """Return ``ttl_ms`` as a float number of milliseconds, or raise ``TypeError``/``ValueError``.
 
-    Accepts ``int`` and ``float`` (not ``bool``), finite, ``0 < ttl_ms <= MAX_TTL_MS``.
+    Accepts ``int`` and ``float`` (not ``bool``), finite, ``MIN_TTL_MS (1) <= ttl_ms <= MAX_TTL_MS``.
     """
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, (int, float)):
-        raise TypeError(f"{what} must be an int or float number of milliseconds, not {type(ttl_ms).__name__}")
-    if not math.isfinite(ttl_ms):
-        raise ValueError(f"{what} must be finite, got {ttl_ms!r}")
-    if ttl_ms <= 0:
-        raise ValueError(f"{what} must be > 0 milliseconds, got {ttl_ms!r}")
-    if ttl_ms > MAX_TTL_MS:
-        raise ValueError(f"{what} must be at most {MAX_TTL_MS} ms (365 days), got {ttl_ms!r}")
-    return float(ttl_ms)
+    return _validate_number(ttl_ms, what, "milliseconds", MIN_TTL_MS, MAX_TTL_MS, True)
+
+
+MAX_SWEEP_BATCH = 1_000_000
+MAX_GRACE_MS = 10 * 365 * 86_400_000
+
+
+def validate_sweep(batch_size: object, grace_ms: object) -> tuple[int, float]:
+    """Validate ``sweep_expired`` arguments: ``1 <= batch_size <= 1_000_000`` rows,
+    ``0 <= grace_ms <= 10 years`` in milliseconds."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise TypeError(f"batch_size must be an int, not {type(batch_size).__name__}")
+    if not 1 <= batch_size <= MAX_SWEEP_BATCH:
+        raise ValueError(f"batch_size must be between 1 and {MAX_SWEEP_BATCH}, got {batch_size}")
+    return int(batch_size), _validate_number(grace_ms, "grace_ms", "milliseconds", 0, MAX_GRACE_MS, True)
+
+
+def validate_seconds(value: object, what: str) -> float:
+    """A finite number of seconds >= 0 (``TypeError``/``ValueError`` otherwise)."""
+    return _validate_number(value, what, "seconds", 0, 10 * 365 * 86_400, True)
 
 
 class LeaseProviderBase:
@@ -189,23 +221,17 @@ class LeaseProviderBase:
     ``LeaseProvider``; these methods are shortcuts to them.
     """
 
-    def hold(  # type: ignore[no-untyped-def]
-        self,
-        key: str,
-        owner: str | None = None,
-        ttl_ms: int | float = 15_000,
-        **options,
-    ):
+    def hold(self, key: str, owner: str | None = None, ttl_ms: int | float = 15_000, **options: Any) -> Any:
         """Hold ``key`` while a block runs, renewing it; see :func:`sql_lease.holding.hold`."""
         from .holding import hold
 
         return hold(self, key, owner, ttl_ms, **options)  # type: ignore[arg-type]
 
     async def acquire_lease_wait(
-        self, key: str, owner: str, ttl_ms: int | float, timeout_s: float | None = None
+        self, key: str, owner: str, ttl_ms: int | float, timeout_s: float | None = None, **options: Any
     ) -> AcquireResult:
         """Wait until ``key`` is acquired or ``timeout_s`` seconds pass; see
         :func:`sql_lease.holding.acquire_lease_wait`."""
         from .holding import acquire_lease_wait
 
-        return await acquire_lease_wait(self, key, owner, ttl_ms, timeout_s)  # type: ignore[arg-type]
+        return await acquire_lease_wait(self, key, owner, ttl_ms, timeout_s, **options)  # type: ignore[arg-type]

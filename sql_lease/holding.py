@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import random
 import socket
 import uuid
+import weakref
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal
 
-from .contract import AcquireResult, LeaseProvider, validate_key, validate_owner, validate_ttl_ms
+from .contract import AcquireResult, LeaseProvider, validate_key, validate_owner, validate_seconds, validate_ttl_ms
 from .errors import LeaseError, LeaseLostError, LeaseNotAcquiredError
 
 __all__ = ["ExpirySweeper", "HeldLease", "acquire_lease_wait", "hold", "new_owner_id"]
@@ -36,19 +37,59 @@ def new_owner_id() -> str:
 
 
 def _validate_timeout_s(timeout_s: object) -> float | None:
-    if timeout_s is None:
-        return None
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
-        raise TypeError(f"timeout_s must be a number of seconds or None, not {type(timeout_s).__name__}")
-    if not (math.isfinite(timeout_s) and timeout_s >= 0):
-        raise ValueError(f"timeout_s must be a finite number of seconds >= 0, got {timeout_s!r}")
-    return float(timeout_s)
+    return None if timeout_s is None else validate_seconds(timeout_s, "timeout_s")
 
 
 def _seconds_until(moment: datetime | None) -> float | None:
     if moment is None:
         return None
     return max(0.0, (moment - datetime.now(UTC)).total_seconds())
+
+
+class _PollingWaiter:
+    """The wake-up hook for providers without one: every wait is a plain sleep."""
+
+    listening = False
+
+    def __init__(self, provider: LeaseProvider, key: str) -> None:
+        self._provider, self.key = provider, key
+
+    async def __aenter__(self) -> _PollingWaiter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    async def acquire(self, owner: str, ttl_ms: int | float) -> AcquireResult:
+        return await self._provider.acquire_lease(self.key, owner, ttl_ms)
+
+    async def wait(self, timeout_s: float) -> bool:
+        await asyncio.sleep(timeout_s)
+        return False
+
+
+# Waiters for the same key in one process queue behind one lock, so only the first of them queries
+# the database: a release costs one query per waiting process, not one per waiting task.
+_local_queues: weakref.WeakKeyDictionary[Any, dict[str, tuple[asyncio.Lock, int]]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def _local_queue(provider: LeaseProvider, key: str) -> Iterator[asyncio.Lock | None]:
+    try:
+        queues = _local_queues.setdefault(provider, {})
+    except TypeError:  # not weak-referenceable: no coalescing
+        yield None
+        return
+    lock, users = queues.get(key, (asyncio.Lock(), 0))
+    queues[key] = (lock, users + 1)
+    try:
+        yield lock
+    finally:
+        lock, users = queues[key]
+        if users == 1:
+            del queues[key]
+        else:
+            queues[key] = (lock, users - 1)
 
 
 async def acquire_lease_wait(
@@ -60,41 +101,90 @@ async def acquire_lease_wait(
     *,
     poll_initial_s: float = 0.02,
     poll_max_s: float = 1.0,
+    listen_max_wait_s: float = 5.0,
 ) -> AcquireResult:
     """Acquire ``key`` for ``owner``, waiting up to ``timeout_s`` seconds (None: no limit) while
     another owner holds it.
 
     Returns the successful ``AcquireResult``. Raises ``LeaseNotAcquiredError`` naming the holder
-    when the timeout passes, and ``LeaseBackendError`` when the database fails. Between attempts it
-    waits with jittered exponential backoff (``poll_initial_s`` doubling to ``poll_max_s``), never
-    past the holder's known expiry; a provider with ``wait_for_release(key, timeout_s)`` wakes it
-    as soon as the key is released instead.
+    when the timeout passes, and ``LeaseBackendError`` when the database fails.
+
+    How it waits: a provider with a ``release_waiter(key)`` hook (``SqlLeaseProvider`` on
+    PostgreSQL: ``LISTEN``/``NOTIFY``) wakes it as soon as the key is released; it re-checks at
+    the holder's known expiry and at least every ``listen_max_wait_s`` seconds. Other providers
+    poll with jittered exponential backoff (``poll_initial_s`` doubling to ``poll_max_s``), never
+    sleeping past the holder's known expiry. Waiters on the same key in one process queue behind
+    each other (first come, first served), so only one of them queries the database.
     """
+    result, _sent = await _acquire_wait_timed(
+        provider, key, owner, ttl_ms, timeout_s, poll_initial_s, poll_max_s, listen_max_wait_s
+    )
+    return result
+
+
+async def _acquire_wait_timed(
+    provider: LeaseProvider,
+    key: str,
+    owner: str,
+    ttl_ms: int | float,
+    timeout_s: float | None,
+    poll_initial_s: float,
+    poll_max_s: float,
+    listen_max_wait_s: float,
+) -> tuple[AcquireResult, float]:
+    """``acquire_lease_wait``, also returning when (``loop.time()``) the successful attempt was sent."""
     validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms)
     limit = _validate_timeout_s(timeout_s)
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = None if limit is None else started + limit
-    wait_for_release = getattr(provider, "wait_for_release", None)
-    delay = poll_initial_s
-    while True:
-        result = await provider.acquire_lease(key, owner, ttl_ms)
-        if result.acquired:
-            return result
-        now = loop.time()
-        if deadline is not None and now >= deadline:
-            raise LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at, waited_s=now - started)
-        pause = delay * random.uniform(0.5, 1.0)
-        until_expiry = _seconds_until(result.expires_at)
-        if until_expiry is not None:
-            pause = min(pause, until_expiry + 0.001)
-        if deadline is not None:
-            pause = min(pause, deadline - now)
-        if wait_for_release is not None:
-            await wait_for_release(key, pause)
-        else:
-            await asyncio.sleep(pause)
-        delay = min(delay * 2, poll_max_s)
+    with _local_queue(provider, key) as queue:
+        if queue is not None:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await queue.acquire()
+            except TimeoutError:
+                sent = loop.time()
+                result = await provider.acquire_lease(key, owner, ttl_ms)  # a last try; names the holder
+                if result.acquired:
+                    return result, sent
+                raise LeaseNotAcquiredError(
+                    key, result.owner, result.fence, result.expires_at, waited_s=loop.time() - started
+                ) from None
+        try:
+            hook = getattr(provider, "release_waiter", None)
+            waiter = (hook(key) if callable(hook) else None) or _PollingWaiter(provider, key)
+            async with waiter:
+                delay = poll_initial_s
+                while True:
+                    sent = loop.time()
+                    result = await waiter.acquire(owner, ttl_ms)
+                    if result.acquired:
+                        return result, sent
+                    now = loop.time()
+                    if deadline is not None and now >= deadline:
+                        raise LeaseNotAcquiredError(
+                            key, result.owner, result.fence, result.expires_at, waited_s=now - started
+                        )
+                    if waiter.listening:
+                        pause = listen_max_wait_s
+                    else:
+                        pause = delay * random.uniform(0.5, 1.0)
+                        delay = min(delay * 2, poll_max_s)
+                    until_expiry = _seconds_until(result.expires_at)
+                    if until_expiry is not None:
+                        pause = min(pause, until_expiry + 0.001)
+                    if deadline is not None:
+                        pause = min(pause, deadline - now)
+                    await waiter.wait(pause)
+        finally:
+            if queue is not None:
+                queue.release()
+
+
+def _consume_result(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class HeldLease:
@@ -160,15 +250,17 @@ class HeldLease:
 
     async def __aenter__(self) -> HeldLease:
         loop = asyncio.get_running_loop()
-        sent = loop.time()
         if self.wait:
-            result = await acquire_lease_wait(self.provider, self.key, self.owner, self.ttl_ms, self.timeout_s)
+            result, sent = await _acquire_wait_timed(
+                self.provider, self.key, self.owner, self.ttl_ms, self.timeout_s, 0.02, 1.0, 5.0
+            )
         else:
+            sent = loop.time()
             result = await self.provider.acquire_lease(self.key, self.owner, self.ttl_ms)
             if not result.acquired:
                 raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
-        # With wait=True the successful attempt was sent at most now; counting from `sent` only
-        # underestimates how long the lease is ours, which is the safe side.
+        # The database set expires_at = (its time when it ran the statement) + TTL, and it ran it
+        # after we sent it: counting the TTL from `sent` can only underestimate, the safe side.
         self._valid_until = sent + self.ttl_ms / 1000
         self.fence, self.expires_at = result.fence, result.expires_at
         self._body_task = asyncio.current_task()
@@ -197,8 +289,12 @@ class HeldLease:
         renewer, self._renewer = self._renewer, None
         if renewer is not None and renewer is not asyncio.current_task():
             renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await renewer
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # the renewer never raises on purpose; don't skip the release
+                log.error("renewing lease %r stopped with an unexpected error: %r", self.key, exc)
 
     async def _release_shielded(self) -> None:
         release = asyncio.ensure_future(self.provider.release_lease(self.key, self.owner))
@@ -228,26 +324,40 @@ class HeldLease:
         ttl_s = self.ttl_ms / 1000
         next_at = loop.time() + interval
         backoff = min(0.05, interval)
-        last_error: BaseException | None = None
+        last_error: str | None = None
         while True:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             async with self._renew_lock:
                 if self.transferred_to is not None:
                     return
                 sent = loop.time()
-                remaining = self._valid_until - self._margin_s - sent
+                deadline = self._valid_until - self._margin_s
+                # The renewal runs as its own task and is waited for only until the deadline, so loss
+                # is declared on time even if the provider is slow to give up on a dead connection.
+                renewal = asyncio.ensure_future(self.provider.renew_lease(self.key, self.owner, self.ttl_ms))
                 try:
-                    if remaining <= 0:
-                        raise TimeoutError("renewal time ran out")
-                    async with asyncio.timeout(remaining):
-                        renewed = await self.provider.renew_lease(self.key, self.owner, self.ttl_ms)
-                except (LeaseError, TimeoutError, OSError) as exc:
-                    last_error = exc if not isinstance(exc, TimeoutError) or last_error is None else last_error
-                    if loop.time() >= self._valid_until - self._margin_s:
+                    await asyncio.wait({renewal}, timeout=max(0.0, deadline - sent))
+                except asyncio.CancelledError:
+                    renewal.cancel()
+                    raise
+                renewed: bool | None = None
+                if not renewal.done():
+                    renewal.cancel()
+                    renewal.add_done_callback(_consume_result)
+                    last_error = last_error or "the database did not answer in time"
+                elif renewal.exception() is not None:
+                    exc = renewal.exception()
+                    last_error = f"{type(exc).__name__}: {exc}"
+                    if not isinstance(exc, LeaseError):
+                        log.error("renewing lease %r raised an unexpected error: %r", self.key, exc)
+                else:
+                    renewed = bool(renewal.result())
+                if renewed is None:
+                    if loop.time() >= deadline:
                         self._declare_lost(f"no renewal succeeded before the lease expired (last error: {last_error})")
                         return
-                    log.info("renewing lease %r failed, retrying: %s", self.key, exc)
-                    next_at = loop.time() + min(backoff, max(0.0, self._valid_until - self._margin_s - loop.time()))
+                    log.info("renewing lease %r failed, retrying: %s", self.key, last_error)
+                    next_at = loop.time() + min(backoff, max(0.0, deadline - loop.time()))
                     backoff = min(backoff * 2, interval)
                     continue
                 if not renewed:

@@ -13,6 +13,7 @@ from .contract import (
     LeaseProviderBase,
     validate_key,
     validate_owner,
+    validate_sweep,
     validate_ttl_ms,
 )
 
@@ -37,7 +38,7 @@ class NoopLeaseProvider(LeaseProviderBase):
         return None
 
     async def release_lease(self, key: str, owner: str) -> bool:
-        validate_key(key), validate_owner(owner)
+        key, owner = validate_key(key), validate_owner(owner)
         return True
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
@@ -92,7 +93,7 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         return self._last_fence
 
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
-        validate_key(key), validate_owner(owner)
+        key, owner = validate_key(key), validate_owner(owner)
         ttl = validate_ttl_ms(ttl_ms)
         now = self._clock()
         current = self._tenures.get(key)
@@ -105,13 +106,13 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms))
 
     async def get_lease_owner(self, key: str) -> str | None:
-        validate_key(key)
+        key = validate_key(key)
         tenure = self._live(key, self._clock())
         return tenure.owner if tenure else None
 
     async def get_lease(self, key: str) -> LeaseInfo | None:
         """The unexpired lease on ``key`` (owner, fence, expiry), or None."""
-        validate_key(key)
+        key = validate_key(key)
         now = self._clock()
         tenure = self._live(key, now)
         if tenure is None:
@@ -119,7 +120,7 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         return LeaseInfo(key, tenure.owner, tenure.fence, self._wall(tenure.expires_at_ms))
 
     async def release_lease(self, key: str, owner: str) -> bool:
-        validate_key(key), validate_owner(owner)
+        key, owner = validate_key(key), validate_owner(owner)
         now = self._clock()
         current = self._tenures.get(key)
         if current is None or current.owner != owner:
@@ -128,7 +129,7 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         return current.expires_at_ms > now
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
-        validate_key(key), validate_owner(owner)
+        key, owner = validate_key(key), validate_owner(owner)
         ttl = validate_ttl_ms(ttl_ms)
         now = self._clock()
         current = self._live(key, now)
@@ -138,8 +139,8 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         return True
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
-        validate_key(key), validate_owner(from_owner, "from_owner")
-        validate_owner(to_owner, "to_owner")
+        key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
+        to_owner = validate_owner(to_owner, "to_owner")
         ttl = validate_ttl_ms(ttl_ms)
         now = self._clock()
         current = self._live(key, now)
@@ -152,6 +153,7 @@ class InMemoryLeaseProvider(LeaseProviderBase):
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
         """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
+        batch_size, grace_ms = validate_sweep(batch_size, grace_ms)
         now = self._clock()
         expired = [k for k, t in self._tenures.items() if t.expires_at_ms + grace_ms <= now]
         for key in expired[:batch_size]:

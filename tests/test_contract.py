@@ -220,7 +220,7 @@ async def test_documented_limits_are_accepted(provider: LeaseProvider, key: str)
     assert (await provider.acquire_lease(long_key, long_owner, 24 * 3600 * 1000)).acquired
     assert await provider.get_lease_owner(long_key) == long_owner
     assert await provider.renew_lease(long_key, long_owner, MAX_TTL_MS)
-    assert (await provider.acquire_lease(key, "alice", 0.5)).acquired  # fractional milliseconds
+    assert (await provider.acquire_lease(key, "alice", 1.5)).acquired  # fractional milliseconds
 
 
 async def test_keys_and_owners_round_trip_exactly(provider: LeaseProvider, key: str) -> None:

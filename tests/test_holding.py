@@ -223,3 +223,85 @@ def test_hold_rejects_bad_arguments(kwargs: dict[str, Any], expected: type) -> N
 
     with pytest.raises(expected):
         hold(InMemoryLeaseProvider(), "k", **kwargs)
+
+
+class StatementCounter:
+    """Counts the pooled connections a SQL provider checks out (one per statement)."""
+
+    def __init__(self, provider: Any) -> None:
+        from sqlalchemy import event
+
+        self.count = 0
+        event.listen(provider.engine.sync_engine.pool, "checkout", self._checkout)
+
+    def _checkout(self, *args: Any) -> None:
+        self.count += 1
+
+
+@pytest.mark.postgres
+async def test_postgres_waiter_wakes_on_notify_not_on_a_timer(pg_schema: tuple[str, str], key: str) -> None:
+    from sql_lease import SqlLeaseProvider
+
+    url, schema = pg_schema
+    async with SqlLeaseProvider(url, schema=schema) as provider:
+        await provider.acquire_lease(key, "holder", 60_000)
+        counter = StatementCounter(provider)
+        loop = asyncio.get_running_loop()
+        waiting = asyncio.create_task(
+            acquire_lease_wait(provider, key, "waiter", 10_000, timeout_s=20, listen_max_wait_s=30)
+        )
+        await asyncio.sleep(1.0)
+        queries_while_waiting = counter.count
+        released_at = loop.time()
+        assert await provider.release_lease(key, "holder")
+        result = await waiting
+        assert result.acquired and result.owner == "waiter"
+        # without the NOTIFY it would sleep 30 s (listen_max_wait_s) or until the holder's expiry
+        assert loop.time() - released_at < 5
+        assert queries_while_waiting <= 2  # one refused attempt (+ the LISTEN connection), no polling
+
+
+@pytest.mark.postgres
+async def test_postgres_waiters_survive_a_dead_listen_connection(pg_schema: tuple[str, str], key: str) -> None:
+    import asyncpg
+
+    from sql_lease import SqlLeaseProvider
+
+    url, schema = pg_schema
+    async with SqlLeaseProvider(url, schema=schema) as provider:
+        await provider.acquire_lease(key, "holder", 60_000)
+        waiting = asyncio.create_task(
+            acquire_lease_wait(provider, key, "waiter", 10_000, timeout_s=20, listen_max_wait_s=30)
+        )
+        await asyncio.sleep(0.5)
+        listener = provider._listener
+        assert listener is not None and listener.listening
+        admin = await asyncpg.connect(url)
+        try:
+            await admin.execute("SELECT pg_terminate_backend($1)", listener._driver.get_server_pid())
+        finally:
+            await admin.close()
+        await asyncio.sleep(0.5)
+        released_at = asyncio.get_running_loop().time()
+        assert await provider.release_lease(key, "holder")
+        result = await waiting
+        assert result.acquired
+        assert asyncio.get_running_loop().time() - released_at < 5  # re-listened, not the 30 s timer
+
+
+async def test_many_waiters_in_one_process_do_not_stampede(sql_provider: Any, key: str) -> None:
+    """Eight tasks queue for one key, each holds it briefly: the database sees a bounded number of
+    statements per handoff, not one per waiting task per poll."""
+    provider = sql_provider
+    counter = StatementCounter(provider)
+    order: list[int] = []
+
+    async def worker(i: int) -> None:
+        async with hold(provider, key, f"w{i}", ttl_ms=10_000, wait=True, timeout_s=30):
+            order.append(i)
+            await asyncio.sleep(0.05)
+
+    await asyncio.gather(*(worker(i) for i in range(8)))
+    assert sorted(order) == list(range(8))
+    # per handoff: the winner's acquire, its release, and a few refused attempts of the next in line
+    assert counter.count <= 8 * 6, counter.count

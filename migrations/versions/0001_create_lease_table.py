@@ -34,6 +34,7 @@ def upgrade() -> None:
         sa.Column("owner", sa.String(512), nullable=False),
         sa.Column("fence", sa.BigInteger(), nullable=False),
         sa.Column("expires_at", expires_at_type, nullable=False),
+        sa.Column("has_waiters", sa.Boolean(), nullable=False, server_default=sa.false()),
         schema=names.schema,
         sqlite_with_rowid=False,
     )

@@ -9,10 +9,12 @@ query when the connection goes back to the pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -24,15 +26,20 @@ from ..contract import (
     LeaseProviderBase,
     validate_key,
     validate_owner,
+    validate_sweep,
     validate_ttl_ms,
 )
 from ..errors import LeaseBackendError, LeaseError, SchemaMissingError
 from .schema import DEFAULT_TABLE_NAME, DEFAULT_VERSION_TABLE, LeaseTableNames
 from .statements import LeaseStatements, statements_for
 
+if TYPE_CHECKING:
+    from .notify import NotifyListener, PostgresReleaseWaiter
+
 __all__ = ["SqlLeaseProvider", "to_async_url"]
 
 T = TypeVar("T")
+log = logging.getLogger("sql_lease")
 Row = Sequence[Any]
 
 _ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
@@ -64,6 +71,33 @@ def to_async_url(url: str | URL) -> URL:
     return parsed.set(drivername=f"{backend}+{wanted}")
 
 
+_background_tasks: set[asyncio.Task[Any]] = set()
+
+
+def _in_background(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    """Run ``coroutine`` to completion without anyone waiting for it; its errors are logged."""
+    task = asyncio.ensure_future(coroutine)
+    _background_tasks.add(task)
+
+    def done(finished: asyncio.Task[Any]) -> None:
+        _background_tasks.discard(finished)
+        if not finished.cancelled() and finished.exception() is not None:
+            log.debug("sql_lease background cleanup failed: %r", finished.exception())
+
+    task.add_done_callback(done)
+    return task
+
+
+async def _shielded(coroutine: Coroutine[Any, Any, Any]) -> None:
+    """Await ``coroutine``; if the caller is cancelled meanwhile, it still runs to completion."""
+    await asyncio.shield(_in_background(coroutine))
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    await conn.invalidate()
+    await conn.close()
+
+
 class _Driver:
     """How one driver fetches rows and which of its errors leave the connection usable."""
 
@@ -81,6 +115,10 @@ class _Driver:
 
     def connection_survives(self, exc: BaseException) -> bool:
         """True if ``exc`` came from the server about the statement, so the connection is still good."""
+        raise NotImplementedError
+
+    async def abort(self, conn: Any) -> None:
+        """Stop whatever ``conn`` is doing, at once and without waiting for the server or a thread."""
         raise NotImplementedError
 
 
@@ -102,6 +140,9 @@ class _AsyncpgDriver(_Driver):
         return isinstance(exc, asyncpg.PostgresError) and not isinstance(
             exc, (asyncpg.AdminShutdownError, asyncpg.CannotConnectNowError)
         )
+
+    async def abort(self, conn: Any) -> None:
+        conn.terminate()  # closes the socket now; a graceful close could wait seconds
 
 
 class _AiosqliteDriver(_Driver):
@@ -129,6 +170,9 @@ class _AiosqliteDriver(_Driver):
     def connection_survives(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.Error)
 
+    async def abort(self, conn: Any) -> None:
+        await conn.interrupt()  # sqlite3_interrupt(): the worker thread's statement stops now
+
 
 class SqlLeaseProvider(LeaseProviderBase):
     """Leases in a PostgreSQL or SQLite table, shared by every process that reaches the database.
@@ -147,10 +191,14 @@ class SqlLeaseProvider(LeaseProviderBase):
             many seconds or raises ``LeaseBackendError``. Default 10.
         pool_size: connections kept by an engine the provider creates (PostgreSQL). Default 10.
         sqlite_busy_timeout_ms: how long a SQLite statement waits for another process's write lock
-            before failing, in milliseconds. Default 5000.
+            before failing, in milliseconds. Default: the operation timeout.
         sqlite_synchronous: SQLite ``PRAGMA synchronous``: ``"FULL"`` (default: a committed lease
             and its fence survive power loss) or ``"NORMAL"`` (faster; survives process crashes).
         engine_options: extra keyword arguments for ``create_async_engine`` when given a URL.
+        listen_notify: PostgreSQL only: waiters (``acquire_lease_wait``, ``hold(wait=True)``)
+            ``LISTEN`` on one pooled connection and wake within milliseconds of a release, instead
+            of polling. Default True; turn off where LISTEN is unavailable (PgBouncer in
+            transaction mode).
 
     Raises ``ValueError``/``TypeError`` for bad arguments, before connecting. Operations raise
     ``SchemaMissingError`` when the table does not exist (run ``sql-lease migrate``) and
@@ -168,9 +216,10 @@ class SqlLeaseProvider(LeaseProviderBase):
         version_table: str = DEFAULT_VERSION_TABLE,
         operation_timeout_s: float = 10.0,
         pool_size: int = 10,
-        sqlite_busy_timeout_ms: int = 5000,
+        sqlite_busy_timeout_ms: int | None = None,
         sqlite_synchronous: str = "FULL",
         engine_options: dict[str, Any] | None = None,
+        listen_notify: bool = True,
     ) -> None:
         self.names = LeaseTableNames(table_name, schema, version_table)
         if isinstance(operation_timeout_s, bool) or not isinstance(operation_timeout_s, (int, float)):
@@ -209,9 +258,14 @@ class SqlLeaseProvider(LeaseProviderBase):
         self._driver: _Driver = (
             _AsyncpgDriver()
             if backend == "postgresql"
-            else _AiosqliteDriver(sqlite_busy_timeout_ms, sqlite_synchronous)
+            else _AiosqliteDriver(
+                sqlite_busy_timeout_ms if sqlite_busy_timeout_ms is not None else int(self.operation_timeout_s * 1000),
+                sqlite_synchronous,
+            )
         )
         self.safe_url = base_engine.url.render_as_string(hide_password=True)
+        self.listen_notify = bool(listen_notify)
+        self._listener: NotifyListener | None = None
 
     def __repr__(self) -> str:
         return f"SqlLeaseProvider({self.safe_url!r}, table_name={self.names.table!r})"
@@ -228,9 +282,27 @@ class SqlLeaseProvider(LeaseProviderBase):
         await self.close()
 
     async def close(self) -> None:
-        """Dispose the engine if the provider created it; a given engine is left to its owner."""
+        """Close the LISTEN connection, and dispose the engine if the provider created it (a given
+        engine is left to its owner)."""
+        if self._listener is not None:
+            await self._listener.close()
         if self._owns_engine:
             await self._base_engine.dispose()
+
+    def release_waiter(self, key: str) -> PostgresReleaseWaiter | None:
+        """The optional wake-up hook of :func:`sql_lease.holding.acquire_lease_wait`.
+
+        On PostgreSQL (unless ``listen_notify=False``): an async context manager whose ``acquire``
+        marks a refused row, and whose ``wait`` ends as soon as that row is released, transferred
+        or swept (``LISTEN``/``NOTIFY``). None on SQLite, where waiters poll.
+        """
+        if self.dialect_name != "postgresql" or not self.listen_notify:
+            return None
+        from .notify import NotifyListener, PostgresReleaseWaiter
+
+        if self._listener is None:
+            self._listener = NotifyListener(self)
+        return PostgresReleaseWaiter(self, self._listener, validate_key(key))
 
     async def migrate(self) -> str | None:
         """Create or upgrade the lease table to the newest schema (Alembic ``upgrade head``).
@@ -251,7 +323,16 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     @asynccontextmanager
     async def _driver_connection(self) -> AsyncIterator[Any]:
+        """A pooled connection's driver connection, for one operation.
+
+        If the operation fails in a way that may leave the connection unusable (timeout,
+        cancellation, network error), the connection is aborted at once and discarded in the
+        background, so the operation's time bound holds and the pool never gets it back. Returning a
+        good connection to the pool is shielded from cancellation, so cancelled callers never leak
+        pooled connections.
+        """
         conn: AsyncConnection = await self._engine.connect()
+        discarded = False
         try:
             pooled = await conn.get_raw_connection()
             driver_conn = pooled.driver_connection
@@ -262,10 +343,14 @@ class SqlLeaseProvider(LeaseProviderBase):
                 yield driver_conn
             except BaseException as exc:
                 if not self._driver.connection_survives(exc):
-                    await conn.invalidate()
+                    discarded = True
+                    with contextlib.suppress(Exception):
+                        await self._driver.abort(driver_conn)
+                    _in_background(_discard(conn))
                 raise
         finally:
-            await conn.close()
+            if not discarded:
+                await _shielded(conn.close())
 
     async def _run(self, operation: str, key: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
         what = f"{operation} {key!r}" if key is not None else operation
@@ -290,49 +375,55 @@ class SqlLeaseProvider(LeaseProviderBase):
     # -- the five operations ------------------------------------------------------------------
 
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
-        validate_key(key), validate_owner(owner)
+        return await self._acquire(key, owner, ttl_ms, waiting=False)
+
+    async def _acquire(self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool) -> AcquireResult:
+        key, owner = validate_key(key), validate_owner(owner)
         params = (key, owner, self.statements.ttl_param(validate_ttl_ms(ttl_ms)))
         s, fetch = self.statements, self._driver.fetch_one
+        statement = s.acquire_waiting if waiting else s.acquire
 
         async def acquire(conn: Any) -> AcquireResult:
-            # A refusal whose holder vanished before we could read it is retried: the key may be free.
+            # A refusal whose holder could not be seen (it released, or the statement's snapshot
+            # predates it) is retried: the key may be free now, or the fresh read names the holder.
             for _ in range(3):
-                row = await fetch(conn, s.acquire, params)
+                row = await fetch(conn, statement, params)
                 if row is not None:
                     return AcquireResult(bool(row[0]), row[1], row[2], s.to_datetime(row[3]))
                 holder = await fetch(conn, s.holder, (key,))
-                if holder is not None:
+                if holder is not None and holder[0] != owner:
                     return AcquireResult(False, holder[0], holder[1], s.to_datetime(holder[2]))
             return AcquireResult(False, None)
 
         return await self._run("acquire", key, acquire)
 
     async def get_lease_owner(self, key: str) -> str | None:
-        validate_key(key)
+        key = validate_key(key)
         row = await self._run("get owner of", key, lambda c: self._driver.fetch_one(c, self.statements.owner, (key,)))
         return None if row is None else row[0]
 
     async def get_lease(self, key: str) -> LeaseInfo | None:
         """The unexpired lease on ``key`` (owner, fence, expiry), or None."""
-        validate_key(key)
+        key = validate_key(key)
         row = await self._run("read", key, lambda c: self._driver.fetch_one(c, self.statements.holder, (key,)))
         return None if row is None else LeaseInfo(key, row[0], row[1], self.statements.to_datetime(row[2]))
 
     async def release_lease(self, key: str, owner: str) -> bool:
-        validate_key(key), validate_owner(owner)
+        key, owner = validate_key(key), validate_owner(owner)
         row = await self._run(
             "release", key, lambda c: self._driver.fetch_one(c, self.statements.release, (key, owner))
         )
         return row is not None and bool(row[0])
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
-        validate_key(key), validate_owner(owner)
+        key, owner = validate_key(key), validate_owner(owner)
         params = (key, owner, self.statements.ttl_param(validate_ttl_ms(ttl_ms)))
         row = await self._run("renew", key, lambda c: self._driver.fetch_one(c, self.statements.renew, params))
         return row is not None
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
-        validate_key(key), validate_owner(from_owner, "from_owner"), validate_owner(to_owner, "to_owner")
+        key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
+        to_owner = validate_owner(to_owner, "to_owner")
         params = (key, from_owner, to_owner, self.statements.ttl_param(validate_ttl_ms(ttl_ms)))
         row = await self._run("transfer", key, lambda c: self._driver.fetch_one(c, self.statements.transfer, params))
         return row is not None
@@ -344,14 +435,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         blocks a concurrent acquire). Returns how many rows it removed; call again while that equals
         ``batch_size``. Fences stay monotonic: they come from a per-table counter, not the rows.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise TypeError("batch_size must be an int")
-        if not 1 <= batch_size <= 1_000_000:
-            raise ValueError(f"batch_size must be between 1 and 1000000, got {batch_size}")
-        if isinstance(grace_ms, bool) or not isinstance(grace_ms, (int, float)):
-            raise TypeError("grace_ms must be a number of milliseconds")
-        if not 0 <= grace_ms <= 10 * 365 * 86_400_000:
-            raise ValueError(f"grace_ms must be between 0 and 10 years in milliseconds, got {grace_ms!r}")
+        batch_size, grace_ms = validate_sweep(batch_size, grace_ms)
         params = (self.statements.ttl_param(grace_ms) if grace_ms else 0, batch_size)
         rows = await self._run("sweep", None, lambda c: self._driver.fetch_all(c, self.statements.sweep, params))
         return self.statements.swept_count(rows)

@@ -7,6 +7,8 @@ One row per held (or expired, not yet swept) lease::
     fence       bigint        not null   fencing token; see below
     expires_at  timestamptz   not null   PostgreSQL: by now() of the database
                 bigint                   SQLite: Unix epoch milliseconds by SQLite's own clock
+    has_waiters boolean       not null   set by a refused waiting acquire; releases, transfers
+                                         and sweeps of such rows send NOTIFY (PostgreSQL)
 
 Fences come from one counter per table, so they increase across keys, releases, sweeps and
 restarts: on PostgreSQL the sequence ``<table>_fence_seq``; on SQLite the one-row table
@@ -18,11 +20,13 @@ what they build equals :func:`lease_metadata`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Index,
@@ -31,6 +35,7 @@ from sqlalchemy import (
     Sequence,
     String,
     Table,
+    false,
 )
 
 from ..contract import MAX_KEY_LENGTH, MAX_OWNER_LENGTH
@@ -87,9 +92,20 @@ class LeaseTableNames:
         return f"ix_{self.table}_expires_at"
 
     @property
+    def advisory_lock_class(self) -> int:
+        """First key of the PostgreSQL advisory locks that order fence draws on this table (the
+        second is ``hashtext(key)``); a stable signed 32-bit number derived from the table name."""
+        digest = hashlib.sha256(f"sql_lease:{self.schema}.{self.table}".encode()).digest()
+        return int.from_bytes(digest[:4], "big", signed=True)
+
+    @property
     def notify_channel(self) -> str:
-        """PostgreSQL LISTEN/NOTIFY channel on which releases, transfers and sweeps are announced."""
-        return f"{self.schema}.{self.table}" if self.schema else self.table
+        """PostgreSQL LISTEN/NOTIFY channel on which releases, transfers and sweeps of leases that
+        have waiters are announced (payload: the key). At most 63 bytes, as PostgreSQL requires."""
+        channel = f"sql_lease.{self.schema}.{self.table}" if self.schema else f"sql_lease.{self.table}"
+        if len(channel) > 63:
+            channel = "sql_lease." + hashlib.sha256(channel.encode()).hexdigest()[:40]
+        return channel
 
 
 def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
@@ -115,6 +131,7 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
         Column("owner", String(MAX_OWNER_LENGTH), nullable=False),
         Column("fence", BigInteger, nullable=False),
         Column("expires_at", expires_at_type, nullable=False),
+        Column("has_waiters", Boolean, nullable=False, server_default=false()),
         Index(names.expires_at_index, "expires_at"),
         sqlite_with_rowid=False,
     )

@@ -5,6 +5,7 @@ caller's transaction); time comes from the database's clock. Parameters are posi
 same for both dialects:
 
     acquire   (key, owner, ttl)           -> (acquired, owner, fence, expires_at) or no row
+    acquire_waiting                       -> the same; a refusal also marks the row has_waiters
     holder    (key,)                      -> (owner, fence, expires_at) of the unexpired lease
     owner     (key,)                      -> (owner,) of the unexpired lease
     release   (key, owner)                -> (was_unexpired,) if owner's row was deleted
@@ -13,7 +14,9 @@ same for both dialects:
     sweep     (grace, batch_size)         -> rows removed (PostgreSQL: one row with the count)
 
 ``acquire`` returns no row when it was refused and the holder is not visible to the statement;
-the executor then reads ``holder``.
+the executor then reads ``holder``. On PostgreSQL, releasing, transferring or sweeping a row whose
+``has_waiters`` is set sends ``NOTIFY <channel>, <key>``, so waiters wake at once; rows nobody waits
+for never notify (NOTIFY serialises commits, so the plain acquire/release cycle stays free of it).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class LeaseStatements:
     """The SQL text of every operation for one dialect and table."""
 
     acquire: str
+    acquire_waiting: str
     holder: str
     owner: str
     release: str
@@ -71,36 +75,66 @@ class PostgresStatements(LeaseStatements):
         t = _qualified(dialect, names, names.table)
         seq = _qualified(dialect, names, names.fence_sequence).replace("'", "''")
         expires = "now() + $3::float8 * interval '1 millisecond'"
-        super().__init__(
-            acquire=f"""
-WITH attempt AS (
+        notify = "pg_notify('" + names.notify_channel + "', key)"
+        # Fences must be drawn in the order owners change. nextval() in an INSERT's VALUES runs
+        # before ON CONFLICT waits for a locked row; if that row is then deleted, the insert would
+        # go ahead with a fence older than one issued meanwhile. So every statement that draws a
+        # fence first takes a transaction-level advisory lock on (table, key), and draws after it.
+        serialise = f"SELECT pg_advisory_xact_lock({names.advisory_lock_class}, hashtext($1::varchar))"
+        upsert = f"""
     INSERT INTO {t} AS held (key, owner, fence, expires_at)
-    VALUES ($1, $2, nextval('{seq}'), {expires})
+    SELECT $1, $2, nextval('{seq}'), {expires} FROM serialised
     ON CONFLICT (key) DO UPDATE
        SET owner = excluded.owner,
            expires_at = excluded.expires_at,
            fence = CASE WHEN held.owner = excluded.owner THEN held.fence ELSE excluded.fence END
      WHERE held.owner = excluded.owner OR held.expires_at <= now()
-    RETURNING held.owner, held.fence, held.expires_at
+    RETURNING held.owner, held.fence, held.expires_at"""
+        # On a refusal the holder is read in the same statement. That read uses the statement's
+        # snapshot, which may predate the holder's commit: a row that looks expired or looks like
+        # the caller's own is stale, so it is left out and the executor reads the holder afresh.
+        current_holder = f"""
+SELECT false, owner, fence, expires_at FROM {t}
+ WHERE key = $1 AND NOT EXISTS (SELECT FROM attempt) AND expires_at > now() AND owner <> $2"""
+        super().__init__(
+            acquire=f"""
+WITH serialised AS ({serialise}), attempt AS ({upsert}
+)
+SELECT true, owner, fence, expires_at FROM attempt
+UNION ALL{current_holder}""",
+            acquire_waiting=f"""
+WITH serialised AS ({serialise}), attempt AS ({upsert}
+), waiting AS (
+    UPDATE {t} SET has_waiters = true
+     WHERE key = $1 AND NOT EXISTS (SELECT FROM attempt)
+    RETURNING owner, fence, expires_at
 )
 SELECT true, owner, fence, expires_at FROM attempt
 UNION ALL
-SELECT false, owner, fence, expires_at FROM {t}
- WHERE key = $1 AND NOT EXISTS (SELECT FROM attempt)""",
+SELECT false, owner, fence, expires_at FROM waiting WHERE expires_at > now() AND owner <> $2""",
             holder=f"SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND expires_at > now()",
             owner=f"SELECT owner FROM {t} WHERE key = $1 AND expires_at > now()",
-            release=f"DELETE FROM {t} WHERE key = $1 AND owner = $2 RETURNING expires_at > now()",
+            release=f"""
+WITH gone AS (
+    DELETE FROM {t} WHERE key = $1 AND owner = $2
+    RETURNING key, expires_at > now() AS was_unexpired, has_waiters
+)
+SELECT was_unexpired, CASE WHEN has_waiters THEN {notify} END FROM gone""",
             renew=f"""
 UPDATE {t} SET expires_at = {expires}
  WHERE key = $1 AND owner = $2 AND expires_at > now()
 RETURNING expires_at""",
             transfer=f"""
-UPDATE {t}
-   SET owner = $3::varchar,
-       expires_at = now() + $4::float8 * interval '1 millisecond',
-       fence = CASE WHEN owner = $3::varchar THEN fence ELSE nextval('{seq}') END
- WHERE key = $1 AND owner = $2 AND expires_at > now()
-RETURNING owner, fence, expires_at""",
+WITH serialised AS ({serialise}), moved AS (
+    UPDATE {t} AS l
+       SET owner = $3::varchar,
+           expires_at = now() + $4::float8 * interval '1 millisecond',
+           fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval('{seq}') END
+      FROM serialised
+     WHERE l.key = $1 AND l.owner = $2 AND l.expires_at > now()
+    RETURNING l.key, l.owner, l.fence, l.expires_at, l.has_waiters
+)
+SELECT owner, fence, expires_at, CASE WHEN has_waiters THEN {notify} END FROM moved""",
             sweep=f"""
 WITH doomed AS (
     SELECT key FROM {t}
@@ -109,9 +143,9 @@ WITH doomed AS (
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM {t} AS l USING doomed WHERE l.key = doomed.key RETURNING 1
+    DELETE FROM {t} AS l USING doomed WHERE l.key = doomed.key RETURNING l.key, l.has_waiters
 )
-SELECT count(*) FROM gone""",
+SELECT count(*), count(CASE WHEN has_waiters THEN {notify} END) FROM gone""",
         )
 
     def swept_count(self, rows: list[Any]) -> int:
@@ -135,8 +169,7 @@ class SqliteStatements(LeaseStatements):
         counter = _qualified(dialect, names, names.fence_counter)
         now = SQLITE_NOW_MS
         next_fence = f"(SELECT last_fence + 1 FROM {counter})"
-        super().__init__(
-            acquire=f"""
+        acquire = f"""
 INSERT INTO {t} AS held (key, owner, fence, expires_at)
 VALUES (?1, ?2, {next_fence}, {now} + ?3)
 ON CONFLICT (key) DO UPDATE
@@ -144,7 +177,10 @@ ON CONFLICT (key) DO UPDATE
        expires_at = excluded.expires_at,
        fence = CASE WHEN held.owner = excluded.owner THEN held.fence ELSE excluded.fence END
  WHERE held.owner = excluded.owner OR held.expires_at <= {now}
-RETURNING 1, owner, fence, expires_at""",
+RETURNING 1, owner, fence, expires_at"""
+        super().__init__(
+            acquire=acquire,
+            acquire_waiting=acquire,  # no NOTIFY on SQLite: waiters poll
             holder=f"SELECT owner, fence, expires_at FROM {t} WHERE key = ?1 AND expires_at > {now}",
             owner=f"SELECT owner FROM {t} WHERE key = ?1 AND expires_at > {now}",
             release=f"DELETE FROM {t} WHERE key = ?1 AND owner = ?2 RETURNING expires_at > {now}",

@@ -1,0 +1,131 @@
+"""PostgreSQL LISTEN/NOTIFY wake-ups for waiters, behind the optional ``release_waiter`` hook.
+
+One LISTEN connection per provider, opened when the first waiter arrives and shared by all of
+them. Releases, transfers and sweeps of rows whose ``has_waiters`` flag is set send
+``NOTIFY <channel>, <key>``; the listener wakes the waiters of that key. If the LISTEN connection
+cannot be opened or dies, waiters fall back to polling (they are woken so they re-check at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..contract import AcquireResult
+
+if TYPE_CHECKING:
+    from .provider import SqlLeaseProvider
+
+log = logging.getLogger("sql_lease")
+
+
+class NotifyListener:
+    """The provider's LISTEN connection and the waiters registered per key."""
+
+    def __init__(self, provider: SqlLeaseProvider) -> None:
+        self._provider = provider
+        self._channel = provider.names.notify_channel
+        self._connection: Any = None  # SQLAlchemy AsyncConnection kept checked out
+        self._driver: Any = None  # its asyncpg connection, LISTENing
+        self._opening = asyncio.Lock()
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+
+    @property
+    def listening(self) -> bool:
+        return self._driver is not None and not self._driver.is_closed()
+
+    def register(self, key: str, event: asyncio.Event) -> None:
+        self._waiters.setdefault(key, set()).add(event)
+
+    def unregister(self, key: str, event: asyncio.Event) -> None:
+        events = self._waiters.get(key)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del self._waiters[key]
+
+    async def ensure_listening(self) -> bool:
+        """Open the LISTEN connection if it is not open; False if that failed (then poll)."""
+        if self.listening:
+            return True
+        async with self._opening:
+            if self.listening:
+                return True
+            await self._drop()
+            try:
+                async with asyncio.timeout(self._provider.operation_timeout_s):
+                    connection = await self._provider.engine.connect()
+                    try:
+                        driver: Any = (await connection.get_raw_connection()).driver_connection
+                        await driver.add_listener(self._channel, self._on_notify)
+                        driver.add_termination_listener(self._on_terminated)
+                    except BaseException:
+                        await connection.invalidate()
+                        await connection.close()
+                        raise
+            except Exception as exc:
+                log.warning("LISTEN %s failed, waiters will poll: %s", self._channel, exc)
+                return False
+            self._connection, self._driver = connection, driver
+            return True
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, key: str) -> None:
+        for event in self._waiters.get(key, ()):
+            event.set()
+
+    def _on_terminated(self, _conn: Any) -> None:
+        self._driver = None
+        for events in self._waiters.values():  # wake everyone to poll until we listen again
+            for event in events:
+                event.set()
+
+    async def _drop(self) -> None:
+        connection, self._connection, self._driver = self._connection, None, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.invalidate()  # never return a LISTENing connection to the pool
+                await connection.close()
+
+    async def close(self) -> None:
+        await self._drop()
+
+
+class PostgresReleaseWaiter:
+    """One waiter on one key: acquire attempts that flag the row, and waits that end on NOTIFY."""
+
+    def __init__(self, provider: SqlLeaseProvider, listener: NotifyListener, key: str) -> None:
+        self._provider = provider
+        self._listener = listener
+        self.key = key
+        self._event = asyncio.Event()
+
+    @property
+    def listening(self) -> bool:
+        """True while NOTIFY wake-ups work; otherwise the caller should poll."""
+        return self._listener.listening
+
+    async def __aenter__(self) -> PostgresReleaseWaiter:
+        self._listener.register(self.key, self._event)  # before the first attempt: no lost wake-up
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._listener.unregister(self.key, self._event)
+
+    async def acquire(self, owner: str, ttl_ms: int | float) -> AcquireResult:
+        """Try to acquire; a refusal marks the row so its release sends NOTIFY.
+
+        (Re)opens the LISTEN connection first, so a release after this attempt cannot go unheard.
+        """
+        listening = await self._listener.ensure_listening()
+        self._event.clear()
+        return await self._provider._acquire(self.key, owner, ttl_ms, waiting=listening)
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait until the key is released (True) or ``timeout_s`` seconds pass (False)."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout_s)
+            return True
+        except TimeoutError:
+            return False
