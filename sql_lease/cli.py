@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
+import shutil
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -23,7 +25,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from .contract import validate_key, validate_owner
+from .contract import validate_key, validate_owner, validate_sweep, validate_ttl_ms
 from .errors import LeaseBackendError, LeaseError, LeaseNotAcquiredError, SchemaMissingError
 from .holding import hold, new_owner_id
 
@@ -92,6 +94,8 @@ def _run(main: Callable[[], Awaitable[T]]) -> T:
     """Run ``main`` and turn the library's errors into messages and exit codes."""
     try:
         return asyncio.run(main())  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        sys.exit(128 + signal.SIGINT)
     except SchemaMissingError as exc:
         _fail(EX_CONFIG, str(exc))
     except LeaseBackendError as exc:
@@ -186,6 +190,10 @@ def sweep(url: str, table_name: str, schema: str | None, batch_size: int, grace:
     """Delete expired leases in bounded batches and print how many were removed."""
     from .holding import ExpirySweeper
 
+    try:
+        validate_sweep(batch_size, grace * 1000)
+    except ValueError as exc:
+        _fail(2, f"--grace: {exc}")
     provider = _provider(url, table_name, schema)
 
     async def main() -> int:
@@ -200,9 +208,25 @@ def _is_embedded_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-@cli.command(name="exec", context_settings={"ignore_unknown_options": True})
+class _ExecCommand(click.Command):
+    """``exec`` splits its arguments at the first ``--``: options and KEY before it, the command
+    after it, untouched (so the command's own options never reach sql-lease's parser)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            split = args.index("--")
+            ctx.meta["sql_lease.command"] = args[split + 1 :]
+            args = args[:split]
+        elif not any(a in ("-h", "--help") for a in args):
+            raise click.UsageError("put -- before the command: sql-lease exec KEY [OPTIONS] -- COMMAND [ARGS]...", ctx)
+        return super().parse_args(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "KEY [OPTIONS] -- COMMAND [ARGS]...")
+
+
+@cli.command(name="exec", cls=_ExecCommand)
 @click.argument("key")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @url_option
 @table_option
 @schema_option
@@ -212,14 +236,22 @@ def _is_embedded_sqlite(url: str) -> bool:
 @click.option("--timeout", default=None, type=DURATION, help="With --wait: give up after this long (exit 75).")
 @click.option(
     "--kill-after",
-    default="10s",
+    default=None,
     type=DURATION,
-    show_default=True,
-    help="After the lease is lost: SIGTERM the command, then SIGKILL it after this long.",
+    help="After the lease is lost: SIGTERM the command, then SIGKILL it after this long "
+    "[default: TTL/10, the time left before another owner can take the lease].",
 )
+@click.option(
+    "--conflict-exit-code",
+    default=EX_TEMPFAIL,
+    show_default=True,
+    type=click.IntRange(0, 255),
+    help="Exit code when another owner holds the lease (as flock -E).",
+)
+@click.pass_context
 def exec_(
+    ctx: click.Context,
     key: str,
-    command: tuple[str, ...],
     url: str,
     table_name: str,
     schema: str | None,
@@ -227,31 +259,39 @@ def exec_(
     owner: str | None,
     wait: bool,
     timeout: float | None,
-    kill_after: float,
+    kill_after: float | None,
+    conflict_exit_code: int,
 ) -> None:
     """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
 
     \b
-    sql-lease exec nightly-report -- ./report.sh --full
+    sql-lease exec nightly-report --ttl 1m -- ./report.sh --full
+
     Acquires KEY, runs COMMAND with SQL_LEASE_KEY, SQL_LEASE_OWNER and SQL_LEASE_FENCE in its
     environment, renews the lease every TTL/3, releases it when COMMAND exits, and exits with
     COMMAND's status. Exit 75 if another owner holds KEY, 76 if the lease was lost while COMMAND
-    ran (COMMAND is then terminated), 69 if the database fails, 78 if the lease table is missing.
-    A sqlite:// database gets its schema on first use; PostgreSQL must be migrated first.
+    ran (COMMAND and its process group are then terminated), 69 if the database fails, 78 if the
+    lease table is missing. A sqlite:// database gets its schema on first use; PostgreSQL must be
+    migrated first (sql-lease migrate).
     """
-    if command and command[0] == "--":
-        command = command[1:]
+    command = tuple(ctx.meta.get("sql_lease.command", ()))
     if not command:
-        _fail(2, "no command given: sql-lease exec KEY -- COMMAND [ARGS...]")
+        _fail(2, "no command given: sql-lease exec KEY [OPTIONS] -- COMMAND [ARGS]...")
     try:
         validate_key(key)
         owner = validate_owner(owner) if owner is not None else new_owner_id()
     except (TypeError, ValueError) as exc:
         _fail(2, str(exc))
+    try:
+        validate_ttl_ms(ttl * 1000)
+    except ValueError:
+        _fail(2, f"--ttl must be between 1ms and 365 days (8760h), got {ttl:g} s")
     if timeout is not None and not wait:
         _fail(2, "--timeout goes with --wait")
+    if kill_after is None:
+        kill_after = ttl / 10
     provider = _provider(url, table_name, schema)
-    code = _run(lambda: _exec(provider, url, key, owner, ttl, wait, timeout, kill_after, command))
+    code = _run(lambda: _exec(provider, url, key, owner, ttl, wait, timeout, kill_after, command, conflict_exit_code))
     sys.exit(code)
 
 
@@ -265,6 +305,7 @@ async def _exec(
     timeout_s: float | None,
     kill_after_s: float,
     command: tuple[str, ...],
+    conflict_exit_code: int,
 ) -> int:
     async with provider:
         if _is_embedded_sqlite(url):
@@ -276,50 +317,66 @@ async def _exec(
                 return await _run_command(lease, command, kill_after_s)
         except LeaseNotAcquiredError as exc:
             click.echo(f"sql-lease: {exc}", err=True)
-            return EX_TEMPFAIL
+            return conflict_exit_code
+
+
+def _exists(program: str) -> bool:
+    return shutil.which(program) is not None or os.path.exists(program)
+
+
+async def _start(command: tuple[str, ...], env: dict[str, str]) -> asyncio.subprocess.Process | int:
+    """Start ``command`` in a process group of its own; on failure, the shell's exit code."""
+    try:
+        return await asyncio.create_subprocess_exec(*command, env=env, process_group=0)
+    except FileNotFoundError:
+        if not _exists(command[0]):
+            click.echo(f"sql-lease: command not found: {command[0]}", err=True)
+            return 127
+        click.echo(f"sql-lease: cannot execute {command[0]}: bad interpreter or missing library", err=True)
+        return 126
+    except OSError as exc:
+        click.echo(f"sql-lease: cannot execute {command[0]}: {exc.strerror or exc}", err=True)
+        return 126
 
 
 async def _run_command(lease: Any, command: tuple[str, ...], kill_after_s: float) -> int:
     env = dict(os.environ, SQL_LEASE_KEY=lease.key, SQL_LEASE_OWNER=lease.owner, SQL_LEASE_FENCE=str(lease.fence))
-    try:
-        proc = await asyncio.create_subprocess_exec(*command, env=env)
-    except FileNotFoundError:
-        click.echo(f"sql-lease: command not found: {command[0]}", err=True)
-        return 127
-    except PermissionError:
-        click.echo(f"sql-lease: command not executable: {command[0]}", err=True)
-        return 126
+    proc = await _start(command, env)
+    if isinstance(proc, int):
+        return proc
 
     loop = asyncio.get_running_loop()
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     for signum in forwarded:
-        loop.add_signal_handler(signum, _forward, proc, signum)
+        loop.add_signal_handler(signum, _signal_group, proc, signum)
     try:
         exited = asyncio.ensure_future(proc.wait())
         lost = asyncio.ensure_future(lease.lost.wait())
         await asyncio.wait({exited, lost}, return_when=asyncio.FIRST_COMPLETED)
-        if exited.done():
+        if not lost.done():
             lost.cancel()
             return _exit_status(exited.result())
         click.echo(
             f"sql-lease: lease {lease.key!r} lost ({lease.lost_reason}); terminating the command",
             err=True,
         )
-        _forward(proc, signal.SIGTERM)
+        _signal_group(proc, signal.SIGTERM)
         try:
             await asyncio.wait_for(asyncio.shield(exited), kill_after_s)
         except TimeoutError:
-            _forward(proc, signal.SIGKILL)
+            _signal_group(proc, signal.SIGKILL)
             await exited
+        _signal_group(proc, signal.SIGKILL)  # whatever the command left behind in its group
         return EXIT_LEASE_LOST
     finally:
         for signum in forwarded:
             loop.remove_signal_handler(signum)
 
 
-def _forward(proc: asyncio.subprocess.Process, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signum)
+def _signal_group(proc: asyncio.subprocess.Process, signum: int) -> None:
+    """Signal the command's whole process group (it leads one of its own)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
 
 
 def _exit_status(returncode: int) -> int:
@@ -327,4 +384,6 @@ def _exit_status(returncode: int) -> int:
 
 
 def main() -> None:
+    logging.getLogger("sql_lease").addHandler(logging.NullHandler())  # the CLI prints its own messages
+    logging.getLogger("sql_lease").propagate = False
     cli(prog_name="sql-lease")

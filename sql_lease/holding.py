@@ -21,7 +21,15 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal
 
-from .contract import AcquireResult, LeaseProvider, validate_key, validate_owner, validate_seconds, validate_ttl_ms
+from .contract import (
+    AcquireResult,
+    LeaseProvider,
+    validate_key,
+    validate_owner,
+    validate_seconds,
+    validate_sweep,
+    validate_ttl_ms,
+)
 from .errors import LeaseError, LeaseLostError, LeaseNotAcquiredError
 
 __all__ = ["ExpirySweeper", "HeldLease", "acquire_lease_wait", "hold", "new_owner_id"]
@@ -443,12 +451,11 @@ class ExpirySweeper:
     ) -> None:
         if not callable(getattr(provider, "sweep_expired", None)):
             raise TypeError(f"{type(provider).__name__} has no sweep_expired(); it cannot be swept")
-        if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or not interval_s > 0:
-            raise ValueError(f"interval_s must be a number of seconds > 0, got {interval_s!r}")
+        self.interval_s = validate_seconds(interval_s, "interval_s")
+        if self.interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0 seconds, got {interval_s!r}")
+        self.batch_size, self.grace_ms = validate_sweep(batch_size, grace_ms)
         self.provider = provider
-        self.interval_s = float(interval_s)
-        self.batch_size = batch_size
-        self.grace_ms = grace_ms
         self.swept_total = 0
         self._task: asyncio.Task[None] | None = None
 

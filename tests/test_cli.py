@@ -27,6 +27,15 @@ def start_cli(args: list[str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([*CLI, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def process_alive(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie waiting for its reaper counts as dead)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
 def wait_for(path: Path, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -223,3 +232,74 @@ def test_env_url_is_used(tmp_path: Path) -> None:
     done = subprocess.run([*CLI, "exec", "k", "--", "true"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "from_env.db").exists() and not (tmp_path / "sql_lease.db").exists()
+
+
+def test_exec_requires_the_double_dash(tmp_path: Path) -> None:
+    done = run_cli(["exec", "k", "ls", "-la"], tmp_path)
+    assert done.returncode == 2 and "put -- before the command" in done.stderr
+    passthrough = run_cli(["exec", "k", "--", "echo", "--ttl", "5s"], tmp_path)
+    assert passthrough.returncode == 0 and passthrough.stdout.strip() == "--ttl 5s"
+
+
+def test_exec_rejects_out_of_range_ttl_before_touching_the_database(tmp_path: Path) -> None:
+    done = run_cli(["exec", "k", "--ttl", "9000h", "--", "true"], tmp_path)
+    assert done.returncode == 2 and "365 days" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "sql_lease.db").exists()
+    sweep = run_cli(["sweep", "--grace", "100000h"], tmp_path)
+    assert sweep.returncode == 2 and "Traceback" not in sweep.stderr
+
+
+def test_exec_unrunnable_files_exit_126(tmp_path: Path) -> None:
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x7fELF not really")
+    junk.chmod(0o755)
+    bad_interpreter = tmp_path / "script"
+    bad_interpreter.write_text("#!/no/such/interpreter\n")
+    bad_interpreter.chmod(0o755)
+    for program in (junk, bad_interpreter):
+        done = run_cli(["exec", "k", "--", str(program)], tmp_path)
+        assert done.returncode == 126, done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_conflict_exit_code_is_configurable(tmp_path: Path) -> None:
+    holder = start_cli(["exec", "c", "--", "sh", "-c", f"touch {tmp_path}/s; sleep 2"], tmp_path)
+    wait_for(tmp_path / "s")
+    done = run_cli(["exec", "c", "--conflict-exit-code", "3", "--", "true"], tmp_path)
+    holder.communicate(timeout=20)
+    assert done.returncode == 3
+
+
+@pytest.mark.slow
+def test_lost_lease_kills_the_whole_process_group(tmp_path: Path) -> None:
+    """A command that ignores SIGTERM, and its children, are killed within TTL/10 of the loss."""
+    url = f"sqlite:///{tmp_path}/sql_lease.db"
+    script = (
+        f"trap '' TERM; (trap '' TERM; echo $$ > /dev/null; sleep 60) & echo $! > {tmp_path}/child; "
+        f"touch {tmp_path}/s; wait"
+    )
+    proc = start_cli(["exec", "grp", "--ttl", "2s", "--owner", "victim", "--", "sh", "-c", script], tmp_path)
+    wait_for(tmp_path / "s")
+    child = int((tmp_path / "child").read_text())
+
+    async def steal() -> bool:
+        async with SqlLeaseProvider(url) as provider:
+            return await provider.transfer_lease("grp", "victim", "thief", 60_000)
+
+    assert asyncio.run(steal())
+    started = time.monotonic()
+    proc.communicate(timeout=30)
+    assert proc.returncode == 76
+    assert time.monotonic() - started < 5  # renew interval (0.67 s) + kill-after (0.2 s) + slack
+    time.sleep(0.2)
+    assert not process_alive(child)
+
+
+@pytest.mark.slow
+def test_exec_wait_then_run_longer_than_the_ttl(tmp_path: Path) -> None:
+    """Regression: after --wait, the lease was reported lost at once (exit 76)."""
+    first = start_cli(["exec", "w2", "--", "sh", "-c", f"touch {tmp_path}/s; sleep 1.5"], tmp_path)
+    wait_for(tmp_path / "s")
+    second = run_cli(["exec", "w2", "--wait", "--ttl", "1s", "--", "sleep", "1.5"], tmp_path)
+    first.communicate(timeout=20)
+    assert second.returncode == 0, second.stderr

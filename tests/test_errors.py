@@ -73,3 +73,61 @@ async def test_unwritable_sqlite_path_is_a_backend_error(tmp_path: Path) -> None
         with pytest.raises(LeaseBackendError) as info:
             await provider.acquire_lease("k", "o", 1000)
         assert info.value.__cause__ is not None
+
+
+async def test_timeouts_hold_their_bound_on_a_hanging_server() -> None:
+    """The cleanup of a timed-out connection must not stretch the operation past its timeout."""
+    import asyncio
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    try:
+        async with SqlLeaseProvider(f"postgresql://u@127.0.0.1:{port}/db", operation_timeout_s=0.5) as provider:
+            loop = asyncio.get_running_loop()
+            for _ in range(3):
+                started = loop.time()
+                with pytest.raises(LeaseBackendError):
+                    await provider.renew_lease("k", "o", 1000)
+                assert loop.time() - started < 1.5
+    finally:
+        listener.close()
+
+
+async def test_sqlite_write_lock_held_elsewhere_fails_within_the_timeout(tmp_path: Path) -> None:
+    import asyncio
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/locked.db"
+    async with SqlLeaseProvider(url, operation_timeout_s=0.5) as provider:
+        await provider.migrate()
+        blocker = sqlite3.connect(tmp_path / "locked.db", isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        loop = asyncio.get_running_loop()
+        try:
+            started = loop.time()
+            with pytest.raises(LeaseBackendError):
+                await provider.acquire_lease("k", "o", 60_000)
+            assert loop.time() - started < 1.5
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert (await provider.acquire_lease("k", "o", 60_000)).acquired  # the provider recovered
+
+
+async def test_cancelled_operations_never_leak_pooled_connections(sql_provider: SqlLeaseProvider) -> None:
+    """Regression: cancelling many operations mid-flight used to leave SQLite connections checked
+    out until the pool was exhausted."""
+    import asyncio
+
+    provider = sql_provider
+    for round_ in range(60):
+        tasks = [asyncio.create_task(provider.get_lease_owner(f"k{i}")) for i in range(5)]
+        await asyncio.sleep(0.0005 * (round_ % 7))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(0.3)  # background discards finish
+    assert provider.engine.sync_engine.pool.checkedout() == 0
+    assert (await provider.acquire_lease("after-cancel", "o", 1000)).acquired

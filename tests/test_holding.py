@@ -305,3 +305,33 @@ async def test_many_waiters_in_one_process_do_not_stampede(sql_provider: Any, ke
     assert sorted(order) == list(range(8))
     # per handoff: the winner's acquire, its release, and a few refused attempts of the next in line
     assert counter.count <= 8 * 6, counter.count
+
+
+class Broken(Faulty):
+    """A provider whose renewals raise a non-library exception (a bug, say)."""
+
+    async def renew_lease(self, key: str, owner: str, ttl_ms: float) -> bool:
+        raise RuntimeError("bug in a custom provider")
+
+
+async def test_unexpected_renewal_errors_end_in_loss_not_silence(provider: Any, key: str) -> None:
+    owner_when_cancelled = "not cancelled"
+    with pytest.raises(LeaseLostError, match="RuntimeError"):
+        async with hold(Broken(provider), key, "alice", ttl_ms=1000):
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                owner_when_cancelled = await provider.get_lease_owner(key)
+                raise
+    assert owner_when_cancelled == "alice"  # stopped before the lease could lapse
+    assert await provider.get_lease_owner(key) is None  # and still released
+
+
+async def test_hold_after_a_long_wait_is_not_falsely_lost(provider: Any, key: str) -> None:
+    """Regression: the TTL was counted from before the wait, so a wait longer than the TTL looked
+    like a lapsed lease."""
+    await provider.acquire_lease(key, "bob", 1500)
+    async with hold(provider, key, "alice", ttl_ms=1000, wait=True, timeout_s=10) as lease:
+        await asyncio.sleep(1.2)
+        assert not lease.lost.is_set()
+        assert await provider.get_lease_owner(key) == "alice"

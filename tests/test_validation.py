@@ -136,3 +136,73 @@ def test_bad_urls(url: Any, expected: type) -> None:
 def test_plain_urls_map_to_async_drivers(url: str) -> None:
     provider = SqlLeaseProvider(url)
     assert provider.engine.dialect.driver in ("asyncpg", "aiosqlite")
+
+
+class SneakyStr(str):
+    """Lies about itself: a naive check of len(), `in` or encode() would let it through."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __contains__(self, item: object) -> bool:
+        return False
+
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:  # type: ignore[override]
+        return b"x"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (SneakyStr("k" * (MAX_KEY_LENGTH + 1)), ValueError),
+        (SneakyStr("a\x00b"), ValueError),
+        (SneakyStr("a\ud800"), ValueError),
+    ],
+)
+async def test_str_subclasses_cannot_slip_past(provider: Any, value: str, expected: type) -> None:
+    counter = CheckoutCounter(provider)
+    with pytest.raises(expected):
+        await provider.acquire_lease(value, GOOD_OWNER, GOOD_TTL)
+    with pytest.raises(expected):
+        await provider.acquire_lease(GOOD_KEY, value, GOOD_TTL)
+    assert counter.count == 0
+
+
+async def test_str_subclass_keys_are_stored_as_plain_text(provider: Any) -> None:
+    class Tag(str):
+        pass
+
+    assert (await provider.acquire_lease(Tag("tagged:key"), Tag("tagged-owner"), GOOD_TTL)).acquired
+    assert await provider.get_lease_owner("tagged:key") == "tagged-owner"
+
+
+@pytest.mark.parametrize("ttl", [10**400, -(10**400), 0.5, 1e-6, 5e-324])
+async def test_extreme_ttls_are_value_errors(provider: Any, ttl: Any) -> None:
+    with pytest.raises(ValueError):
+        await provider.acquire_lease(GOOD_KEY, GOOD_OWNER, ttl)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"batch_size": 0}, ValueError),
+        ({"batch_size": -1}, ValueError),
+        ({"batch_size": 1.5}, TypeError),
+        ({"batch_size": True}, TypeError),
+        ({"grace_ms": -1}, ValueError),
+        ({"grace_ms": math.nan}, ValueError),
+        ({"grace_ms": "1"}, TypeError),
+    ],
+)
+async def test_sweep_arguments_are_validated(provider: Any, kwargs: dict[str, Any], expected: type) -> None:
+    with pytest.raises(expected):
+        await provider.sweep_expired(**kwargs)
+
+
+def test_sweeper_and_hold_reject_bad_numbers() -> None:
+    from sql_lease import ExpirySweeper, InMemoryLeaseProvider, hold
+
+    with pytest.raises(ValueError):
+        ExpirySweeper(InMemoryLeaseProvider(), batch_size=0)
+    with pytest.raises(ValueError):
+        hold(InMemoryLeaseProvider(), "k", timeout_s=10**400)

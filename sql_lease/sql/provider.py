@@ -56,14 +56,21 @@ def to_async_url(url: str | URL) -> URL:
         url = "postgresql://" + url[len("postgres://") :]
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ValueError(f"not a database URL: {exc}") from None
+    except ArgumentError:
+        raise ValueError(
+            f"not a database URL: {url!r}; expected postgresql://user@host:5432/dbname or sqlite:///path/to/file.db"
+        ) from None
     backend, _, driver = parsed.drivername.partition("+")
     if backend not in _ASYNC_DRIVERS:
         raise ValueError(f"sql_lease supports postgresql:// and sqlite:// URLs, not {backend}://")
     wanted = _ASYNC_DRIVERS[backend]
     if driver and driver != wanted:
         raise ValueError(f"{backend} URLs must use the {wanted} driver ({backend}+{wanted}://), not {driver}")
+    if backend == "sqlite" and parsed.host:
+        raise ValueError(
+            f"SQLite URLs have no host: use sqlite:///{parsed.host}{'/' + parsed.database if parsed.database else ''} "
+            "(three slashes: a path relative to the working directory) or sqlite:////absolute/path"
+        )
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise ValueError(
             "in-memory SQLite is not shared between connections; give a file path or use InMemoryLeaseProvider"
@@ -319,6 +326,11 @@ class SqlLeaseProvider(LeaseProviderBase):
         except Exception as exc:
             raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
 
+    def _names_options(self) -> str:
+        """The CLI options that name this provider's table, for hints in messages."""
+        options = "" if self.names.table == DEFAULT_TABLE_NAME else f" --table {self.names.table}"
+        return options + (f" --schema {self.names.schema}" if self.names.schema else "")
+
     # -- the executor -----------------------------------------------------------------------
 
     @asynccontextmanager
@@ -331,7 +343,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         good connection to the pool is shielded from cancellation, so cancelled callers never leak
         pooled connections.
         """
-        conn: AsyncConnection = await self._engine.connect()
+        conn = await self._checkout()
         discarded = False
         try:
             pooled = await conn.get_raw_connection()
@@ -352,6 +364,22 @@ class SqlLeaseProvider(LeaseProviderBase):
             if not discarded:
                 await _shielded(conn.close())
 
+    async def _checkout(self) -> AsyncConnection:
+        """Check a connection out of the pool. A cancellation does not interrupt the checkout
+        half-way (that would orphan the connection); the connection is then returned in the
+        background instead."""
+        checkout = asyncio.ensure_future(self._engine.connect())
+        try:
+            return await asyncio.shield(checkout)
+        except asyncio.CancelledError:
+
+            def give_back(done: asyncio.Future[AsyncConnection]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    _in_background(done.result().close())
+
+            checkout.add_done_callback(give_back)
+            raise
+
     async def _run(self, operation: str, key: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
         what = f"{operation} {key!r}" if key is not None else operation
         try:
@@ -368,7 +396,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             if self._driver.is_schema_missing(exc):
                 raise SchemaMissingError(
                     f"lease table {self.names.table!r} not found in {self.safe_url}: "
-                    f"run `sql-lease migrate --url URL` first ({exc})"
+                    f"run `sql-lease migrate --url URL{self._names_options()}` first ({exc})"
                 ) from exc
             raise LeaseBackendError(f"{what} on {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
 
