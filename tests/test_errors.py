@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,18 +55,21 @@ async def test_unreachable_database_raises_backend_error_without_password() -> N
             assert "s3cr3t-pw" not in str(info.value)
 
 
-async def test_operation_timeout_bounds_a_hanging_server() -> None:
-    """A server that accepts TCP but never answers: the operation fails within the timeout."""
+@pytest.fixture
+def hanging_server_port() -> Iterator[int]:
+    """A TCP port that accepts connections and never answers."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
-    port = listener.getsockname()[1]
-    try:
-        async with SqlLeaseProvider(f"postgresql://u@127.0.0.1:{port}/db", operation_timeout_s=0.5) as provider:
-            with pytest.raises(LeaseBackendError, match=r"within 0\.5 s"):
-                await provider.acquire_lease("k", "o", 1000)
-    finally:
-        listener.close()
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+async def test_operation_timeout_bounds_a_hanging_server(hanging_server_port: int) -> None:
+    url = f"postgresql://u@127.0.0.1:{hanging_server_port}/db"
+    async with SqlLeaseProvider(url, operation_timeout_s=0.5) as provider:
+        with pytest.raises(LeaseBackendError, match=r"within 0\.5 s"):
+            await provider.acquire_lease("k", "o", 1000)
 
 
 async def test_unwritable_sqlite_path_is_a_backend_error(tmp_path: Path) -> None:
@@ -75,24 +79,18 @@ async def test_unwritable_sqlite_path_is_a_backend_error(tmp_path: Path) -> None
         assert info.value.__cause__ is not None
 
 
-async def test_timeouts_hold_their_bound_on_a_hanging_server() -> None:
+async def test_timeouts_hold_their_bound_on_a_hanging_server(hanging_server_port: int) -> None:
     """The cleanup of a timed-out connection must not stretch the operation past its timeout."""
     import asyncio
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    port = listener.getsockname()[1]
-    try:
-        async with SqlLeaseProvider(f"postgresql://u@127.0.0.1:{port}/db", operation_timeout_s=0.5) as provider:
-            loop = asyncio.get_running_loop()
-            for _ in range(3):
-                started = loop.time()
-                with pytest.raises(LeaseBackendError):
-                    await provider.renew_lease("k", "o", 1000)
-                assert loop.time() - started < 1.5
-    finally:
-        listener.close()
+    url = f"postgresql://u@127.0.0.1:{hanging_server_port}/db"
+    async with SqlLeaseProvider(url, operation_timeout_s=0.5) as provider:
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            started = loop.time()
+            with pytest.raises(LeaseBackendError):
+                await provider.renew_lease("k", "o", 1000)
+            assert loop.time() - started < 1.5
 
 
 async def test_sqlite_write_lock_held_elsewhere_fails_within_the_timeout(tmp_path: Path) -> None:
