@@ -127,5 +127,6 @@ async def test_cancelled_operations_never_leak_pooled_connections(sql_provider: 
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.sleep(0.3)  # background discards finish
-    assert provider.engine.sync_engine.pool.checkedout() == 0
+    # nothing is checked out of the engine's pool beyond the provider's own connections
+    assert provider.engine.sync_engine.pool.checkedout() == provider._slots.open_connections <= 10
     assert (await provider.acquire_lease("after-cancel", "o", 1000)).acquired

@@ -6,9 +6,9 @@ import math
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from sql_lease import MAX_KEY_LENGTH, MAX_OWNER_LENGTH, MAX_TTL_MS, NoopLeaseProvider, SqlLeaseProvider
+from tests.support.counting import StatementCounter
 
 GOOD_KEY, GOOD_OWNER, GOOD_TTL = "validation:key", "validation-owner", 1000
 
@@ -59,24 +59,12 @@ for label, bad, exc in BAD_TTL:
 CASES.append(pytest.param("acquire_lease", (GOOD_KEY, "o" * (MAX_OWNER_LENGTH + 1), 1), ValueError, id="owner-513"))
 
 
-class CheckoutCounter:
-    """Counts pool checkouts of a SQL provider: zero means no SQL could have run."""
-
-    def __init__(self, provider: Any) -> None:
-        self.count = 0
-        if isinstance(provider, SqlLeaseProvider):
-            event.listen(provider.engine.sync_engine.pool, "checkout", self._checkout)
-
-    def _checkout(self, *args: Any) -> None:
-        self.count += 1
-
-
 @pytest.mark.parametrize(("method", "args", "expected"), CASES)
 async def test_bad_input_is_rejected_before_any_sql(provider: Any, method: str, args: tuple, expected: type) -> None:
     # Make sure the key is really held by someone, so a wrongly accepted call would change it.
     assert (await provider.acquire_lease(GOOD_KEY, GOOD_OWNER, 60_000)).acquired
     before = await provider.get_lease(GOOD_KEY)
-    counter = CheckoutCounter(provider)
+    counter = StatementCounter(provider)
     with pytest.raises(expected):
         await getattr(provider, method)(*args)
     assert counter.count == 0
@@ -160,7 +148,7 @@ class SneakyStr(str):
     ],
 )
 async def test_str_subclasses_cannot_slip_past(provider: Any, value: str, expected: type) -> None:
-    counter = CheckoutCounter(provider)
+    counter = StatementCounter(provider)
     with pytest.raises(expected):
         await provider.acquire_lease(value, GOOD_OWNER, GOOD_TTL)
     with pytest.raises(expected):

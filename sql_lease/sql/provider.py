@@ -12,13 +12,12 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ..contract import (
     AcquireResult,
@@ -31,6 +30,7 @@ from ..contract import (
 )
 from ..errors import LeaseBackendError, LeaseError, SchemaMissingError
 from .schema import DEFAULT_TABLE_NAME, DEFAULT_VERSION_TABLE, LeaseTableNames
+from .slots import ConnectionSlots
 from .statements import LeaseStatements, statements_for
 
 if TYPE_CHECKING:
@@ -43,7 +43,6 @@ log = logging.getLogger("sql_lease")
 Row = Sequence[Any]
 
 _ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
-_PREPARED = "sql_lease.prepared"
 
 
 def to_async_url(url: str | URL) -> URL:
@@ -78,33 +77,6 @@ def to_async_url(url: str | URL) -> URL:
     return parsed.set(drivername=f"{backend}+{wanted}")
 
 
-_background_tasks: set[asyncio.Task[Any]] = set()
-
-
-def _in_background(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-    """Run ``coroutine`` to completion without anyone waiting for it; its errors are logged."""
-    task = asyncio.ensure_future(coroutine)
-    _background_tasks.add(task)
-
-    def done(finished: asyncio.Task[Any]) -> None:
-        _background_tasks.discard(finished)
-        if not finished.cancelled() and finished.exception() is not None:
-            log.debug("sql_lease background cleanup failed: %r", finished.exception())
-
-    task.add_done_callback(done)
-    return task
-
-
-async def _shielded(coroutine: Coroutine[Any, Any, Any]) -> None:
-    """Await ``coroutine``; if the caller is cancelled meanwhile, it still runs to completion."""
-    await asyncio.shield(_in_background(coroutine))
-
-
-async def _discard(conn: AsyncConnection) -> None:
-    await conn.invalidate()
-    await conn.close()
-
-
 class _Driver:
     """How one driver fetches rows and which of its errors leave the connection usable."""
 
@@ -128,6 +100,10 @@ class _Driver:
         """Stop whatever ``conn`` is doing, at once and without waiting for the server or a thread."""
         raise NotImplementedError
 
+    def is_usable(self, conn: Any) -> bool:
+        """False if ``conn`` is known to be dead (e.g. its socket closed while it sat idle)."""
+        return True
+
 
 class _AsyncpgDriver(_Driver):
     async def fetch_one(self, conn: Any, sql: str, params: tuple[Any, ...]) -> Row | None:
@@ -150,6 +126,9 @@ class _AsyncpgDriver(_Driver):
 
     async def abort(self, conn: Any) -> None:
         conn.terminate()  # closes the socket now; a graceful close could wait seconds
+
+    def is_usable(self, conn: Any) -> bool:
+        return not conn.is_closed()
 
 
 class _AiosqliteDriver(_Driver):
@@ -196,7 +175,9 @@ class SqlLeaseProvider(LeaseProviderBase):
             ``sql_lease_alembic_version``), kept apart from the application's own Alembic history.
         operation_timeout_s: every operation (pool checkout included) either completes within this
             many seconds or raises ``LeaseBackendError``. Default 10.
-        pool_size: connections kept by an engine the provider creates (PostgreSQL). Default 10.
+        pool_size: at most this many connections run lease statements at once; the provider keeps
+            them checked out of the engine's pool until :meth:`close`. Default 10 for a URL, 2 for
+            a given engine (leaving the rest of its pool to the application).
         sqlite_busy_timeout_ms: how long a SQLite statement waits for another process's write lock
             before failing, in milliseconds. Default: the operation timeout.
         sqlite_synchronous: SQLite ``PRAGMA synchronous``: ``"FULL"`` (default: a committed lease
@@ -222,7 +203,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         schema: str | None = None,
         version_table: str = DEFAULT_VERSION_TABLE,
         operation_timeout_s: float = 10.0,
-        pool_size: int = 10,
+        pool_size: int | None = None,
         sqlite_busy_timeout_ms: int | None = None,
         sqlite_synchronous: str = "FULL",
         engine_options: dict[str, Any] | None = None,
@@ -250,7 +231,8 @@ class SqlLeaseProvider(LeaseProviderBase):
             backend = url.get_backend_name()
             options: dict[str, Any] = {"pool_reset_on_return": None}
             if backend == "postgresql":
-                options.update(pool_size=pool_size, max_overflow=0)
+                # the lease statements' connections, the LISTEN connection and migrations
+                options.update(pool_size=(pool_size or 10) + 2, max_overflow=0)
             options.update(engine_options or {})
             base_engine, self._owns_engine = create_async_engine(url, **options), True
         else:
@@ -273,6 +255,14 @@ class SqlLeaseProvider(LeaseProviderBase):
         self.safe_url = base_engine.url.render_as_string(hide_password=True)
         self.listen_notify = bool(listen_notify)
         self._listener: NotifyListener | None = None
+        if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        self._slots = ConnectionSlots(
+            self._engine,
+            pool_size or (10 if self._owns_engine else 2),
+            self._prepare,
+            self._driver.is_usable,
+        )
 
     def __repr__(self) -> str:
         return f"SqlLeaseProvider({self.safe_url!r}, table_name={self.names.table!r})"
@@ -289,8 +279,9 @@ class SqlLeaseProvider(LeaseProviderBase):
         await self.close()
 
     async def close(self) -> None:
-        """Close the LISTEN connection, and dispose the engine if the provider created it (a given
-        engine is left to its owner)."""
+        """Return the provider's connections, close the LISTEN connection, and dispose the engine
+        if the provider created it (a given engine is left to its owner)."""
+        await self._slots.close()
         if self._listener is not None:
             await self._listener.close()
         if self._owns_engine:
@@ -326,6 +317,9 @@ class SqlLeaseProvider(LeaseProviderBase):
         except Exception as exc:
             raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
 
+    async def _prepare(self, driver_conn: Any) -> None:
+        await self._driver.prepare(driver_conn)
+
     def _names_options(self) -> str:
         """The CLI options that name this provider's table, for hints in messages."""
         options = "" if self.names.table == DEFAULT_TABLE_NAME else f" --table {self.names.table}"
@@ -333,62 +327,28 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     # -- the executor -----------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def _driver_connection(self) -> AsyncIterator[Any]:
-        """A pooled connection's driver connection, for one operation.
-
-        If the operation fails in a way that may leave the connection unusable (timeout,
-        cancellation, network error), the connection is aborted at once and discarded in the
-        background, so the operation's time bound holds and the pool never gets it back. Returning a
-        good connection to the pool is shielded from cancellation, so cancelled callers never leak
-        pooled connections.
-        """
-        conn = await self._checkout()
-        discarded = False
-        try:
-            pooled = await conn.get_raw_connection()
-            driver_conn = pooled.driver_connection
-            try:
-                if not pooled.info.get(_PREPARED):
-                    await self._driver.prepare(driver_conn)
-                    pooled.info[_PREPARED] = True
-                yield driver_conn
-            except BaseException as exc:
-                if not self._driver.connection_survives(exc):
-                    discarded = True
-                    with contextlib.suppress(Exception):
-                        await self._driver.abort(driver_conn)
-                    _in_background(_discard(conn))
-                raise
-        finally:
-            if not discarded:
-                await _shielded(conn.close())
-
-    async def _checkout(self) -> AsyncConnection:
-        """Check a connection out of the pool. A cancellation does not interrupt the checkout
-        half-way (that would orphan the connection); the connection is then returned in the
-        background instead."""
-        checkout = asyncio.ensure_future(self._engine.connect())
-        try:
-            return await asyncio.shield(checkout)
-        except asyncio.CancelledError:
-
-            def give_back(done: asyncio.Future[AsyncConnection]) -> None:
-                if not done.cancelled() and done.exception() is None:
-                    _in_background(done.result().close())
-
-            checkout.add_done_callback(give_back)
-            raise
-
     async def _run(self, operation: str, key: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
-        what = f"{operation} {key!r}" if key is not None else operation
+        """Run ``work`` on a driver connection within the operation timeout; translate errors."""
         try:
             async with asyncio.timeout(self.operation_timeout_s):
-                async with self._driver_connection() as conn:
-                    return await work(conn)
+                slot = await self._slots.take()
+                healthy = False
+                try:
+                    result = await work(slot[1])
+                    healthy = True
+                    return result
+                except BaseException as exc:
+                    healthy = self._driver.connection_survives(exc)
+                    if not healthy:
+                        with contextlib.suppress(Exception):
+                            await self._driver.abort(slot[1])
+                    raise
+                finally:
+                    self._slots.give_back(slot, healthy=healthy)
         except LeaseError:
             raise
         except TimeoutError as exc:
+            what = f"{operation} {key!r}" if key is not None else operation
             raise LeaseBackendError(
                 f"{what}: no answer from {self.safe_url} within {self.operation_timeout_s:g} s"
             ) from exc
@@ -398,6 +358,7 @@ class SqlLeaseProvider(LeaseProviderBase):
                     f"lease table {self.names.table!r} not found in {self.safe_url}: "
                     f"run `sql-lease migrate --url URL{self._names_options()}` first ({exc})"
                 ) from exc
+            what = f"{operation} {key!r}" if key is not None else operation
             raise LeaseBackendError(f"{what} on {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
 
     # -- the five operations ------------------------------------------------------------------
