@@ -187,6 +187,12 @@ class SqlLeaseProvider(LeaseProviderBase):
             ``LISTEN`` on one pooled connection and wake within milliseconds of a release, instead
             of polling. Default True; turn off where LISTEN is unavailable (PgBouncer in
             transaction mode).
+        pgbouncer: the database is reached through PgBouncer in transaction pooling mode: no
+            named prepared statements (asyncpg's ``statement_cache_size=0``, which PgBouncer's
+            transaction mode cannot track) and no LISTEN (``listen_notify=False``; waiters poll).
+            Every lease operation is one statement in its own transaction, so nothing else
+            depends on a session. Applies to engines the provider creates from a URL; configure a
+            given engine the same way yourself (``connect_args={"statement_cache_size": 0}``).
 
     Raises ``ValueError``/``TypeError`` for bad arguments, before connecting. Operations raise
     ``SchemaMissingError`` when the table does not exist (run ``sql-lease migrate``) and
@@ -208,6 +214,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         sqlite_synchronous: str = "FULL",
         engine_options: dict[str, Any] | None = None,
         listen_notify: bool = True,
+        pgbouncer: bool = False,
     ) -> None:
         self.names = LeaseTableNames(table_name, schema, version_table)
         if isinstance(operation_timeout_s, bool) or not isinstance(operation_timeout_s, (int, float)):
@@ -230,6 +237,9 @@ class SqlLeaseProvider(LeaseProviderBase):
             url = to_async_url(url_or_engine)
             backend = url.get_backend_name()
             options: dict[str, Any] = {"pool_reset_on_return": None}
+            if pgbouncer and backend == "postgresql":
+                url = url.update_query_dict({"prepared_statement_cache_size": "0"})
+                options["connect_args"] = {"statement_cache_size": 0}
             if backend == "postgresql":
                 # the lease statements' connections, the LISTEN connection and migrations
                 options.update(pool_size=(pool_size or 10) + 2, max_overflow=0)
@@ -253,7 +263,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             )
         )
         self.safe_url = base_engine.url.render_as_string(hide_password=True)
-        self.listen_notify = bool(listen_notify)
+        self.listen_notify = bool(listen_notify) and not pgbouncer
         self._listener: NotifyListener | None = None
         if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
             raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
