@@ -80,7 +80,18 @@ class PostgresStatements(LeaseStatements):
         # before ON CONFLICT waits for a locked row; if that row is then deleted, the insert would
         # go ahead with a fence older than one issued meanwhile. So every statement that draws a
         # fence first takes a transaction-level advisory lock on (table, key), and draws after it.
-        serialise = f"SELECT pg_advisory_xact_lock({names.advisory_lock_class}, hashtext($1::varchar))"
+        # A key held by another owner is refused by a plain read, taking no lock: racers for a busy
+        # key never queue behind each other or delay the holder's release. (The read uses the
+        # statement's snapshot; a release committed after it began is seen by the next attempt.)
+        busy = f"""busy AS (
+    SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND expires_at > now() AND owner <> $2
+)"""
+        # Otherwise, fences must be drawn in the order owners change. nextval() in an INSERT runs
+        # before ON CONFLICT waits for a locked row; if that row is then deleted, the insert would
+        # go ahead with a fence older than one issued meanwhile. So every statement that draws a
+        # fence first takes a transaction-level advisory lock on (table, key), and draws after it.
+        lock = f"pg_advisory_xact_lock({names.advisory_lock_class}, hashtext($1::varchar))"
+        serialise = f"SELECT {lock} WHERE NOT EXISTS (SELECT FROM busy)"
         upsert = f"""
     INSERT INTO {t} AS held (key, owner, fence, expires_at)
     SELECT $1, $2, nextval('{seq}'), {expires} FROM serialised
@@ -90,20 +101,17 @@ class PostgresStatements(LeaseStatements):
            fence = CASE WHEN held.owner = excluded.owner THEN held.fence ELSE excluded.fence END
      WHERE held.owner = excluded.owner OR held.expires_at <= now()
     RETURNING held.owner, held.fence, held.expires_at"""
-        # On a refusal the holder is read in the same statement. That read uses the statement's
-        # snapshot, which may predate the holder's commit: a row that looks expired or looks like
-        # the caller's own is stale, so it is left out and the executor reads the holder afresh.
-        current_holder = f"""
-SELECT false, owner, fence, expires_at FROM {t}
- WHERE key = $1 AND NOT EXISTS (SELECT FROM attempt) AND expires_at > now() AND owner <> $2"""
+        # If the upsert itself refused (a holder committed after the snapshot), the holder is not
+        # visible to this statement: no row comes back and the executor reads it afresh.
         super().__init__(
             acquire=f"""
-WITH serialised AS ({serialise}), attempt AS ({upsert}
+WITH {busy}, serialised AS ({serialise}), attempt AS ({upsert}
 )
 SELECT true, owner, fence, expires_at FROM attempt
-UNION ALL{current_holder}""",
+UNION ALL
+SELECT false, owner, fence, expires_at FROM busy""",
             acquire_waiting=f"""
-WITH serialised AS ({serialise}), attempt AS ({upsert}
+WITH {busy}, serialised AS ({serialise}), attempt AS ({upsert}
 ), waiting AS (
     UPDATE {t} SET has_waiters = true
      WHERE key = $1 AND NOT EXISTS (SELECT FROM attempt)
@@ -125,7 +133,7 @@ UPDATE {t} SET expires_at = {expires}
  WHERE key = $1 AND owner = $2 AND expires_at > now()
 RETURNING expires_at""",
             transfer=f"""
-WITH serialised AS ({serialise}), moved AS (
+WITH serialised AS (SELECT {lock}), moved AS (
     UPDATE {t} AS l
        SET owner = $3::varchar,
            expires_at = now() + $4::float8 * interval '1 millisecond',

@@ -1,0 +1,310 @@
+"""The library's side of the benchmark, runnable against any database: ``sql-lease bench --url URL``.
+
+Every measurement uses the public API (``SqlLeaseProvider``, ``hold``); none of them runs inside
+the test suite. ``benchmarks/run.py`` puts these figures beside the raw-driver floors and the peers
+(Redis lock, tooz) measured in the same run.
+
+Measurements (times are wall-clock ``time.perf_counter``; latencies in milliseconds):
+
+- cycles: acquire a free key, then release it; cycles per second with 1 and with N workers.
+- contention: W workers race for one key; attempts per second, acquisitions, the most holders
+  ever seen inside the critical section at once (must be 1) and errors (must be 0).
+- scale: acquire (new key) and renew latency p50/p99 with 10^3 and with 10^6 rows in the table.
+- sweep: sweep 10^6 expired rows in batches while W workers acquire and release; sweep time and the
+  workers' p99 during the sweep against without it.
+- renewals: L leases held with ``hold()`` and renewed every 5 s (Mastra's cadence); statements per
+  second and the client's CPU share (process CPU time / wall time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .holding import hold
+from .sql.provider import SqlLeaseProvider
+
+BENCH_TABLE = "sql_lease_bench"
+BENCH_VERSION_TABLE = "sql_lease_bench_alembic_version"
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    """The ``fraction`` quantile (nearest rank) of ``samples``."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+def bench_provider(url: str, **options: Any) -> SqlLeaseProvider:
+    """A provider on the benchmark's own table, apart from any real leases."""
+    return SqlLeaseProvider(url, table_name=BENCH_TABLE, version_table=BENCH_VERSION_TABLE, **options)
+
+
+async def _reset(provider: SqlLeaseProvider) -> None:
+    await provider.migrate()
+    await _execute(provider, f"DELETE FROM {BENCH_TABLE}")
+
+
+async def _execute(provider: SqlLeaseProvider, sql: str) -> None:
+    from sqlalchemy import text
+
+    async with provider.engine.connect() as conn:
+        await conn.execute(text(sql))
+        await conn.commit()
+
+
+async def _cycles(provider: SqlLeaseProvider, count: int, tag: str, latencies: list[float] | None = None) -> None:
+    for i in range(count):
+        key, owner = f"{tag}:{i % 64}", uuid.uuid4().hex
+        started = time.perf_counter()
+        result = await provider.acquire_lease(key, owner, 15_000)
+        if not result.acquired:
+            raise AssertionError(f"benchmark key {key} was not free")
+        await provider.release_lease(key, owner)
+        if latencies is not None:
+            latencies.append((time.perf_counter() - started) * 1000)
+
+
+async def cycle_throughput(provider: SqlLeaseProvider, cycles: int, workers: int) -> dict[str, float]:
+    """Acquire-then-release cycles per second with 1 worker and with ``workers`` workers."""
+    await _cycles(provider, 50, "warm")
+    started = time.perf_counter()
+    await _cycles(provider, cycles, "seq")
+    sequential = cycles / (time.perf_counter() - started)
+    per_worker = cycles // workers
+    started = time.perf_counter()
+    await asyncio.gather(*(_cycles(provider, per_worker, f"w{j}") for j in range(workers)))
+    concurrent = per_worker * workers / (time.perf_counter() - started)
+    return {"1_worker": sequential, f"{workers}_workers": concurrent}
+
+
+async def contention(provider: SqlLeaseProvider, workers: int = 64, seconds: float = 3.0) -> dict[str, float]:
+    """``workers`` tasks race for one key for ``seconds``; each winner stays inside ~1 ms."""
+    key = f"contended:{uuid.uuid4().hex}"
+    inside, most_inside = 0, 0
+    attempts = acquisitions = errors = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker(n: int) -> None:
+        nonlocal inside, most_inside, attempts, acquisitions, errors
+        owner = f"racer-{n}"
+        while time.perf_counter() < deadline:
+            attempts += 1
+            try:
+                result = await provider.acquire_lease(key, owner, 5_000)
+                if not result.acquired:
+                    continue
+                acquisitions += 1
+                inside += 1
+                most_inside = max(most_inside, inside)
+                await asyncio.sleep(0.001)
+                inside -= 1
+                await provider.release_lease(key, owner)
+            except Exception:
+                errors += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(n) for n in range(workers)))
+    elapsed = time.perf_counter() - started
+    return {
+        "workers": workers,
+        "attempts_per_s": attempts / elapsed,
+        "acquisitions": acquisitions,
+        "most_holders_at_once": most_inside,
+        "errors": errors,
+    }
+
+
+async def _fill(provider: SqlLeaseProvider, first: int, last: int, expires_in_s: int) -> None:
+    """Insert rows ``fill:first`` .. ``fill:last`` expiring ``expires_in_s`` seconds from now."""
+    names = provider.names
+    if provider.dialect_name == "postgresql":
+        sql = (
+            f"INSERT INTO {names.table} (key, owner, fence, expires_at) "
+            f"SELECT 'fill:' || g, 'filler', nextval('{names.fence_sequence}'), "
+            f"now() + make_interval(secs => {expires_in_s}) FROM generate_series({first}, {last}) g"
+        )
+    else:
+        from .sql.statements import SQLITE_NOW_MS
+
+        sql = (
+            f"WITH RECURSIVE g(x) AS (SELECT {first} UNION ALL SELECT x + 1 FROM g WHERE x < {last}) "
+            f"INSERT INTO {names.table} (key, owner, fence, expires_at) "
+            f"SELECT 'fill:' || x, 'filler', (SELECT last_fence FROM {names.fence_counter}) + x, "
+            f"{SQLITE_NOW_MS} + {expires_in_s * 1000} FROM g"
+        )
+    await _execute(provider, sql)
+    if provider.dialect_name == "postgresql":
+        await _execute(provider, f"ANALYZE {names.table}")
+
+
+async def _latencies(samples: int, operation: Callable[[int], Awaitable[Any]]) -> dict[str, float]:
+    measured = []
+    for i in range(samples):
+        started = time.perf_counter()
+        await operation(i)
+        measured.append((time.perf_counter() - started) * 1000)
+    return {"p50_ms": statistics.median(measured), "p99_ms": percentile(measured, 0.99)}
+
+
+async def _acquire_nth(provider: SqlLeaseProvider, keys: list[str], i: int) -> Any:
+    return await provider.acquire_lease(keys[i], "bench", 60_000)
+
+
+async def _renew_nth(provider: SqlLeaseProvider, keys: list[str], i: int) -> Any:
+    return await provider.renew_lease(keys[i], "bench", 60_000)
+
+
+async def scale(
+    provider: SqlLeaseProvider, sizes: tuple[int, ...] = (1_000, 1_000_000), samples: int = 2000
+) -> dict[str, Any]:
+    """Acquire and renew latency with ``sizes`` rows in the table (filled cumulatively)."""
+    await _reset(provider)
+    filled, results = 0, {}
+    for size in sizes:
+        await _fill(provider, filled + 1, size, 3600)
+        filled = size
+        tag = uuid.uuid4().hex[:8]
+        keys = [f"{tag}:{i}" for i in range(samples)]
+        acquire = await _latencies(samples, functools.partial(_acquire_nth, provider, keys))
+        renew = await _latencies(samples, functools.partial(_renew_nth, provider, keys))
+        results[str(size)] = {"acquire": acquire, "renew": renew}
+        await _execute(provider, f"DELETE FROM {provider.names.table} WHERE key LIKE '{tag}:%'")
+    return results
+
+
+async def sweep_under_load(
+    provider: SqlLeaseProvider,
+    expired_rows: int = 1_000_000,
+    workers: int = 8,
+    batch_size: int = 10_000,
+    baseline_s: float = 3.0,
+) -> dict[str, float]:
+    """Sweep ``expired_rows`` while ``workers`` run acquire/release cycles; compare their p99."""
+    await _reset(provider)
+    await _fill(provider, 1, expired_rows, -3600)
+    baseline: list[float] = []
+    during: list[float] = []
+    phase = {"samples": baseline}
+    stop = asyncio.Event()
+
+    async def worker(n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            latencies: list[float] = []
+            await _cycles(provider, 1, f"load{n}:{i}", latencies)
+            phase["samples"].append(latencies[0])
+            i += 1
+
+    running = [asyncio.create_task(worker(n)) for n in range(workers)]
+    await asyncio.sleep(baseline_s)
+    phase["samples"] = during
+    started = time.perf_counter()
+    removed = 0
+    while True:
+        batch = await provider.sweep_expired(batch_size=batch_size)
+        removed += batch
+        if batch < batch_size:
+            break
+    sweep_s = time.perf_counter() - started
+    stop.set()
+    await asyncio.gather(*running)
+    return {
+        "rows_removed": removed,
+        "sweep_s": sweep_s,
+        "batch_size": batch_size,
+        "worker_p99_ms_without_sweep": percentile(baseline, 0.99),
+        "worker_p99_ms_during_sweep": percentile(during, 0.99),
+        "worker_cycles_during_sweep": len(during),
+    }
+
+
+async def renewal_load(
+    provider: SqlLeaseProvider, leases: int = 10_000, renew_every_s: float = 5.0, seconds: float = 15.0
+) -> dict[str, float]:
+    """Hold ``leases`` leases with ``hold()`` (TTL 3x the renewal interval) for ``seconds``."""
+    await _reset(provider)
+    statements = 0
+    original = provider._driver.fetch_one
+
+    async def counted(*args: Any) -> Any:
+        nonlocal statements
+        statements += 1
+        return await original(*args)
+
+    provider._driver.fetch_one = counted  # type: ignore[method-assign,assignment]
+    holds = [
+        hold(provider, f"held:{i}", f"holder-{i}", renew_every_s * 3000, renew_every_ms=renew_every_s * 1000)
+        for i in range(leases)
+    ]
+    for chunk in range(0, leases, 500):
+        await asyncio.gather(*(h.__aenter__() for h in holds[chunk : chunk + 500]))
+    statements = 0
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.sleep(seconds)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    lost = sum(h.lost.is_set() for h in holds)
+    renewed_statements = statements
+    for chunk in range(0, leases, 500):
+        await asyncio.gather(*(h.__aexit__(None, None, None) for h in holds[chunk : chunk + 500]))
+    provider._driver.fetch_one = original  # type: ignore[method-assign,assignment]
+    return {
+        "leases": leases,
+        "renew_every_s": renew_every_s,
+        "statements_per_s": renewed_statements / wall,
+        "expected_per_s": leases / renew_every_s,
+        "client_cpu_share": cpu / wall,
+        "lost": lost,
+    }
+
+
+async def run_all(url: str, *, quick: bool = False, **options: Any) -> dict[str, Any]:
+    """Every measurement above on ``url``; ``quick`` shrinks the sizes for a smoke run."""
+    results: dict[str, Any] = {}
+    async with bench_provider(url, **options) as provider:
+        await _reset(provider)
+        results["cycles"] = await cycle_throughput(provider, 500 if quick else 3000, 8)
+        results["contention"] = await contention(provider, 64, 1.0 if quick else 3.0)
+        results["scale"] = await scale(provider, (1_000, 10_000 if quick else 1_000_000), 300 if quick else 2000)
+        sqlite = provider.dialect_name == "sqlite"
+        results["sweep"] = await sweep_under_load(
+            provider, 20_000 if quick else 1_000_000, 8, 1_000 if sqlite else 10_000, 1.0 if quick else 3.0
+        )
+        if not sqlite:
+            results["renewals"] = await renewal_load(provider, 500 if quick else 10_000, 5.0, 6.0 if quick else 15.0)
+        await _reset(provider)
+    return results
+
+
+def format_results(url: str, results: dict[str, Any]) -> str:
+    """A plain-text table of :func:`run_all`'s results."""
+    lines = [f"sql_lease benchmark on {url}"]
+    c = results["cycles"]
+    lines.append("cycles/s (acquire+release):  " + "   ".join(f"{k.replace('_', ' ')} {v:,.0f}" for k, v in c.items()))
+    k = results["contention"]
+    lines.append(
+        f"contention, {k['workers']} workers on one key: {k['attempts_per_s']:,.0f} attempts/s, "
+        f"{k['acquisitions']} acquisitions, most holders at once {k['most_holders_at_once']}, errors {k['errors']}"
+    )
+    for size, r in results["scale"].items():
+        lines.append(
+            f"{int(size):>9,} rows: acquire p50 {r['acquire']['p50_ms']:.3f} ms p99 {r['acquire']['p99_ms']:.3f} ms"
+            f" | renew p50 {r['renew']['p50_ms']:.3f} ms p99 {r['renew']['p99_ms']:.3f} ms"
+        )
+    s = results["sweep"]
+    lines.append(
+        f"sweep {s['rows_removed']:,} expired rows (batches of {s['batch_size']:,}): {s['sweep_s']:.2f} s; "
+        f"workers' p99 {s['worker_p99_ms_without_sweep']:.2f} ms without, "
+        f"{s['worker_p99_ms_during_sweep']:.2f} ms during"
+    )
+    if "renewals" in results:
+        r = results["renewals"]
+        lines.append(
+            f"{r['leases']:,} leases renewed every {r['renew_every_s']:g} s: {r['statements_per_s']:,.0f} statements/s "
+            f"(expected {r['expected_per_s']:,.0f}), client CPU {r['client_cpu_share']:.0%}, lost {r['lost']}"
+        )
+    return "\n".join(lines)
