@@ -76,28 +76,65 @@ class _PollingWaiter:
         return False
 
 
-# Waiters for the same key in one process queue behind one lock, so only the first of them queries
-# the database: a release costs one query per waiting process, not one per waiting task.
-_local_queues: weakref.WeakKeyDictionary[Any, dict[str, tuple[asyncio.Lock, int]]] = weakref.WeakKeyDictionary()
+class _LocalQueue:
+    """Waiters for one key in this process. They queue behind one lock, so only the first of them
+    queries the database (a release costs one query per waiting process, not one per waiting task).
+    A lease transferred to a waiter further back does not wait for its turn: the head, refused and
+    told the holder, nudges that waiter, which then acquires at once (it is the owner)."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.nudges: dict[str, list[asyncio.Event]] = {}
+        self.users = 0
+
+    def nudge(self, owner: str | None) -> None:
+        for event in self.nudges.get(owner or "", ()):
+            event.set()
+
+    async def wait_turn(self, nudge: asyncio.Event, deadline: float | None) -> bool:
+        """Wait for the lock (True: caller must release it) or a nudge (False); TimeoutError."""
+        taking = asyncio.ensure_future(self.lock.acquire())
+        nudged = asyncio.ensure_future(nudge.wait())
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.wait({taking, nudged}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            nudged.cancel()
+            if not taking.done():
+                taking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await taking
+        if taking.done() and not taking.cancelled():
+            if nudge.is_set():  # nudged and granted at once: the nudge wins, pass the turn on
+                self.lock.release()
+                return False
+            return True
+        return False
+
+
+_local_queues: weakref.WeakKeyDictionary[Any, dict[str, _LocalQueue]] = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
-def _local_queue(provider: LeaseProvider, key: str) -> Iterator[asyncio.Lock | None]:
+def _local_queue(provider: LeaseProvider, key: str, owner: str) -> Iterator[tuple[_LocalQueue, asyncio.Event] | None]:
     try:
         queues = _local_queues.setdefault(provider, {})
     except TypeError:  # not weak-referenceable: no coalescing
         yield None
         return
-    lock, users = queues.get(key, (asyncio.Lock(), 0))
-    queues[key] = (lock, users + 1)
+    queue = queues.setdefault(key, _LocalQueue())
+    queue.users += 1
+    nudge = asyncio.Event()
+    queue.nudges.setdefault(owner, []).append(nudge)
     try:
-        yield lock
+        yield queue, nudge
     finally:
-        lock, users = queues[key]
-        if users == 1:
+        queue.nudges[owner].remove(nudge)
+        if not queue.nudges[owner]:
+            del queue.nudges[owner]
+        queue.users -= 1
+        if queue.users == 0:
             del queues[key]
-        else:
-            queues[key] = (lock, users - 1)
 
 
 async def acquire_lease_wait(
@@ -146,48 +183,85 @@ async def _acquire_wait_timed(
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = None if limit is None else started + limit
-    with _local_queue(provider, key) as queue:
-        if queue is not None:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await queue.acquire()
-            except TimeoutError:
-                sent = loop.time()
-                result = await provider.acquire_lease(key, owner, ttl_ms)  # a last try; names the holder
-                if result.acquired:
-                    return result, sent
-                raise LeaseNotAcquiredError(
-                    key, result.owner, result.fence, result.expires_at, waited_s=loop.time() - started
-                ) from None
-        try:
-            hook = getattr(provider, "release_waiter", None)
-            waiter = (hook(key) if callable(hook) else None) or _PollingWaiter(provider, key)
-            async with waiter:
-                delay = poll_initial_s
-                while True:
+    with _local_queue(provider, key, owner) as local:
+        while True:
+            has_turn = False
+            if local is not None:
+                queue, nudge = local
+                try:
+                    has_turn = await queue.wait_turn(nudge, deadline)
+                except TimeoutError:
                     sent = loop.time()
-                    result = await waiter.acquire(owner, ttl_ms)
+                    result = await provider.acquire_lease(key, owner, ttl_ms)  # a last try; names the holder
                     if result.acquired:
                         return result, sent
-                    now = loop.time()
-                    if deadline is not None and now >= deadline:
-                        raise LeaseNotAcquiredError(
-                            key, result.owner, result.fence, result.expires_at, waited_s=now - started
-                        )
-                    if waiter.listening:
-                        pause = listen_max_wait_s
-                    else:
-                        pause = delay * random.uniform(0.5, 1.0)
-                        delay = min(delay * 2, poll_max_s)
-                    until_expiry = _seconds_until(result.expires_at)
-                    if until_expiry is not None:
-                        pause = min(pause, until_expiry + 0.001)
-                    if deadline is not None:
-                        pause = min(pause, deadline - now)
-                    await waiter.wait(pause)
-        finally:
-            if queue is not None:
-                queue.release()
+                    raise LeaseNotAcquiredError(
+                        key, result.owner, result.fence, result.expires_at, waited_s=loop.time() - started
+                    ) from None
+                if not has_turn:  # nudged: the lease may have been handed to us
+                    nudge.clear()
+                    sent = loop.time()
+                    result = await provider.acquire_lease(key, owner, ttl_ms)
+                    if result.acquired:
+                        return result, sent
+                    continue
+            try:
+                return await _wait_at_head(
+                    provider,
+                    key,
+                    owner,
+                    ttl_ms,
+                    started,
+                    deadline,
+                    poll_initial_s,
+                    poll_max_s,
+                    listen_max_wait_s,
+                    local[0] if local else None,
+                )
+            finally:
+                if has_turn and local is not None:
+                    local[0].lock.release()
+
+
+async def _wait_at_head(
+    provider: LeaseProvider,
+    key: str,
+    owner: str,
+    ttl_ms: int | float,
+    started: float,
+    deadline: float | None,
+    poll_initial_s: float,
+    poll_max_s: float,
+    listen_max_wait_s: float,
+    queue: _LocalQueue | None,
+) -> tuple[AcquireResult, float]:
+    """The waiting loop of the one waiter (per process and key) that queries the database."""
+    loop = asyncio.get_running_loop()
+    hook = getattr(provider, "release_waiter", None)
+    waiter = (hook(key) if callable(hook) else None) or _PollingWaiter(provider, key)
+    async with waiter:
+        delay = poll_initial_s
+        while True:
+            sent = loop.time()
+            result = await waiter.acquire(owner, ttl_ms)
+            if result.acquired:
+                return result, sent
+            if queue is not None and result.owner != owner:
+                queue.nudge(result.owner)  # handed to a waiter behind us: let it take over
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                raise LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at, waited_s=now - started)
+            if waiter.listening:
+                pause = listen_max_wait_s
+            else:
+                pause = delay * random.uniform(0.5, 1.0)
+                delay = min(delay * 2, poll_max_s)
+            until_expiry = _seconds_until(result.expires_at)
+            if until_expiry is not None:
+                pause = min(pause, until_expiry + 0.001)
+            if deadline is not None:
+                pause = min(pause, deadline - now)
+            await waiter.wait(pause)
 
 
 def _consume_result(task: asyncio.Future[Any]) -> None:

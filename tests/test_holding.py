@@ -325,3 +325,42 @@ async def test_hold_after_a_long_wait_is_not_falsely_lost(provider: Any, key: st
         await asyncio.sleep(1.2)
         assert not lease.lost.is_set()
         assert await provider.get_lease_owner(key) == "alice"
+
+
+async def test_transfer_to_a_waiter_behind_others_in_this_process(provider: Any, key: str) -> None:
+    """Waiters on one key queue in this process; a lease handed to one further back must reach it
+    without waiting for the ones in front (they would wait forever: the key is not free)."""
+    order: list[str] = []
+
+    async def run(owner: str) -> None:
+        async with hold(provider, key, owner, ttl_ms=10_000, wait=True, timeout_s=8) as lease:
+            order.append(owner)
+            if owner == "run-1":
+                await asyncio.sleep(0.2)  # run-2 and run-3 are queued by now
+                assert await lease.transfer_to("run-3")
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.gather(run("run-1"), run("run-2"), run("run-3"))
+    assert order == ["run-1", "run-3", "run-2"]
+    assert loop.time() - started < 5
+
+
+def test_thread_worker_example_runs(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "thread_worker.py"
+    done = subprocess.run(
+        [sys.executable, str(example), f"sqlite:///{tmp_path}/example.db"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "run-1 owns thread t-42 with fence 1",
+        "run-1 handed thread t-42 to run-2",
+        "run-2 owns thread t-42 with fence 2",
+        "run-2 handed thread t-42 to run-3",
+        "run-3 owns thread t-42 with fence 3",
+        "thread t-42 is free again: True",
+    ]
