@@ -15,7 +15,7 @@ import pytest
 
 from sql_lease import SqlLeaseProvider
 
-WORKER = Path(__file__).with_name("support") / "exclusion_worker.py"
+WORKER = Path(__file__).with_name("support") / "fault_worker.py"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -42,6 +42,7 @@ def test_processes_never_share_a_key(backend: dict[str, str], tmp_path: Path) ->
             [
                 sys.executable,
                 str(WORKER),
+                "hammer",
                 "--url",
                 backend["url"],
                 "--schema",

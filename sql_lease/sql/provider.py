@@ -56,8 +56,9 @@ def to_async_url(url: str | URL) -> URL:
     try:
         parsed = make_url(url)
     except ArgumentError:
+        # The text is left out on purpose: a malformed URL may still carry a password.
         raise ValueError(
-            f"not a database URL: {url!r}; expected postgresql://user@host:5432/dbname or sqlite:///path/to/file.db"
+            "not a database URL; expected postgresql://user@host:5432/dbname or sqlite:///path/to/file.db"
         ) from None
     backend, _, driver = parsed.drivername.partition("+")
     if backend not in _ASYNC_DRIVERS:

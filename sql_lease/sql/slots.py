@@ -65,6 +65,7 @@ class ConnectionSlots:
         self._waiters: collections.deque[asyncio.Future[Slot | None]] = collections.deque()
         self._open = 0
         self._closed = False
+        self._cleanups: set[asyncio.Task[Any]] = set()
 
     @property
     def open_connections(self) -> int:
@@ -96,6 +97,16 @@ class ConnectionSlots:
             # None: a connection was dropped, so there is room to open one; loop and take it
 
     async def _new_slot(self) -> Slot:
+        # The engine's pool may hold connections that died while idle (a database restart): skip
+        # them, as many as the pool could hold, before giving up.
+        for _ in range(self._size + 10):
+            slot = await self._checkout_one()
+            if self._is_usable(slot[1]):
+                return slot
+            self._forget(slot)
+        raise ConnectionError("every connection the engine's pool handed out was already closed")
+
+    async def _checkout_one(self) -> Slot:
         self._open += 1
         checkout = asyncio.ensure_future(self._engine.connect())
         try:
@@ -116,7 +127,7 @@ class ConnectionSlots:
         except BaseException:
             self._open -= 1
             self._wake_one(None)
-            in_background(_discard(conn))
+            self._track(in_background(_discard(conn)))
             raise
         return conn, driver_conn
 
@@ -139,7 +150,11 @@ class ConnectionSlots:
 
     def _forget(self, slot: Slot, close_only: bool = False) -> None:
         self._open -= 1
-        in_background(slot[0].close() if close_only else _discard(slot[0]))
+        self._track(in_background(slot[0].close() if close_only else _discard(slot[0])))
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def close(self) -> None:
         """Return every idle connection to the engine's pool; busy ones follow when given back."""
@@ -150,3 +165,5 @@ class ConnectionSlots:
             await conn.close()
         while self._wake_one(None):
             pass
+        if self._cleanups:  # let discarded connections finish closing while their loop still runs
+            await asyncio.wait(set(self._cleanups), timeout=5)
