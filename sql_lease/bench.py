@@ -46,8 +46,12 @@ def bench_provider(url: str, **options: Any) -> SqlLeaseProvider:
 
 
 async def _reset(provider: SqlLeaseProvider) -> None:
+    """Empty the benchmark table; on PostgreSQL also VACUUM it, so that one measurement's million
+    dead rows (autovacuum may not have reached them yet) do not slow the next one down."""
     await provider.migrate()
     await _execute(provider, f"DELETE FROM {BENCH_TABLE}")
+    if provider.dialect_name == "postgresql":
+        await _execute(provider, f"VACUUM ANALYZE {BENCH_TABLE}")
 
 
 async def _execute(provider: SqlLeaseProvider, sql: str) -> None:
@@ -234,7 +238,14 @@ async def renewal_load(
 
     provider._driver.fetch_one = counted  # type: ignore[method-assign,assignment]
     holds = [
-        hold(provider, f"held:{i}", f"holder-{i}", renew_every_s * 3000, renew_every_ms=renew_every_s * 1000)
+        hold(
+            provider,
+            f"held:{i}",
+            f"holder-{i}",
+            renew_every_s * 3000,
+            renew_every_ms=renew_every_s * 1000,
+            on_lost="flag",
+        )
         for i in range(leases)
     ]
     for chunk in range(0, leases, 500):

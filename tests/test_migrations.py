@@ -157,3 +157,16 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     done = _run([sys.executable, "-m", "sql_lease", "migrate", "--url", f"sqlite:///{db}"], tmp_path, env)
     assert done.returncode == 0, done.stderr
     assert "revision 0001" in done.stdout
+
+
+@pytest.mark.postgres
+async def test_postgres_lease_connections_never_plan_sequential_scans(pg_schema: tuple[str, str]) -> None:
+    """Regression: a generic plan cached while the table was empty (a sequential scan) made every
+    statement scan the whole table once it had grown; 10,000 renewals every 5 s fell behind."""
+    url, schema = pg_schema
+    async with SqlLeaseProvider(url, schema=schema) as provider:
+        slot = await provider._slots.take()
+        try:
+            assert await slot[1].fetchval("SHOW enable_seqscan") == "off"
+        finally:
+            provider._slots.give_back(slot, healthy=True)
