@@ -114,11 +114,10 @@ class _AsyncpgDriver(_Driver):
         # asyncpg caches prepared statements per connection, and after five runs PostgreSQL may
         # switch one to a generic plan. A generic plan made while the lease table was empty is a
         # sequential scan, kept until the next ANALYZE: a burst of leases right after a VACUUM of
-        # an empty table then scans the whole table on every statement (seen in the benchmark:
-        # 10,000 renewals every 5 s fell behind and every lease was lost). Every lease statement
-        # has an index path (the key, or expires_at for sweeps), so index scans are always right;
-        # plan_cache_mode=force_custom_plan would fix it too but costs a third of the throughput
-        # at 8 workers. (Not through PgBouncer: a session setting would leak to other clients.)
+        # an empty table then scans the whole table on every statement. Every lease statement has
+        # one right index (the key; expires_at for sweeps, see statements.py), so index scans are
+        # always right; plan_cache_mode=force_custom_plan would fix it too but costs a third of the
+        # throughput at 8 workers. (Not through PgBouncer: a session setting would leak.)
         if self._session_settings:
             await conn.execute("SET enable_seqscan = off")
 

@@ -75,6 +75,11 @@ class PostgresStatements(LeaseStatements):
         t = _qualified(dialect, names, names.table)
         seq = _qualified(dialect, names, names.fence_sequence).replace("'", "''")
         expires = "now() + $3::float8 * interval '1 millisecond'"
+        # Statements that find a row by its key test expiry as `expires_at + interval '0' > now()`:
+        # the same test, but one the expires_at index cannot serve. Otherwise a generic plan made
+        # while the table was (nearly) empty may walk that index over every live lease instead of
+        # looking the key up (seen in the benchmark: 10,000 renewals every 5 s fell to 120/s).
+        live = "expires_at + interval '0' > now()"
         notify = "pg_notify('" + names.notify_channel + "', key)"
         # Fences must be drawn in the order owners change. nextval() in an INSERT's VALUES runs
         # before ON CONFLICT waits for a locked row; if that row is then deleted, the insert would
@@ -84,7 +89,7 @@ class PostgresStatements(LeaseStatements):
         # key never queue behind each other or delay the holder's release. (The read uses the
         # statement's snapshot; a release committed after it began is seen by the next attempt.)
         busy = f"""busy AS (
-    SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND expires_at > now() AND owner <> $2
+    SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND {live} AND owner <> $2
 )"""
         # Otherwise, fences must be drawn in the order owners change. nextval() in an INSERT runs
         # before ON CONFLICT waits for a locked row; if that row is then deleted, the insert would
@@ -120,8 +125,8 @@ WITH {busy}, serialised AS ({serialise}), attempt AS ({upsert}
 SELECT true, owner, fence, expires_at FROM attempt
 UNION ALL
 SELECT false, owner, fence, expires_at FROM waiting WHERE expires_at > now() AND owner <> $2""",
-            holder=f"SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND expires_at > now()",
-            owner=f"SELECT owner FROM {t} WHERE key = $1 AND expires_at > now()",
+            holder=f"SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND {live}",
+            owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
             release=f"""
 WITH gone AS (
     DELETE FROM {t} WHERE key = $1 AND owner = $2
@@ -130,7 +135,7 @@ WITH gone AS (
 SELECT was_unexpired, CASE WHEN has_waiters THEN {notify} END FROM gone""",
             renew=f"""
 UPDATE {t} SET expires_at = {expires}
- WHERE key = $1 AND owner = $2 AND expires_at > now()
+ WHERE key = $1 AND owner = $2 AND {live}
 RETURNING expires_at""",
             transfer=f"""
 WITH serialised AS (SELECT {lock}), moved AS (
@@ -139,7 +144,7 @@ WITH serialised AS (SELECT {lock}), moved AS (
            expires_at = now() + $4::float8 * interval '1 millisecond',
            fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval('{seq}') END
       FROM serialised
-     WHERE l.key = $1 AND l.owner = $2 AND l.expires_at > now()
+     WHERE l.key = $1 AND l.owner = $2 AND l.{live}
     RETURNING l.key, l.owner, l.fence, l.expires_at, l.has_waiters
 )
 SELECT owner, fence, expires_at, CASE WHEN has_waiters THEN {notify} END FROM moved""",
