@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
@@ -105,6 +106,11 @@ class _Driver:
         """False if ``conn`` is known to be dead (e.g. its socket closed while it sat idle)."""
         return True
 
+    def failed_before_sending(self, exc: BaseException) -> bool:
+        """True if ``exc`` says the connection was found dead before the statement was sent, so
+        the operation can be retried on another connection whatever it was."""
+        return False
+
 
 class _AsyncpgDriver(_Driver):
     def __init__(self, session_settings: bool) -> None:
@@ -144,6 +150,12 @@ class _AsyncpgDriver(_Driver):
 
     def is_usable(self, conn: Any) -> bool:
         return not conn.is_closed()
+
+    def failed_before_sending(self, exc: BaseException) -> bool:
+        import asyncpg
+
+        # asyncpg checks the connection before it writes anything ("connection is closed")
+        return isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc)
 
 
 class _AiosqliteDriver(_Driver):
@@ -356,20 +368,26 @@ class SqlLeaseProvider(LeaseProviderBase):
         """Run ``work`` on a driver connection within the operation timeout; translate errors."""
         try:
             async with asyncio.timeout(self.operation_timeout_s):
-                slot = await self._slots.take()
-                healthy = False
-                try:
-                    result = await work(slot[1])
-                    healthy = True
-                    return result
-                except BaseException as exc:
-                    healthy = self._driver.connection_survives(exc)
-                    if not healthy:
-                        with contextlib.suppress(Exception):
-                            await self._driver.abort(slot[1])
-                    raise
-                finally:
-                    self._slots.give_back(slot, healthy=healthy)
+                # A connection that died while idle (a database restart) may not have noticed yet;
+                # its statement was then never sent, so another connection may run it.
+                for attempt in itertools.count():
+                    slot = await self._slots.take()
+                    healthy = False
+                    try:
+                        result = await work(slot[1])
+                        healthy = True
+                        return result
+                    except BaseException as exc:
+                        healthy = self._driver.connection_survives(exc)
+                        if not healthy:
+                            with contextlib.suppress(Exception):
+                                await self._driver.abort(slot[1])
+                        if attempt < self._slots.size and self._driver.failed_before_sending(exc):
+                            continue
+                        raise
+                    finally:
+                        self._slots.give_back(slot, healthy=healthy)
+                raise AssertionError("unreachable")
         except LeaseError:
             raise
         except TimeoutError as exc:

@@ -68,6 +68,10 @@ class ConnectionSlots:
         self._cleanups: set[asyncio.Task[Any]] = set()
 
     @property
+    def size(self) -> int:
+        return self._size
+
+    @property
     def open_connections(self) -> int:
         return self._open
 
@@ -123,6 +127,8 @@ class ConnectionSlots:
             raise
         try:
             driver_conn = (await conn.get_raw_connection()).driver_connection
+            if not self._is_usable(driver_conn):
+                return conn, driver_conn  # dead in the engine's pool: the caller drops it
             await self._prepare(driver_conn)
         except BaseException:
             self._open -= 1
