@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,16 +18,21 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+def every_operation(provider: SqlLeaseProvider) -> list[Coroutine[Any, Any, Any]]:
+    """One call of each of the five operations, not yet awaited."""
+    return [
+        provider.acquire_lease("k", "o", 1000),
+        provider.get_lease_owner("k"),
+        provider.release_lease("k", "o"),
+        provider.renew_lease("k", "o", 1000),
+        provider.transfer_lease("k", "o", "p", 1000),
+    ]
+
+
 @pytest.mark.postgres
 async def test_missing_table_names_the_migrate_command(pg_url: str, fresh_pg_schema: str) -> None:
     async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as provider:
-        for call in (
-            provider.acquire_lease("k", "o", 1000),
-            provider.get_lease_owner("k"),
-            provider.release_lease("k", "o"),
-            provider.renew_lease("k", "o", 1000),
-            provider.transfer_lease("k", "o", "p", 1000),
-        ):
+        for call in every_operation(provider):
             with pytest.raises(SchemaMissingError, match="sql-lease migrate") as info:
                 await call
             assert info.value.__cause__ is not None
@@ -42,13 +48,7 @@ async def test_unreachable_database_raises_backend_error_without_password() -> N
     url = f"postgresql://app:s3cr3t-pw@127.0.0.1:{closed_port()}/db"
     async with SqlLeaseProvider(url, operation_timeout_s=5) as provider:
         assert "s3cr3t-pw" not in repr(provider)
-        for call in (
-            provider.acquire_lease("k", "o", 1000),
-            provider.get_lease_owner("k"),
-            provider.release_lease("k", "o"),
-            provider.renew_lease("k", "o", 1000),
-            provider.transfer_lease("k", "o", "p", 1000),
-        ):
+        for call in every_operation(provider):
             with pytest.raises(LeaseBackendError) as info:
                 await call
             assert info.value.__cause__ is not None

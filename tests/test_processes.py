@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
-import sys
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -14,6 +11,7 @@ from typing import Any
 import pytest
 
 from sql_lease import SqlLeaseProvider
+from tests.support.processes import json_summaries, run_scripts
 
 WORKER = Path(__file__).with_name("support") / "fault_worker.py"
 REPO = Path(__file__).resolve().parent.parent
@@ -37,41 +35,29 @@ def test_processes_never_share_a_key(backend: dict[str, str], tmp_path: Path) ->
     log = tmp_path / "sections.log"
     markers = tmp_path / "markers"
     markers.mkdir()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(WORKER),
-                "hammer",
-                "--url",
-                backend["url"],
-                "--schema",
-                backend["schema"],
-                "--prefix",
-                prefix,
-                "--keys",
-                str(keys),
-                "--duration",
-                str(duration),
-                "--dir",
-                str(markers),
-                "--log",
-                str(log),
-                "--worker",
-                str(i),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    argvs = [
+        [
+            "hammer",
+            "--url",
+            backend["url"],
+            "--schema",
+            backend["schema"],
+            "--prefix",
+            prefix,
+            "--keys",
+            str(keys),
+            "--duration",
+            str(duration),
+            "--dir",
+            str(markers),
+            "--log",
+            str(log),
+            "--worker",
+            str(i),
+        ]
         for i in range(workers)
     ]
-    summaries: list[dict[str, Any]] = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=duration + 60)
-        assert proc.returncode == 0, err
-        summaries.append(json.loads(out.strip().splitlines()[-1]))
+    summaries = json_summaries(run_scripts(WORKER, argvs, REPO, duration + 60))
     total = {k: sum(s[k] for s in summaries) for k in summaries[0]}
     print("totals", backend["url"].split(":")[0], total)
     assert total["violations"] == 0, total
@@ -126,34 +112,11 @@ def test_postgres_fences_never_go_backwards_under_churn(pg_url: str, fresh_pg_sc
 
     run_in_own_loop(setup)
     worker = Path(__file__).with_name("support") / "churn_worker.py"
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(worker),
-                "--url",
-                pg_url,
-                "--schema",
-                schema,
-                "--prefix",
-                "churn",
-                "--duration",
-                "5",
-                "--worker",
-                str(i),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    argvs = [
+        ["--url", pg_url, "--schema", schema, "--prefix", "churn", "--duration", "5", "--worker", str(i)]
         for i in range(3)
     ]
-    summaries = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=90)
-        assert proc.returncode == 0, err
-        summaries.append(json.loads(out.strip().splitlines()[-1]))
+    summaries = json_summaries(run_scripts(worker, argvs, REPO, 90))
     assert sum(s["stale_refusals"] for s in summaries) == 0, summaries
     log = run_in_own_loop(fetch_log)
     assert len(log) > 500, len(log)

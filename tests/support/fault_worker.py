@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -90,31 +89,10 @@ async def hammer(args: argparse.Namespace) -> dict[str, int]:
 
 
 def run_workers(argvs: Sequence[Sequence[str]], cwd: Path, timeout_s: float) -> list[tuple[int, str, str]]:
-    """Run this script once per argument list, all at once; (exit code, stdout, stderr) of each.
+    """Run this script once per argument list, all at once; see ``processes.run_scripts``."""
+    from tests.support.processes import run_scripts
 
-    Every process is waited for (and killed if it overruns) before this returns, so a failing
-    test never leaves a process or an unclosed pipe behind."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, *argv],
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for argv in argvs
-    ]
-    deadline = time.monotonic() + timeout_s
-    results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            err += f"\n(killed after {timeout_s} s)"
-        results.append((proc.returncode, out, err))
-    return results
+    return run_scripts(__file__, argvs, cwd, timeout_s)
 
 
 if __name__ == "__main__":
