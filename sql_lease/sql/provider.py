@@ -297,7 +297,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         self._slots = ConnectionSlots(
             self._engine,
             pool_size or (10 if self._owns_engine else 2),
-            self._prepare,
+            self._driver.prepare,
             self._driver.is_usable,
         )
 
@@ -353,9 +353,6 @@ class SqlLeaseProvider(LeaseProviderBase):
             raise
         except Exception as exc:
             raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
-
-    async def _prepare(self, driver_conn: Any) -> None:
-        await self._driver.prepare(driver_conn)
 
     def _names_options(self) -> str:
         """The CLI options that name this provider's table, for hints in messages."""
