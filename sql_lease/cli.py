@@ -4,7 +4,8 @@ Exit codes of ``sql-lease exec`` (the sysexits.h names where one fits):
 
     the command's own   the command ran; its exit status (128+N when killed by signal N)
     75  EX_TEMPFAIL     the lease is held by another owner (or --wait timed out)
-    76  LEASE_LOST      the lease was lost while the command ran; the command was terminated
+    76  LEASE_LOST      the lease was lost while the command ran, or the command stayed stopped for a
+                        whole TTL; the command and its process group were terminated
     69  EX_UNAVAILABLE  the database failed or could not be reached
     78  EX_CONFIG       the lease table is missing (run `sql-lease migrate`) or bad configuration
     126 / 127           the command could not be run / was not found (as in shells)
@@ -14,12 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import math
 import os
 import re
 import shutil
 import signal
 import sys
+import unicodedata
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -27,7 +31,7 @@ import click
 
 from .contract import validate_key, validate_owner, validate_sweep, validate_ttl_ms
 from .errors import LeaseBackendError, LeaseError, LeaseNotAcquiredError, SchemaMissingError
-from .holding import hold, new_owner_id
+from .holding import acquire_lease_wait, hold, new_owner_id
 
 T = TypeVar("T")
 
@@ -41,6 +45,8 @@ URL_ENV = "SQL_LEASE_URL"
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*\Z")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+MAX_DURATION_S = 10 * 365 * 86_400
+"""Longest duration any option accepts: 10 years (87600h), in seconds."""
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
@@ -52,12 +58,14 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
         self.allow_zero = allow_zero
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, (int, float)):
-            return float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
         match = _DURATION.match(str(value))
         if not match:
             self.fail(f"{value!r} is not a duration like 500ms, 30s, 5m or 1h", param, ctx)
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
+            self.fail(f"{_printable(value)!r} is too long: at most 10 years (87600h)", param, ctx)
         if seconds <= 0 and not (self.allow_zero and seconds == 0):
             self.fail(f"{value!r} must be longer than zero", param, ctx)
         return seconds
@@ -81,11 +89,11 @@ def _fail(code: int, message: str) -> NoReturn:
     sys.exit(code)
 
 
-def _provider(url: str, table_name: str, schema: str | None) -> Any:
+def _provider(url: str, table_name: str, schema: str | None, version_table: str | None = None) -> Any:
     from .sql.provider import SqlLeaseProvider
 
     try:
-        return SqlLeaseProvider(url, table_name=table_name, schema=schema)
+        return SqlLeaseProvider(url, table_name=table_name, schema=schema, version_table=version_table)
     except (TypeError, ValueError) as exc:
         _fail(EX_CONFIG, str(exc))
 
@@ -116,32 +124,34 @@ def cli() -> None:
 @schema_option
 @click.option(
     "--version-table",
-    default="sql_lease_alembic_version",
-    show_default=True,
-    help="Alembic version table of sql_lease (kept apart from your application's).",
+    default=None,
+    help="Alembic version table of sql_lease, kept apart from your application's "
+    "[default: sql_lease_alembic_version for the default table, else TABLE_alembic_version].",
 )
 @click.option("--sql", "offline", is_flag=True, help="Print the SQL for a DBA instead of running it.")
-def migrate(url: str, table_name: str, schema: str | None, version_table: str, offline: bool) -> None:
-    """Create or upgrade the lease table (idempotent; safe to run concurrently)."""
+def migrate(url: str, table_name: str, schema: str | None, version_table: str | None, offline: bool) -> None:
+    """Create or upgrade the lease table (idempotent; safe to run concurrently). A sqlite:// file
+    is created if missing (its directory must exist)."""
     from .sql.migrate import offline_sql
-    from .sql.provider import SqlLeaseProvider, to_async_url
     from .sql.schema import LeaseTableNames
+    from .sql.urls import safe_url, to_async_url
 
     try:
         names = LeaseTableNames(table_name, schema, version_table)
-        safe_url = to_async_url(url).render_as_string(hide_password=True)
+        shown_url = safe_url(to_async_url(url))
     except (TypeError, ValueError) as exc:
         _fail(EX_CONFIG, str(exc))
     if offline:
         click.echo(offline_sql(url, names), nl=False)
         return
+    provider = _provider(url, table_name, schema, version_table)
 
     async def main() -> str | None:
-        async with SqlLeaseProvider(url, table_name=table_name, schema=schema, version_table=version_table) as p:
-            return await p.migrate()
+        async with provider:
+            return await provider.migrate()  # type: ignore[no-any-return]
 
     revision = _run(main)
-    click.echo(f"sql_lease schema at revision {revision} on {safe_url}")
+    click.echo(f"sql_lease schema at revision {revision} on {shown_url}")
 
 
 @cli.command()
@@ -163,9 +173,10 @@ def status(key: str, url: str, table_name: str, schema: str | None) -> None:
         _fail(EX_CONFIG, str(exc))
     lease = _run(main)
     if lease is None:
-        click.echo(f"{key}: free")
+        click.echo(f"{_printable(key)}: free")
         sys.exit(1)
-    click.echo(f"{key}: held by {lease.owner} (fence {lease.fence}) until {lease.expires_at.isoformat()}")
+    holder = _printable(lease.owner)
+    click.echo(f"{_printable(key)}: held by {holder} (fence {lease.fence}) until {lease.expires_at.isoformat()}")
 
 
 @cli.command()
@@ -225,9 +236,13 @@ def bench(url: str, quick: bool, json_path: str | None, sqlite_synchronous: str)
     import json
 
     from .bench import format_results, run_all
-    from .sql.provider import to_async_url
+    from .sql.urls import safe_url as mask_url
+    from .sql.urls import to_async_url
 
-    safe_url = to_async_url(url).render_as_string(hide_password=True)
+    try:
+        safe_url = mask_url(to_async_url(url))
+    except ValueError as exc:
+        _fail(EX_CONFIG, str(exc))
     options = {"sqlite_synchronous": sqlite_synchronous} if url.startswith("sqlite") else {}
     results = _run(lambda: run_all(url, quick=quick, **options))
     click.echo(format_results(safe_url, results))
@@ -238,6 +253,21 @@ def bench(url: str, quick: bool, json_path: str | None, sqlite_synchronous: str)
 
 def _is_embedded_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
+
+
+def _printable(text: object) -> str:
+    """``text`` safe to print to a terminal: control characters (C0, DEL, C1), line and paragraph
+    separators and invisible format characters (such as bidirectional overrides) are escaped as
+    ``\\x1b``, ``\\r``, ``\\u2028``...; a backslash is doubled, so the escaping is unambiguous."""
+    out = []
+    for ch in str(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 class _ExecCommand(click.Command):
@@ -257,21 +287,77 @@ class _ExecCommand(click.Command):
         formatter.write_usage(ctx.command_path, "KEY [OPTIONS] -- COMMAND [ARGS]...")
 
 
-@cli.command(name="exec", cls=_ExecCommand)
+_EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
+
+    \b
+    sql-lease exec nightly-report --ttl 1m -- ./report.sh --full
+
+    Acquires KEY, runs COMMAND with SQL_LEASE_KEY, SQL_LEASE_OWNER and SQL_LEASE_FENCE in its
+    environment, renews the lease every TTL/3, releases it when COMMAND and its process group are
+    done, and exits with COMMAND's status. Exit 75 if another owner holds KEY, 76 if the lease was
+    lost while COMMAND ran (COMMAND and its process group are then terminated), 69 if the database
+    fails, 78 if the lease table is missing. A sqlite:// database gets its schema on first use;
+    PostgreSQL must be migrated first (sql-lease migrate).
+
+    \b
+    COMMAND leads a process group of its own; SIGINT, SIGTERM and SIGHUP sent to exec are
+    forwarded to that group (a signal that arrives before COMMAND starts releases the lease
+    and exits 128+N). Background jobs COMMAND leaves behind are handled by --on-exit: "kill"
+    (default) sends them SIGTERM, then SIGKILL after --kill-after, before the lease is
+    released; "wait" keeps holding (and renewing) the lease until the group is empty. A
+    process that calls setsid() or setpgid() leaves the group and escapes both.
+
+    \b
+    On Linux COMMAND gets SIGKILL if exec itself dies (kill -9): the parent-death signal.
+    Its own children do not; elsewhere COMMAND runs on after exec dies, and the lease
+    expires after the TTL. When stdin is the terminal and exec runs in its foreground,
+    COMMAND gets the terminal's foreground (it can read it; Ctrl-C and Ctrl-Z reach it
+    directly); exec takes it back afterwards. COMMAND stopped (SIGSTOP, Ctrl-Z) for a whole
+    TTL is terminated and exec exits 76: a stopped command's lease is not renewed forever.
+
+    \b
+    An owner id names one holder: with --owner, exec refuses (exit 75) to run while that
+    owner already holds KEY (another run with the same --owner) unless --retry-owner says
+    this run retries the same job (it then shares that tenure and its fence).
+    """
+
+
+@cli.command(name="exec", cls=_ExecCommand, help=_EXEC_HELP)
 @click.argument("key")
 @url_option
 @table_option
 @schema_option
 @click.option("--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL; renewed every TTL/3.")
-@click.option("--owner", default=None, help="Owner id (default host:pid:random).")
+@click.option("--owner", default=None, help="Owner id (default host:pid:random). One holder per owner id.")
+@click.option(
+    "--retry-owner",
+    is_flag=True,
+    help="With --owner: this run retries a job whose earlier run may still hold KEY under the same "
+    "owner id; run even then (sharing its tenure) instead of refusing.",
+)
 @click.option("--wait", is_flag=True, help="Wait for the lease instead of exiting 75 when it is held.")
 @click.option("--timeout", default=None, type=DURATION, help="With --wait: give up after this long (exit 75).")
+@click.option(
+    "--on-exit",
+    type=click.Choice(["kill", "wait"]),
+    default="kill",
+    show_default=True,
+    help="When COMMAND exits and processes of its group remain: kill them (SIGTERM, SIGKILL after "
+    "--kill-after) before releasing, or wait for them while holding the lease.",
+)
 @click.option(
     "--kill-after",
     default=None,
     type=DURATION,
-    help="After the lease is lost: SIGTERM the command, then SIGKILL it after this long "
-    "[default: TTL/10, the time left before another owner can take the lease].",
+    help="Grace between SIGTERM and SIGKILL when the command's group is terminated (lease lost, "
+    "command stopped too long, --on-exit kill) [default: TTL/10, the time left before another "
+    "owner can take a lost lease; longer is refused unless --allow-kill-after-beyond-ttl].",
+)
+@click.option(
+    "--allow-kill-after-beyond-ttl",
+    is_flag=True,
+    help="Accept a --kill-after longer than TTL/10, although the command may then still run after "
+    "another owner took the lease.",
 )
 @click.option(
     "--conflict-exit-code",
@@ -289,28 +375,20 @@ def exec_(
     schema: str | None,
     ttl: float,
     owner: str | None,
+    retry_owner: bool,
     wait: bool,
     timeout: float | None,
+    on_exit: str,
     kill_after: float | None,
+    allow_kill_after_beyond_ttl: bool,
     conflict_exit_code: int,
 ) -> None:
-    """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
-
-    \b
-    sql-lease exec nightly-report --ttl 1m -- ./report.sh --full
-
-    Acquires KEY, runs COMMAND with SQL_LEASE_KEY, SQL_LEASE_OWNER and SQL_LEASE_FENCE in its
-    environment, renews the lease every TTL/3, releases it when COMMAND exits, and exits with
-    COMMAND's status. Exit 75 if another owner holds KEY, 76 if the lease was lost while COMMAND
-    ran (COMMAND and its process group are then terminated), 69 if the database fails, 78 if the
-    lease table is missing. A sqlite:// database gets its schema on first use; PostgreSQL must be
-    migrated first (sql-lease migrate).
-    """
     command = tuple(ctx.meta.get("sql_lease.command", ()))
     if not command:
         _fail(2, "no command given: sql-lease exec KEY [OPTIONS] -- COMMAND [ARGS]...")
     try:
         validate_key(key)
+        claim = owner is not None and not retry_owner  # a given owner id may already hold KEY
         owner = validate_owner(owner) if owner is not None else new_owner_id()
     except (TypeError, ValueError) as exc:
         _fail(2, str(exc))
@@ -320,95 +398,452 @@ def exec_(
         _fail(2, f"--ttl must be between 1ms and 365 days (8760h), got {ttl:g} s")
     if timeout is not None and not wait:
         _fail(2, "--timeout goes with --wait")
+    if retry_owner and ctx.params.get("owner") is None:
+        _fail(2, "--retry-owner goes with --owner")
     if kill_after is None:
         kill_after = ttl / 10
+    elif kill_after > ttl / 10 * (1 + 1e-9) and not allow_kill_after_beyond_ttl:
+        _fail(
+            2,
+            f"--kill-after {kill_after:g} s is longer than TTL/10 ({ttl / 10:g} s): after a loss the command "
+            "could still run when another owner takes the lease. Shorten it, lengthen --ttl, or pass "
+            "--allow-kill-after-beyond-ttl",
+        )
     provider = _provider(url, table_name, schema)
-    code = _run(lambda: _exec(provider, url, key, owner, ttl, wait, timeout, kill_after, command, conflict_exit_code))
+    options = _ExecOptions(key, owner, claim, ttl, wait, timeout, kill_after, on_exit, command, conflict_exit_code)
+    code = _run(lambda: _exec(provider, url, options))
     sys.exit(code)
 
 
-async def _exec(
-    provider: Any,
-    url: str,
-    key: str,
-    owner: str,
-    ttl_s: float,
-    wait: bool,
-    timeout_s: float | None,
-    kill_after_s: float,
-    command: tuple[str, ...],
-    conflict_exit_code: int,
-) -> int:
-    async with provider:
-        if _is_embedded_sqlite(url):
-            await provider.migrate()
-        try:
-            async with hold(
-                provider, key, owner, ttl_s * 1000, wait=wait, timeout_s=timeout_s, on_lost="flag"
-            ) as lease:
-                return await _run_command(lease, command, kill_after_s)
-        except LeaseNotAcquiredError as exc:
-            click.echo(f"sql-lease: {exc}", err=True)
-            return conflict_exit_code
+@dataclasses.dataclass(frozen=True)
+class _ExecOptions:
+    key: str
+    owner: str
+    claim: bool  # check that the owner does not already hold the key (see _acquire_as_new_holder)
+    ttl_s: float
+    wait: bool
+    timeout_s: float | None
+    kill_after_s: float
+    on_exit: str
+    command: tuple[str, ...]
+    conflict_exit_code: int
+
+
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_TEST_HOOK_ENV = "_SQL_LEASE_TEST_AFTER_ACQUIRE"  # private: tests pause exec between acquire and start
+
+
+class _Signals:
+    """exec's SIGINT/SIGTERM/SIGHUP handling, installed before the acquire.
+
+    While the lease is being acquired a signal cancels that (the caller then releases whatever may
+    have been taken); once it is held, before the command starts, a signal is only recorded (the
+    command is then not started); once the command runs, signals go to its process group."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.received: int | None = None
+        self.group: int | None = None
+        self.acquiring = True
+        self.cancelled = False
+        for signum in _FORWARDED_SIGNALS:
+            self.loop.add_signal_handler(signum, self._on_signal, signum)
+
+    def _on_signal(self, signum: int) -> None:
+        if self.group is not None:
+            _signal_group(self.group, signum)
+            return
+        if self.received is None:
+            self.received = signum
+        if self.acquiring and not self.cancelled and self.task is not None:
+            self.cancelled = True
+            self.task.cancel("sql-lease: signal before the command started")
+
+    def take_cancellation(self) -> bool:
+        """True if the task's cancellation came from a signal (it is then consumed); else False
+        (the cancellation is someone else's and must go on)."""
+        if not self.cancelled or self.received is None or self.task is None or self.task.cancelling() == 0:
+            return False
+        self.task.uncancel()
+        return True
+
+    def exit_code(self) -> int:
+        """128+N for the signal N that stopped exec before the command started."""
+        assert self.received is not None
+        click.echo(
+            f"sql-lease: {signal.Signals(self.received).name} before the command started; not running it",
+            err=True,
+        )
+        return 128 + self.received
+
+    def close(self) -> None:
+        for signum in _FORWARDED_SIGNALS:
+            self.loop.remove_signal_handler(signum)
+
+
+class _Taken:
+    """Owner ids under which the key may be held while exec acquires it (released on a signal)."""
+
+    def __init__(self) -> None:
+        self.owners: list[str] = []
+
+    def add(self, owner: str) -> None:
+        if owner not in self.owners:
+            self.owners.append(owner)
+
+    async def release(self, provider: Any, key: str) -> None:
+        for owner in self.owners:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(provider.release_lease(key, owner), 5.0)
+
+
+async def _exec(provider: Any, url: str, opts: _ExecOptions) -> int:
+    signals = _Signals()
+    taken = _Taken()
+    try:
+        async with provider:
+            try:
+                if _is_embedded_sqlite(url):
+                    await provider.migrate()
+                return await _acquire_and_run(provider, opts, signals, taken)
+            except asyncio.CancelledError:
+                if not signals.take_cancellation():
+                    raise
+                await taken.release(provider, opts.key)
+                return signals.exit_code()
+            except LeaseNotAcquiredError as exc:
+                click.echo(f"sql-lease: {_printable(exc)}", err=True)
+                return opts.conflict_exit_code
+    except asyncio.CancelledError:  # while the provider opened or closed
+        if not signals.take_cancellation():
+            raise
+        return signals.exit_code()
+    finally:
+        signals.close()
+
+
+async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: _Signals, taken: _Taken) -> int:
+    ttl_ms = opts.ttl_s * 1000
+    wait = opts.wait
+    if opts.claim:
+        await _acquire_as_new_holder(provider, opts, taken)
+        wait = False  # held by opts.owner now: hold() re-acquires it (semantic 3)
+    taken.add(opts.owner)
+    async with hold(
+        provider, opts.key, opts.owner, ttl_ms, wait=wait, timeout_s=opts.timeout_s, on_lost="flag"
+    ) as lease:
+        signals.acquiring = False
+        return await _run_command(lease, opts, signals)
+
+
+async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Taken) -> None:
+    """Acquire the key for ``opts.owner`` only if nobody, that owner included, holds it.
+
+    An acquire by the current owner succeeds (semantic 3: a retry), so a second run with the same
+    --owner would run alongside the first. Instead the key is taken under a fresh, unique owner id
+    (refused if anyone holds it, and exclusive), then transferred to ``opts.owner`` (atomic: the
+    key is never free in between; the fence grows). Sound for every provider, at the cost of a
+    second statement; the claim id shows in ``status`` for that moment."""
+    claim = new_owner_id()
+    taken.add(claim)
+    ttl_ms = opts.ttl_s * 1000
+    try:
+        if opts.wait:
+            result = await acquire_lease_wait(provider, opts.key, claim, ttl_ms, opts.timeout_s)
+        else:
+            result = await provider.acquire_lease(opts.key, claim, ttl_ms)
+            if not result.acquired:
+                raise LeaseNotAcquiredError(opts.key, result.owner, result.fence, result.expires_at)
+    except LeaseNotAcquiredError as exc:
+        if exc.holder == opts.owner:
+            raise _SameOwnerError(opts.key, exc.holder, exc.fence, exc.expires_at) from None
+        raise
+    taken.add(opts.owner)
+    if not await provider.transfer_lease(opts.key, claim, opts.owner, ttl_ms):
+        raise LeaseNotAcquiredError(opts.key, None)  # expired between two statements: TTL too short
+
+
+class _SameOwnerError(LeaseNotAcquiredError):
+    def __str__(self) -> str:
+        return (
+            f"lease {self.key!r} is already held by this owner, {self.holder!r} (fence {self.fence}): another "
+            "run with the same --owner is running. An owner id names one holder; pass --retry-owner only "
+            "to retry a run of the same job that may still hold the lease"
+        )
+
+
+async def _test_hook(signals: _Signals) -> None:
+    path = os.environ.get(_TEST_HOOK_ENV)
+    if not path:
+        return
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+    await _poll(lambda: signals.received is not None, 10.0)
 
 
 def _exists(program: str) -> bool:
     return shutil.which(program) is not None or os.path.exists(program)
 
 
-async def _start(command: tuple[str, ...], env: dict[str, str]) -> asyncio.subprocess.Process | int:
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl(2) on Linux, loaded before the fork (the child only calls it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl  # type: ignore[no-any-return]
+
+
+def _child_setup(terminal: int | None) -> Callable[[], None] | None:
+    """What the child does between fork and exec: on Linux, ask for SIGKILL when exec dies (the
+    parent-death signal; checked against a parent that died before the request); with a terminal,
+    take its foreground (SIGTTOU blocked, as the child's group is not yet the foreground).
+
+    preexec_fn runs in the forked child of a process that may have threads (aiosqlite's): it only
+    makes system calls through functions resolved before the fork, and takes no lock."""
+    prctl = _prctl()
+    if prctl is None and terminal is None:
+        return None
+    parent = os.getpid()
+
+    def setup() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # exec died before the request: the signal will never come
+                os.kill(os.getpid(), signal.SIGKILL)
+        if terminal is not None:
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+            try:
+                os.tcsetpgrp(terminal, os.getpgrp())
+            except OSError:
+                pass
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    return setup
+
+
+def _foreground_terminal() -> int | None:
+    """0 if stdin is exec's controlling terminal and exec runs in its foreground process group."""
+    try:
+        if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+            return 0
+    except OSError:
+        pass
+    return None
+
+
+def _take_terminal_back(terminal: int) -> None:
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+    try:
+        os.tcsetpgrp(terminal, os.getpgrp())
+    except OSError:
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+async def _start(
+    command: tuple[str, ...], env: dict[str, str], terminal: int | None = None
+) -> asyncio.subprocess.Process | int:
     """Start ``command`` in a process group of its own; on failure, the shell's exit code."""
     try:
-        return await asyncio.create_subprocess_exec(*command, env=env, process_group=0)
+        return await asyncio.create_subprocess_exec(
+            *command, env=env, process_group=0, preexec_fn=_child_setup(terminal)
+        )
     except FileNotFoundError:
         if not _exists(command[0]):
-            click.echo(f"sql-lease: command not found: {command[0]}", err=True)
+            click.echo(f"sql-lease: command not found: {_printable(command[0])}", err=True)
             return 127
-        click.echo(f"sql-lease: cannot execute {command[0]}: bad interpreter or missing library", err=True)
+        click.echo(f"sql-lease: cannot execute {_printable(command[0])}: bad interpreter or missing library", err=True)
         return 126
     except OSError as exc:
-        click.echo(f"sql-lease: cannot execute {command[0]}: {exc.strerror or exc}", err=True)
+        click.echo(f"sql-lease: cannot execute {_printable(command[0])}: {exc.strerror or exc}", err=True)
         return 126
 
 
-async def _run_command(lease: Any, command: tuple[str, ...], kill_after_s: float) -> int:
+async def _run_command(lease: Any, opts: _ExecOptions, signals: _Signals) -> int:
     env = dict(os.environ, SQL_LEASE_KEY=lease.key, SQL_LEASE_OWNER=lease.owner, SQL_LEASE_FENCE=str(lease.fence))
-    proc = await _start(command, env)
+    await _test_hook(signals)
+    if signals.received is not None:
+        name = signal.Signals(signals.received).name
+        click.echo(f"sql-lease: {name} before the command started; releasing the lease, not running it", err=True)
+        return 128 + signals.received
+    terminal = _foreground_terminal()
+    proc = await _start(opts.command, env, terminal)
     if isinstance(proc, int):
         return proc
-
-    loop = asyncio.get_running_loop()
-    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    for signum in forwarded:
-        loop.add_signal_handler(signum, _signal_group, proc, signum)
+    signals.group = proc.pid
+    if signals.received is not None:  # arrived while the command was being started
+        _signal_group(proc.pid, signals.received)
+    # With the terminal given away, exec is in the background: it must not stop writing to it.
+    previous_ttou = signal.signal(signal.SIGTTOU, signal.SIG_IGN) if terminal is not None else None
     try:
-        exited = asyncio.ensure_future(proc.wait())
-        lost = asyncio.ensure_future(lease.lost.wait())
-        await asyncio.wait({exited, lost}, return_when=asyncio.FIRST_COMPLETED)
-        if not lost.done():
-            lost.cancel()
-            return _exit_status(exited.result())
-        click.echo(
-            f"sql-lease: lease {lease.key!r} lost ({lease.lost_reason}); terminating the command",
-            err=True,
-        )
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.shield(exited), kill_after_s)
-        except TimeoutError:
-            _signal_group(proc, signal.SIGKILL)
-            await exited
-        _signal_group(proc, signal.SIGKILL)  # whatever the command left behind in its group
-        return EXIT_LEASE_LOST
+        return await _supervise(proc, lease, opts)
     finally:
-        for signum in forwarded:
-            loop.remove_signal_handler(signum)
+        if terminal is not None:
+            _take_terminal_back(terminal)
+            signal.signal(signal.SIGTTOU, signal.SIG_DFL if previous_ttou is None else previous_ttou)
 
 
-def _signal_group(proc: asyncio.subprocess.Process, signum: int) -> None:
-    """Signal the command's whole process group (it leads one of its own)."""
+async def _supervise(proc: asyncio.subprocess.Process, lease: Any, opts: _ExecOptions) -> int:
+    """Wait for the command and then its process group (``--on-exit``); terminate them on loss or
+    when stopped for a whole TTL. The exit code of exec."""
+    loop = asyncio.get_running_loop()
+    group = proc.pid
+    poll_s = min(0.5, opts.ttl_s / 4)
+    exited = asyncio.ensure_future(proc.wait())
+    lost = asyncio.ensure_future(lease.lost.wait())
+    stopped_since: float | None = None
+    try:
+        while not exited.done():
+            await asyncio.wait({exited, lost}, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
+            if lost.done():
+                return await _terminate_for_loss(lease, group, exited, opts.kill_after_s)
+            if exited.done():
+                break
+            stopped_since = _still_stopped(_is_stopped(proc.pid), stopped_since, loop.time())
+            if stopped_since is not None and loop.time() - stopped_since >= opts.ttl_s:
+                return await _terminate_stopped(group, exited, opts)
+        status = _exit_status(exited.result())
+        if opts.on_exit == "kill":
+            if _group_alive(group):
+                await _terminate_group(group, None, opts.kill_after_s)
+            if lease.lost.is_set():
+                return await _terminate_for_loss(lease, group, None, opts.kill_after_s)
+            return status
+        stopped_since = None
+        while _group_alive(group):  # --on-exit wait
+            await asyncio.wait({lost}, timeout=poll_s)
+            if lost.done():
+                return await _terminate_for_loss(lease, group, None, opts.kill_after_s)
+            stopped_since = _still_stopped(_group_stopped(group), stopped_since, loop.time())
+            if stopped_since is not None and loop.time() - stopped_since >= opts.ttl_s:
+                return await _terminate_stopped(group, None, opts)
+        return status
+    finally:
+        lost.cancel()
+
+
+def _still_stopped(stopped: bool, since: float | None, now: float) -> float | None:
+    return (since if since is not None else now) if stopped else None
+
+
+async def _terminate_for_loss(lease: Any, group: int, exited: asyncio.Future[int] | None, kill_after_s: float) -> int:
+    reason = _printable(lease.lost_reason)
+    click.echo(f"sql-lease: lease {_printable(repr(lease.key))} lost ({reason}); terminating the command", err=True)
+    await _terminate_group(group, exited, kill_after_s)
+    return EXIT_LEASE_LOST
+
+
+async def _terminate_stopped(group: int, exited: asyncio.Future[int] | None, opts: _ExecOptions) -> int:
+    click.echo(
+        f"sql-lease: the command has been stopped for {opts.ttl_s:g} s (the lease TTL); terminating it "
+        "rather than renewing the lease for a stopped command",
+        err=True,
+    )
+    await _terminate_group(group, exited, opts.kill_after_s)
+    return EXIT_LEASE_LOST
+
+
+async def _terminate_group(group: int, exited: asyncio.Future[int] | None, kill_after_s: float) -> None:
+    """SIGTERM the process group (and SIGCONT it, so stopped members see the SIGTERM); SIGKILL it
+    after ``kill_after_s`` seconds unless it is gone by then; wait (a little) until it is empty."""
+
+    def gone() -> bool:
+        return (exited is None or exited.done()) and not _group_alive(group)
+
+    _signal_group(group, signal.SIGTERM)
+    _signal_group(group, signal.SIGCONT)
+    await _poll(gone, kill_after_s)
+    _signal_group(group, signal.SIGKILL)
+    if exited is not None:
+        await exited
+    if not await _poll(lambda: not _group_alive(group), 2.0):
+        click.echo(f"sql-lease: processes of the command's group {group} could not be killed", err=True)
+
+
+async def _poll(done: Callable[[], bool], timeout_s: float, step_s: float = 0.02) -> bool:
+    """Check ``done()`` every ``step_s`` seconds for up to ``timeout_s`` seconds; its last value.
+    (Nothing signals that a process group became empty: it is polled.)"""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        if done():
+            return True
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(step_s, left))
+
+
+def _signal_group(group: int, signum: int) -> None:
+    """Signal the command's whole process group (it leads one of its own; pgid == its pid)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signum)
+        os.killpg(group, signum)
+
+
+def _proc_stat(pid: str) -> tuple[str, int] | None:
+    """(state, process group) of a process from /proc (Linux), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) "; comm may hold anything
+    return fields[0].decode("ascii", "replace"), int(fields[2])
+
+
+def _group_states(group: int) -> list[str] | None:
+    """States of the processes in ``group`` (Linux: from /proc); None where /proc is missing."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    states = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = _proc_stat(name)
+            if stat is not None and stat[1] == group:
+                states.append(stat[0])
+    return states
+
+
+def _group_alive(group: int) -> bool:
+    """True while a process of ``group`` lives (zombies waiting for their reaper do not count)."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    states = _group_states(group)
+    return states is None or any(state != "Z" for state in states)
+
+
+def _group_stopped(group: int) -> bool:
+    """True if every live process of ``group`` is stopped (Linux; elsewhere never detected)."""
+    live = [state for state in _group_states(group) or () if state != "Z"]
+    return bool(live) and all(state == "T" for state in live)
+
+
+def _is_stopped(pid: int) -> bool:
+    """True if the process is stopped by a signal (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU)."""
+    stat = _proc_stat(str(pid))
+    if stat is not None:
+        return stat[0] == "T"
+    try:  # no /proc: ask without reaping (the event loop's child watcher reaps it)
+        info = os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, OSError, AttributeError):
+        return False
+    return info is not None and info.si_code == os.CLD_STOPPED
 
 
 def _exit_status(returncode: int) -> int:

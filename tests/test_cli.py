@@ -142,6 +142,7 @@ def test_exec_terminates_the_command_when_the_lease_is_lost(tmp_path: Path) -> N
             "victim",
             "--kill-after",
             "2s",
+            "--allow-kill-after-beyond-ttl",  # longer than TTL/10: the trap gets time to run
             "--",
             "sh",
             "-c",

@@ -1,0 +1,435 @@
+"""`sql-lease exec` as trustworthy as flock(1): the command's whole process group, the
+supervisor's own death, signals before the command starts, terminals, stopped commands, bounded
+exits, argument limits, owner ids that name one holder, and escaped database text. Real processes
+throughout (and a real pseudo-terminal)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import select
+import signal
+import subprocess
+import termios
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from sql_lease import SqlLeaseProvider
+from tests.support.tcp_proxy import TcpProxy
+from tests.test_cli import CLI, process_alive, run_cli, start_cli, wait_for
+
+HOOK_ENV = "_SQL_LEASE_TEST_AFTER_ACQUIRE"
+
+
+def wait_until(predicate: object, timeout: float, what: str) -> float:
+    """Poll ``predicate()`` until true; the seconds it took. Fails after ``timeout`` seconds."""
+    started = time.monotonic()
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() - started < timeout, f"{what} did not happen within {timeout} s"
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """``communicate`` with a timeout that kills the process (and fails) instead of leaking it."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _out, err = proc.communicate()
+        pytest.fail(f"sql-lease exec still ran after {timeout} s; stderr: {err}")
+
+
+def kill_quietly(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+# 1. The command's process group ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_on_exit_default_kills_background_jobs_before_releasing(tmp_path: Path) -> None:
+    """Regression: after `sh -c 'work & exit 0'` exec released while `work` still ran."""
+    script = (
+        f"sleep 30 & echo $! > {tmp_path}/bg; "
+        f"(trap '' TERM; sleep 30) & echo $! > {tmp_path}/stubborn; "  # ignores SIGTERM: needs SIGKILL
+        "exit 0"
+    )
+    started = time.monotonic()
+    done = run_cli(["exec", "bg", "--ttl", "3s", "--", "sh", "-c", script], tmp_path)
+    elapsed = time.monotonic() - started
+    background = [int((tmp_path / name).read_text()) for name in ("bg", "stubborn")]
+    try:
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.1)
+        assert not any(process_alive(pid) for pid in background), "a background job outlived the lease"
+        assert elapsed < 10, elapsed  # SIGTERM, then SIGKILL after --kill-after (TTL/10 = 0.3 s)
+        assert run_cli(["status", "bg"], tmp_path).returncode == 1
+    finally:
+        for pid in background:
+            kill_quietly(pid)
+
+
+@pytest.mark.slow
+def test_on_exit_wait_holds_the_lease_until_the_group_is_empty(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    script = (
+        f"(while [ ! -e {go} ]; do sleep 0.05; done) & echo $! > {tmp_path}/bg; touch {tmp_path}/leader-done; exit 4"
+    )
+    proc = start_cli(["exec", "bgw", "--ttl", "1s", "--on-exit", "wait", "--", "sh", "-c", script], tmp_path)
+    try:
+        wait_for(tmp_path / "leader-done")
+        background = int((tmp_path / "bg").read_text())
+        time.sleep(1.5)  # longer than the TTL: the lease must be renewed meanwhile
+        assert proc.poll() is None, "exec returned while a background job of the command still ran"
+        status = run_cli(["status", "bgw"], tmp_path)
+        assert status.returncode == 0 and "held by" in status.stdout
+        refused = run_cli(["exec", "bgw", "--", "touch", str(tmp_path / "second-ran")], tmp_path)
+        assert refused.returncode == 75
+        go.touch()
+        _out, err = finish(proc, 10)
+        assert proc.returncode == 4, err  # the command's own status
+        assert not process_alive(background)
+        assert run_cli(["status", "bgw"], tmp_path).returncode == 1
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_on_exit_choice_is_validated_and_documented(tmp_path: Path) -> None:
+    assert run_cli(["exec", "k", "--on-exit", "linger", "--", "true"], tmp_path).returncode == 2
+    help_text = run_cli(["exec", "--help"], tmp_path).stdout
+    assert "--on-exit" in help_text and "setsid" in help_text
+
+
+# 2. The supervisor's death, and signals before the command starts ------------------------------------
+
+
+@pytest.mark.slow
+def test_command_dies_with_a_killed_supervisor(tmp_path: Path) -> None:
+    """Regression: after `kill -9` of exec the command kept running with no lease."""
+    proc = start_cli(
+        ["exec", "orphan", "--ttl", "5s", "--", "sh", "-c", f"echo $$ > {tmp_path}/pid; exec sleep 60"], tmp_path
+    )
+    wait_for(tmp_path / "pid")
+    wait_until(lambda: (tmp_path / "pid").read_text().strip() != "", 5, "the pid file to be written")
+    command = int((tmp_path / "pid").read_text())
+    try:
+        proc.kill()
+        proc.wait(timeout=10)  # not communicate(): a surviving command would keep the pipes open
+        wait_until(lambda: not process_alive(command), 2, "the command to die with its supervisor")
+        proc.communicate(timeout=10)
+    finally:
+        kill_quietly(command)
+
+
+@pytest.mark.slow
+def test_sigterm_between_acquire_and_start_releases_and_exits_143(tmp_path: Path) -> None:
+    """Regression: a SIGTERM after the acquire but before the command started killed exec by the
+    default action and left the lease held for its TTL. The private hook makes exec pause right
+    after the acquire, so the signal lands in that window deterministically."""
+    hook = tmp_path / "acquired"
+    env = dict(os.environ, **{HOOK_ENV: str(hook)})
+    proc = subprocess.Popen(
+        [*CLI, "exec", "window", "--ttl", "30s", "--", "touch", str(tmp_path / "ran")],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(hook)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = finish(proc, 10)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert not (tmp_path / "ran").exists()
+    assert run_cli(["status", "window"], tmp_path).returncode == 1, "the lease was left held"
+
+
+@pytest.mark.slow
+def test_sigterm_while_waiting_for_the_lease_exits_143(tmp_path: Path) -> None:
+    holder = start_cli(
+        ["exec", "busy", "--owner", "holder", "--", "sh", "-c", f"touch {tmp_path}/s; sleep 3"], tmp_path
+    )
+    try:
+        wait_for(tmp_path / "s")
+        waiter = start_cli(["exec", "busy", "--wait", "--", "touch", str(tmp_path / "ran")], tmp_path)
+        time.sleep(1.0)  # it is waiting (the interpreter started and the first attempt was refused)
+        waiter.send_signal(signal.SIGTERM)
+        _out, err = finish(waiter, 10)
+        assert waiter.returncode == 128 + signal.SIGTERM, (waiter.returncode, err)
+        assert "Traceback" not in err
+        assert not (tmp_path / "ran").exists()
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+# 3. Terminals and stopped commands -------------------------------------------------------------------
+
+
+def run_under_pty(args: list[str], cwd: Path, typed: bytes, timeout: float) -> tuple[int, bytes]:
+    """Run the CLI with a new pseudo-terminal as its controlling terminal (stdin, stdout and stderr),
+    in the terminal's foreground process group as a shell would start it; type ``typed``.
+    (exit status, everything written to the terminal)."""
+    master, slave = os.openpty()
+
+    def controlling_terminal() -> None:  # in the child, after setsid() (start_new_session)
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        proc = subprocess.Popen(
+            [*CLI, *args],
+            cwd=cwd,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+            preexec_fn=controlling_terminal,
+        )
+    finally:
+        os.close(slave)
+    output = b""
+    deadline = time.monotonic() + timeout
+    try:
+        os.write(master, typed)
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError as exc:  # EIO: every slave descriptor is closed
+                    if exc.errno != errno.EIO:
+                        raise
+                    chunk = b""
+                if not chunk:
+                    break
+                output += chunk
+            elif proc.poll() is not None:
+                break
+        if proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"exec under a terminal did not finish in {timeout} s; terminal output: {output!r}")
+        return proc.returncode, output
+    finally:
+        os.close(master)
+
+
+@pytest.mark.slow
+def test_interactive_command_reads_from_the_terminal(tmp_path: Path) -> None:
+    """Regression: under a terminal the command (in a background process group) was stopped by
+    SIGTTIN at its first read, and exec renewed its lease forever."""
+    code, output = run_under_pty(
+        ["exec", "tty", "--ttl", "2s", "--", "sh", "-c", "read x; echo got:$x"], tmp_path, b"hello\n", 10
+    )
+    assert code == 0, output
+    assert b"got:hello" in output
+    assert run_cli(["status", "tty"], tmp_path).returncode == 1
+
+
+@pytest.mark.slow
+def test_a_stopped_command_is_terminated_instead_of_renewed_forever(tmp_path: Path) -> None:
+    script = f"echo $$ > {tmp_path}/pid; kill -STOP $$; touch {tmp_path}/continued"
+    started = time.monotonic()
+    proc = start_cli(["exec", "stopped", "--ttl", "1s", "--", "sh", "-c", script], tmp_path)
+    try:
+        _out, err = finish(proc, 10)
+        assert proc.returncode == 76, err
+        assert "stopped" in err
+        assert time.monotonic() - started < 8
+        command = int((tmp_path / "pid").read_text())
+        assert not process_alive(command)
+        assert not (tmp_path / "continued").exists()
+        assert run_cli(["status", "stopped"], tmp_path).returncode == 1
+    finally:
+        if (tmp_path / "pid").exists():
+            kill_quietly(int((tmp_path / "pid").read_text() or 0) or -1)
+
+
+# 4. Bounded exits and argument limits ---------------------------------------------------------------
+
+
+@pytest.fixture
+def proxied_pg(pg_schema: tuple[str, str]) -> Iterator[tuple[str, str, TcpProxy]]:
+    """(url through a TCP proxy, schema, the proxy); the proxy runs on a loop in its own thread."""
+    url, schema = pg_schema
+    target = urlsplit(url)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
+    asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(10)
+    proxied = url.replace(target.netloc, f"{target.netloc.rsplit('@', 1)[0]}@127.0.0.1:{proxy.port}", 1)
+    if "@" not in target.netloc:
+        proxied = url.replace(target.netloc, f"127.0.0.1:{proxy.port}", 1)
+    proxy.loop = loop  # type: ignore[attr-defined]
+    try:
+        yield proxied, schema, proxy
+    finally:
+        asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.xfail(strict=True, reason="waits for holding.py bounded release")
+def test_exec_exits_76_soon_after_the_database_becomes_unreachable(
+    proxied_pg: tuple[str, str, TcpProxy], tmp_path: Path
+) -> None:
+    """Regression: after a loss caused by an unreachable database, exec spent 10 s on a doomed
+    release before it exited 76."""
+    url, schema, proxy = proxied_pg
+    key = f"partition-{uuid.uuid4().hex[:8]}"
+    proc = start_cli(
+        [
+            "exec",
+            key,
+            "--url",
+            url,
+            "--schema",
+            schema,
+            "--ttl",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            f"touch {tmp_path}/s; sleep 60",
+        ],
+        tmp_path,
+    )
+    try:
+        wait_for(tmp_path / "s")
+        proxy.loop.call_soon_threadsafe(proxy.stall)  # type: ignore[attr-defined]
+        cut = time.monotonic()
+        _out, err = finish(proc, 30)
+        took = time.monotonic() - cut
+        assert proc.returncode == 76, err
+        # loss is declared within the TTL; then SIGTERM, SIGKILL after TTL/10, and a bounded release
+        assert took < 4, f"exec took {took:.1f} s after the database became unreachable"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_kill_after_longer_than_the_safety_margin_is_refused(tmp_path: Path) -> None:
+    """Regression: --kill-after beyond TTL/10 silently let the command outlive its lease."""
+    refused = run_cli(["exec", "k", "--ttl", "1s", "--kill-after", "500ms", "--", "true"], tmp_path)
+    assert refused.returncode == 2 and "--kill-after" in refused.stderr and "TTL/10" in refused.stderr
+    assert not (tmp_path / "sql_lease.db").exists()
+    allowed = run_cli(
+        ["exec", "k", "--ttl", "1s", "--kill-after", "500ms", "--allow-kill-after-beyond-ttl", "--", "true"], tmp_path
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert run_cli(["exec", "k", "--ttl", "1s", "--kill-after", "100ms", "--", "true"], tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--wait", "--timeout", "87601h"],
+        ["--wait", "--timeout", "9" * 400],
+        ["--ttl", "1e400h"],
+        ["--ttl", "9" * 400 + "h"],
+        ["--kill-after", "9" * 400, "--allow-kill-after-beyond-ttl"],
+        ["--ttl", "nan"],
+        ["--ttl", "inf"],
+    ],
+)
+def test_out_of_range_durations_give_a_message_and_exit_2(args: list[str], tmp_path: Path) -> None:
+    """Regression: `--wait --timeout 87601h` gave a traceback and exit 1."""
+    done = run_cli(["exec", "k", *args, "--", "true"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.strip()
+    assert not (tmp_path / "sql_lease.db").exists()
+
+
+# 6. Text from the database is escaped ----------------------------------------------------------------
+
+HOSTILE_OWNER = "mallory\r\nesc: free\x1b[2J\x1b]0;title\x07\x9b31m\x7f\u2028\u2029\u202eend"
+
+
+def test_status_escapes_control_characters_from_the_database(tmp_path: Path) -> None:
+    """Regression: a foreign owner id was printed raw (terminal escapes, fake lines)."""
+    url = f"sqlite:///{tmp_path}/sql_lease.db"
+
+    async def plant() -> None:
+        async with SqlLeaseProvider(url) as provider:
+            await provider.migrate()
+            assert await provider.acquire_lease("esc", HOSTILE_OWNER, 60_000)
+
+    asyncio.run(plant())
+    done = run_cli(["status", "esc", "--url", url], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n") == 1 and done.stdout.endswith("\n")
+    text = done.stdout[:-1]
+    for raw in ("\r", "\x1b", "\x07", "\x9b", "\x7f", "\u2028", "\u2029", "\u202e"):
+        assert raw not in text, repr(raw)
+    assert "mallory\\r\\nesc: free\\x1b[2J" in text
+    refused = run_cli(["exec", "esc", "--url", url, "--", "true"], tmp_path)
+    assert refused.returncode == 75
+    assert not any(raw in refused.stderr for raw in ("\r", "\x1b", "\x07", "\x9b", "\x7f", "\u2028"))
+
+
+# Issue 8 item 5: an owner id names one holder ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_second_exec_with_the_same_owner_is_refused(tmp_path: Path) -> None:
+    """Regression: two runs with the same --owner ran at once with the same fence."""
+    go = tmp_path / "go"
+    first = start_cli(
+        [
+            "exec",
+            "same",
+            "--owner",
+            "host-1",
+            "--",
+            "sh",
+            "-c",
+            f'echo "$SQL_LEASE_FENCE" > {tmp_path}/fence; while [ ! -e {go} ]; do sleep 0.05; done',
+        ],
+        tmp_path,
+    )
+    try:
+        wait_for(tmp_path / "fence")
+        wait_until(lambda: (tmp_path / "fence").read_text().strip() != "", 5, "the fence to be written")
+        second = run_cli(["exec", "same", "--owner", "host-1", "--", "touch", str(tmp_path / "second-ran")], tmp_path)
+        assert second.returncode == 75, second.stderr
+        assert "--retry-owner" in second.stderr and "host-1" in second.stderr
+        assert not (tmp_path / "second-ran").exists()
+        status = run_cli(["status", "same"], tmp_path)
+        assert status.returncode == 0 and "held by host-1" in status.stdout  # the first still holds it
+        # an explicit retry of the same job is let through (semantic 3: same owner, same fence)
+        retry = run_cli(
+            ["exec", "same", "--owner", "host-1", "--retry-owner", "--", "sh", "-c", 'echo "$SQL_LEASE_FENCE"'],
+            tmp_path,
+        )
+        assert retry.returncode == 0, retry.stderr
+        assert retry.stdout.strip() == (tmp_path / "fence").read_text().strip()
+        go.touch()
+        finish(first, 10)
+        assert first.returncode == 0
+    finally:
+        go.touch()
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
