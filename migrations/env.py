@@ -18,8 +18,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from sql_lease.sql.migrate import NAMES_ATTRIBUTE
-from sql_lease.sql.provider import to_async_url
-from sql_lease.sql.schema import DEFAULT_TABLE_NAME, DEFAULT_VERSION_TABLE, LeaseTableNames, lease_metadata
+from sql_lease.sql.schema import DEFAULT_TABLE_NAME, LeaseTableNames, lease_metadata
+from sql_lease.sql.urls import to_async_url
 
 config = context.config
 x_args = context.get_x_argument(as_dictionary=True)
@@ -31,7 +31,7 @@ def _names() -> LeaseTableNames:
         names = LeaseTableNames(
             x_args.get("table", DEFAULT_TABLE_NAME),
             x_args.get("schema") or None,
-            x_args.get("version_table", DEFAULT_VERSION_TABLE),
+            x_args.get("version_table") or None,  # default: derived from the table name
         )
         config.attributes[NAMES_ATTRIBUTE] = names
     return names

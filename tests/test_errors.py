@@ -75,7 +75,8 @@ async def test_operation_timeout_bounds_a_hanging_server(hanging_server_port: in
 async def test_unwritable_sqlite_path_is_a_backend_error(tmp_path: Path) -> None:
     import asyncio
 
-    async with SqlLeaseProvider(f"sqlite:///{tmp_path}/no/such/dir/x.db") as provider:
+    (tmp_path / "a_directory").mkdir()  # (a path in a missing directory is refused up front: test_config.py)
+    async with SqlLeaseProvider(f"sqlite:///{tmp_path}/a_directory") as provider:
         with pytest.raises(LeaseBackendError) as info:
             await provider.acquire_lease("k", "o", 1000)
         assert info.value.__cause__ is not None

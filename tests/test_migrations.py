@@ -77,7 +77,10 @@ async def test_migrations_build_exactly_the_declared_schema(target: dict[str, An
         names = provider.names
         assert facts["drift"] == []
         assert names.table in facts["tables"]
-        assert "sql_lease_alembic_version" in facts["tables"]
+        assert names.version_table in facts["tables"]
+        assert names.version_table == (
+            "sql_lease_alembic_version" if table_name == "sql_leases" else f"{table_name}_alembic_version"
+        )
         assert "alembic_version" not in facts["tables"]  # never the host application's table
         if provider.dialect_name == "postgresql":
             assert facts["sequences"] == {names.fence_sequence}
@@ -101,6 +104,48 @@ async def test_concurrent_migrations_agree(target: dict[str, Any]) -> None:
     finally:
         for p in providers:
             await p.close()
+
+
+def test_the_head_revision_constant_is_alembics_head() -> None:
+    from alembic.script import ScriptDirectory
+
+    from sql_lease.sql.migrate import HEAD_REVISION, alembic_config
+
+    assert ScriptDirectory.from_config(alembic_config(LeaseTableNames())).get_current_head() == HEAD_REVISION
+
+
+_MIGRATE_IN_A_PROCESS = """
+import asyncio, sys
+from sql_lease import SqlLeaseProvider
+
+async def main():
+    async with SqlLeaseProvider(sys.argv[1], table_name=sys.argv[2]) as provider:
+        print(await provider.migrate())
+        assert (await provider.acquire_lease("k-" + sys.argv[3], "o", 60_000)).acquired
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_migrations_of_a_new_sqlite_file_in_separate_processes(tmp_path: Path) -> None:
+    """SQLite migrations serialise on the database's own write lock (BEGIN IMMEDIATE), not on a
+    lock file: eight processes migrating one new file all succeed, and no file but the database
+    (and its WAL files) is left."""
+    url = f"sqlite:///{tmp_path}/race.db"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _MIGRATE_IN_A_PROCESS, url, table, str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, table in enumerate(["sql_leases", "other_leases"] * 4)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and out.strip() == "0001", err
+    assert {p.name for p in tmp_path.iterdir()} <= {"race.db", "race.db-wal", "race.db-shm"}
 
 
 @pytest.mark.parametrize("url", ["postgresql://deploy:hunter2@db.internal/app", "sqlite:///leases.db"])

@@ -1,8 +1,9 @@
 """Running the Alembic migrations that ship with the package, on an engine or for offline SQL.
 
 The Alembic environment is ``migrations/`` in a checkout and ``sql_lease/_migrations`` inside an
-installed wheel. It keeps its own version table (default ``sql_lease_alembic_version``) so it never
-touches the host application's Alembic history.
+installed wheel. It keeps version tables of its own (``sql_lease_alembic_version`` for the default
+lease table, ``<table>_alembic_version`` for others) so it never touches the host application's
+Alembic history, and each lease table is migrated on its own.
 """
 
 from __future__ import annotations
@@ -10,23 +11,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
+import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..errors import LeaseError
-from .schema import LeaseTableNames
+from .schema import DEFAULT_VERSION_TABLE, LeaseTableNames
+from .urls import sqlite_file
 
-__all__ = ["alembic_config", "migrations_dir", "offline_sql", "upgrade_engine"]
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+__all__ = ["HEAD_REVISION", "alembic_config", "migrations_dir", "offline_sql", "upgrade_engine"]
 
 NAMES_ATTRIBUTE = "sql_lease_names"
+
+# The newest revision in migrations/versions (tests/test_migrations.py checks it against Alembic's
+# view). Kept here so that checking a schema that is up to date needs no Alembic at all.
+HEAD_REVISION = "0001"
 
 
 def migrations_dir() -> Path:
@@ -40,6 +50,8 @@ def migrations_dir() -> Path:
 
 def alembic_config(names: LeaseTableNames, **attributes: Any) -> Config:
     """An Alembic ``Config`` for the packaged migrations and the tables named by ``names``."""
+    from alembic.config import Config
+
     config = Config(stdout=io.StringIO())
     config.set_main_option("script_location", str(migrations_dir()))
     config.attributes[NAMES_ATTRIBUTE] = names
@@ -47,7 +59,85 @@ def alembic_config(names: LeaseTableNames, **attributes: Any) -> Config:
     return config
 
 
-def _upgrade_sync(connection: Connection, names: LeaseTableNames) -> str | None:
+async def upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | None:
+    """Upgrade the lease schema on ``engine`` to head; returns the revision now in place.
+
+    A schema already at head costs one connection and two or three small reads; Alembic runs only
+    when something is missing. Each lease table has a version table of its own (see
+    :class:`LeaseTableNames`); a table that exists under the shared version table of earlier
+    releases is taken over at its revision there.
+
+    Concurrent upgrades are serialised: within this process by a lock (Alembic's ``context`` and
+    ``op`` are process-global), across processes by the database itself: on PostgreSQL an
+    advisory lock, on SQLite the write lock of ``BEGIN IMMEDIATE`` on the migrating connection
+    (the whole upgrade is one transaction; no lock file). A missing SQLite database file is
+    created here, and only here (its directory must exist).
+    """
+    head = HEAD_REVISION
+    if engine.dialect.name == "sqlite":
+        await asyncio.to_thread(_create_sqlite_file, engine.url)
+    async with engine.connect() as conn:
+        table_exists, versions = await conn.run_sync(_read_state, names)
+        await conn.rollback()
+    if table_exists and versions == (head,):
+        return head
+    async with _locked(_PROCESS_LOCK):
+        return await _upgrade_in_transaction(engine, names, head)
+
+
+def _create_sqlite_file(url: URL) -> None:
+    path = sqlite_file(url)
+    if path is None or path.exists():
+        return
+    if not path.parent.is_dir():
+        raise LeaseError(f"the directory {path.parent} of the SQLite database does not exist; create it first")
+    sqlite3.connect("file:" + quote(str(path), safe="/") + "?mode=rwc", uri=True).close()
+
+
+def _read_state(connection: Connection, names: LeaseTableNames) -> tuple[bool, tuple[str, ...] | None]:
+    """(does the lease table exist, the revisions in its version table or None if that is missing)."""
+    dialect = connection.dialect
+    table_exists = dialect.has_table(connection, names.table, schema=names.schema)
+    return table_exists, _versions(connection, names.version_table, names.schema)
+
+
+def _versions(connection: Connection, version_table: str, schema: str | None) -> tuple[str, ...] | None:
+    if not connection.dialect.has_table(connection, version_table, schema=schema):
+        return None
+    table = sa.table(version_table, sa.column("version_num"), schema=schema)
+    return tuple(sorted(connection.execute(sa.select(table.c.version_num)).scalars()))
+
+
+def _upgrade_sync(connection: Connection, names: LeaseTableNames, head: str) -> str | None:
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
+    if connection.dialect.name == "postgresql":
+        # the same lock env.py takes (re-entrant): concurrent deploys wait here, then find head
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('sql_lease migrate'))"))
+    table_exists, versions = _read_state(connection, names)
+    if table_exists and versions == (head,):
+        return head
+    where = f"{names.schema}.{names.table}" if names.schema else names.table
+    if table_exists and not versions:
+        # Earlier releases kept every lease table's revision in the shared version table.
+        legacy = _versions(connection, DEFAULT_VERSION_TABLE, names.schema)
+        if names.version_table == DEFAULT_VERSION_TABLE or not legacy or len(legacy) != 1:
+            raise LeaseError(
+                f"lease table {where} exists but its version table {names.version_table} records no "
+                "revision, so its schema version is unknown; if it is complete, record its revision "
+                f"with `alembic -x table={names.table} -x version_table={names.version_table} stamp <revision>`"
+            )
+        command.stamp(alembic_config(names, connection=connection), legacy[0])
+    elif versions and not table_exists:
+        if versions != (head,):
+            raise LeaseError(
+                f"lease table {where} does not exist but its version table {names.version_table} records "
+                f"revision {', '.join(versions)}: that version table belongs to another lease table; give "
+                f"{names.table} a version table of its own (leave out --version-table / version_table)"
+            )
+        # The version table is shared with another table at head: build this one from the start.
+        connection.execute(sa.delete(sa.table(names.version_table, schema=names.schema)))
     command.upgrade(alembic_config(names, connection=connection), "head")
     context = MigrationContext.configure(
         connection,
@@ -56,44 +146,66 @@ def _upgrade_sync(connection: Connection, names: LeaseTableNames) -> str | None:
     return context.get_current_revision()
 
 
-async def upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | None:
-    """Upgrade the lease schema on ``engine`` to head; returns the revision now in place.
-
-    Concurrent upgrades are serialised: within this process by a lock (Alembic's ``context`` and
-    ``op`` are process-global), across processes on PostgreSQL by an advisory lock taken in
-    ``env.py`` and on SQLite by a lock file next to the database file.
-    """
-    async with _locked(_PROCESS_LOCK):
-        if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
-            return await _upgrade_in_transaction(engine, names)
-        from filelock import FileLock
-
-        async with _locked(FileLock(f"{engine.url.database}.migrate.lock", thread_local=False)):
-            return await _upgrade_in_transaction(engine, names)
-
-
 _PROCESS_LOCK = threading.Lock()
 
 
 @contextlib.asynccontextmanager
-async def _locked(lock: Any) -> AsyncIterator[None]:
-    """Hold a blocking lock, waiting for it in a worker thread so the event loop keeps running."""
-    await asyncio.to_thread(lock.acquire)
+async def _locked(lock: threading.Lock) -> AsyncIterator[None]:
+    """Hold a process-wide lock without blocking the event loop. It is polled rather than awaited
+    in a thread, so a cancelled wait never takes the lock after its waiter has gone."""
+    delay = 0.001
+    while not lock.acquire(blocking=False):
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
     try:
         yield
     finally:
         lock.release()
 
 
-async def _upgrade_in_transaction(engine: AsyncEngine, names: LeaseTableNames) -> str | None:
+async def _switch_to_wal(conn: AsyncConnection) -> None:
+    """Put the database in WAL mode (as the provider's connections do) before taking its write lock.
+
+    In rollback-journal mode, another process's first ``PRAGMA journal_mode = WAL`` would need
+    to promote its read lock while this migration holds the write lock, and SQLite fails such a
+    promotion at once ("database is locked") instead of waiting. Concurrent switches can fail the
+    same way, so a failed one is retried for a while.
+    """
+    for attempt in itertools.count():
+        try:
+            await conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+            return
+        except sa.exc.OperationalError as exc:
+            if "locked" not in str(exc) or attempt >= 200:
+                raise
+        await asyncio.sleep(0.05)
+
+
+async def _upgrade_in_transaction(engine: AsyncEngine, names: LeaseTableNames, head: str) -> str | None:
     async with engine.connect() as conn:
-        revision = await conn.run_sync(_upgrade_sync, names)
-        await conn.commit()
-    return revision
+        if engine.dialect.name != "sqlite":
+            revision = await conn.run_sync(_upgrade_sync, names, head)
+            await conn.commit()
+            return revision
+        # pysqlite begins transactions only before DML, so DDL would run in autocommit: take the
+        # transaction (and with it the database's write lock) explicitly instead.
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await _switch_to_wal(conn)
+        await conn.exec_driver_sql("BEGIN IMMEDIATE")
+        try:
+            revision = await conn.run_sync(_upgrade_sync, names, head)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await conn.exec_driver_sql("ROLLBACK")
+            raise
+        await conn.exec_driver_sql("COMMIT")
+        return revision
 
 
 def offline_sql(url: str | URL, names: LeaseTableNames) -> str:
     """The SQL that upgrades an empty database to head, for a DBA to review and run (``--sql``)."""
+    from alembic import command
+
     buffer = io.StringIO()
     config = alembic_config(names, offline_url=url)
     config.output_buffer = buffer

@@ -16,8 +16,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ..contract import (
@@ -30,9 +29,11 @@ from ..contract import (
     validate_ttl_ms,
 )
 from ..errors import LeaseBackendError, LeaseError, SchemaMissingError
-from .schema import DEFAULT_TABLE_NAME, DEFAULT_VERSION_TABLE, LeaseTableNames
+from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .slots import ConnectionSlots
 from .statements import LeaseStatements, statements_for
+from .urls import ASYNC_DRIVERS as _ASYNC_DRIVERS
+from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
 
 if TYPE_CHECKING:
     from .notify import NotifyListener, PostgresReleaseWaiter
@@ -41,42 +42,8 @@ __all__ = ["SqlLeaseProvider", "to_async_url"]
 
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
+_MAX_SQLITE_BUSY_TIMEOUT_MS = 2**31 - 1  # SQLite's busy timeout is a C int: larger values wrap to 0
 Row = Sequence[Any]
-
-_ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
-
-
-def to_async_url(url: str | URL) -> URL:
-    """Parse ``url`` and map plain ``postgresql://``/``postgres://``/``sqlite://`` to the async drivers.
-
-    Raises ``ValueError`` for another database or driver, and for in-memory SQLite (each pooled
-    connection would see its own empty database; use ``InMemoryLeaseProvider`` instead).
-    """
-    if isinstance(url, str) and url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://") :]
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        # The text is left out on purpose: a malformed URL may still carry a password.
-        raise ValueError(
-            "not a database URL; expected postgresql://user@host:5432/dbname or sqlite:///path/to/file.db"
-        ) from None
-    backend, _, driver = parsed.drivername.partition("+")
-    if backend not in _ASYNC_DRIVERS:
-        raise ValueError(f"sql_lease supports postgresql:// and sqlite:// URLs, not {backend}://")
-    wanted = _ASYNC_DRIVERS[backend]
-    if driver and driver != wanted:
-        raise ValueError(f"{backend} URLs must use the {wanted} driver ({backend}+{wanted}://), not {driver}")
-    if backend == "sqlite" and parsed.host:
-        raise ValueError(
-            f"SQLite URLs have no host: use sqlite:///{parsed.host}{'/' + parsed.database if parsed.database else ''} "
-            "(three slashes: a path relative to the working directory) or sqlite:////absolute/path"
-        )
-    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise ValueError(
-            "in-memory SQLite is not shared between connections; give a file path or use InMemoryLeaseProvider"
-        )
-    return parsed.set(drivername=f"{backend}+{wanted}")
 
 
 class _Driver:
@@ -194,19 +161,26 @@ class SqlLeaseProvider(LeaseProviderBase):
         url_or_engine: a URL (``postgresql://``, ``postgresql+asyncpg://``, ``postgres://``,
             ``sqlite:///path``, ``sqlite+aiosqlite:///path``; plain forms use the async drivers) or
             an ``AsyncEngine`` on asyncpg or aiosqlite. A URL's engine is created and disposed by the
-            provider; a given engine is shared and never disposed.
-        table_name: the lease table (default ``sql_leases``); letters, digits, underscores.
+            provider; a given engine is shared and never disposed. A ``sqlite:///path`` must name a
+            file in an existing directory (else ``ValueError``); only :meth:`migrate` creates the
+            file, and other operations on a missing file raise ``SchemaMissingError``.
+        table_name: the lease table (default ``sql_leases``); letters, digits, underscores; at
+            most 49 characters, at most 43 without ``version_table`` (PostgreSQL's 63-byte names
+            must hold ``ix_<table>_expires_at`` and ``<table>_alembic_version_pkc``).
         schema: PostgreSQL schema (SQLite: attached database name) of the table, default the
             connection's search path.
-        version_table: Alembic's version table for :meth:`migrate` (default
-            ``sql_lease_alembic_version``), kept apart from the application's own Alembic history.
+        version_table: Alembic's version table for :meth:`migrate`, kept apart from the
+            application's own Alembic history; one per lease table. Default
+            ``sql_lease_alembic_version`` for the default table, ``<table>_alembic_version`` else.
         operation_timeout_s: every operation (pool checkout included) either completes within this
-            many seconds or raises ``LeaseBackendError``. Default 10.
+            many seconds or raises ``LeaseBackendError``. Default 10; more than 0, at most 86400
+            (one day).
         pool_size: at most this many connections run lease statements at once; the provider keeps
             them checked out of the engine's pool until :meth:`close`. Default 10 for a URL, 2 for
             a given engine (leaving the rest of its pool to the application).
         sqlite_busy_timeout_ms: how long a SQLite statement waits for another process's write lock
-            before failing, in milliseconds. Default: the operation timeout.
+            before failing, in milliseconds: 0 to 2**31 - 1. Default: the operation timeout. SQLite
+            only (``ValueError`` for PostgreSQL).
         sqlite_synchronous: SQLite ``PRAGMA synchronous``: ``"FULL"`` (default: a committed lease
             and its fence survive power loss) or ``"NORMAL"`` (faster; survives process crashes).
         engine_options: extra keyword arguments for ``create_async_engine`` when given a URL.
@@ -234,7 +208,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         *,
         table_name: str = DEFAULT_TABLE_NAME,
         schema: str | None = None,
-        version_table: str = DEFAULT_VERSION_TABLE,
+        version_table: str | None = None,
         operation_timeout_s: float = 10.0,
         pool_size: int | None = None,
         sqlite_busy_timeout_ms: int | None = None,
@@ -246,11 +220,23 @@ class SqlLeaseProvider(LeaseProviderBase):
         self.names = LeaseTableNames(table_name, schema, version_table)
         if isinstance(operation_timeout_s, bool) or not isinstance(operation_timeout_s, (int, float)):
             raise TypeError("operation_timeout_s must be a number of seconds")
-        if not 0 < operation_timeout_s < float("inf"):
-            raise ValueError(f"operation_timeout_s must be > 0 seconds, got {operation_timeout_s!r}")
+        if not 0 < operation_timeout_s <= 86_400:
+            raise ValueError(f"operation_timeout_s must be > 0 and at most 86400 seconds, got {operation_timeout_s!r}")
         if sqlite_synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError("sqlite_synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
+        if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        if sqlite_busy_timeout_ms is not None:
+            if isinstance(sqlite_busy_timeout_ms, bool) or not isinstance(sqlite_busy_timeout_ms, (int, float)):
+                kind = type(sqlite_busy_timeout_ms).__name__
+                raise TypeError(f"sqlite_busy_timeout_ms must be a number of milliseconds, not {kind}")
+            if not 0 <= sqlite_busy_timeout_ms <= _MAX_SQLITE_BUSY_TIMEOUT_MS:
+                raise ValueError(
+                    f"sqlite_busy_timeout_ms must be 0 to {_MAX_SQLITE_BUSY_TIMEOUT_MS} milliseconds "
+                    f"(SQLite's limit, about 24.8 days), got {sqlite_busy_timeout_ms!r}"
+                )
         self.operation_timeout_s = float(operation_timeout_s)
+        database_file = None
 
         if isinstance(url_or_engine, AsyncEngine):
             base_engine, self._owns_engine = url_or_engine, False
@@ -263,11 +249,17 @@ class SqlLeaseProvider(LeaseProviderBase):
         elif isinstance(url_or_engine, (str, URL)):
             url = to_async_url(url_or_engine)
             backend = url.get_backend_name()
+            database_file = sqlite_file(url)
+            if database_file is not None and not database_file.parent.is_dir():
+                raise ValueError(
+                    f"the directory {database_file.parent} of the SQLite database does not exist "
+                    "(or is not a directory); create it first"
+                )
             options: dict[str, Any] = {"pool_reset_on_return": None}
             if pgbouncer and backend == "postgresql":
                 url = url.update_query_dict({"prepared_statement_cache_size": "0"})
                 options["connect_args"] = {"statement_cache_size": 0}
-            if backend == "postgresql":
+            if not {"poolclass", "pool"} & set(engine_options or {}):
                 # the lease statements' connections, the LISTEN connection and migrations
                 options.update(pool_size=(pool_size or 10) + 2, max_overflow=0)
             options.update(engine_options or {})
@@ -276,6 +268,23 @@ class SqlLeaseProvider(LeaseProviderBase):
             raise TypeError(
                 f"url_or_engine must be a URL string, sqlalchemy URL or AsyncEngine, not {type(url_or_engine).__name__}"
             )
+        if sqlite_busy_timeout_ms is not None and backend != "sqlite":
+            raise ValueError(f"sqlite_busy_timeout_ms is only for SQLite databases, not {backend}")
+        if sqlite_busy_timeout_ms is None:
+            sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), _MAX_SQLITE_BUSY_TIMEOUT_MS)
+        sqlite_busy_timeout_ms = int(sqlite_busy_timeout_ms)
+        if database_file is not None:
+            # Only migrate() creates the database file (see sql_lease.sql.migrate); lease
+            # operations on a missing file raise SchemaMissingError and leave no empty file behind.
+            missing_file = database_file
+
+            def missing() -> SchemaMissingError:
+                return SchemaMissingError(
+                    f"lease table {self.names.table!r} not found: the SQLite database file {missing_file} "
+                    f"does not exist: run `sql-lease migrate --url URL{self._names_options()}` first"
+                )
+
+            open_existing_sqlite_file_only(base_engine, database_file, missing)
         # Migrations run in transactions on the base engine; lease operations run in autocommit.
         self._base_engine = base_engine
         self._engine = base_engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -289,7 +298,7 @@ class SqlLeaseProvider(LeaseProviderBase):
                 sqlite_synchronous,
             )
         )
-        self.safe_url = base_engine.url.render_as_string(hide_password=True)
+        self.safe_url = safe_url(base_engine.url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
         self._listener: NotifyListener | None = None
         if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
@@ -302,7 +311,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         )
 
     def __repr__(self) -> str:
-        return f"SqlLeaseProvider({self.safe_url!r}, table_name={self.names.table!r})"
+        return f"SqlLeaseProvider({getattr(self, 'safe_url', '?')!r}, table_name={self.names.table!r})"
 
     @property
     def engine(self) -> AsyncEngine:
@@ -356,8 +365,12 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     def _names_options(self) -> str:
         """The CLI options that name this provider's table, for hints in messages."""
-        options = "" if self.names.table == DEFAULT_TABLE_NAME else f" --table {self.names.table}"
-        return options + (f" --schema {self.names.schema}" if self.names.schema else "")
+        names = self.names
+        options = "" if names.table == DEFAULT_TABLE_NAME else f" --table {names.table}"
+        options += f" --schema {names.schema}" if names.schema else ""
+        if names.version_table != derived_version_table(names.table):
+            options += f" --version-table {names.version_table}"
+        return options
 
     # -- the executor -----------------------------------------------------------------------
 

@@ -40,18 +40,31 @@ from sqlalchemy import (
 
 from ..contract import MAX_KEY_LENGTH, MAX_OWNER_LENGTH
 
-__all__ = ["DEFAULT_TABLE_NAME", "DEFAULT_VERSION_TABLE", "LeaseTableNames", "lease_metadata"]
+__all__ = [
+    "DEFAULT_TABLE_NAME",
+    "DEFAULT_VERSION_TABLE",
+    "LeaseTableNames",
+    "derived_version_table",
+    "lease_metadata",
+]
 
 DEFAULT_TABLE_NAME = "sql_leases"
 DEFAULT_VERSION_TABLE = "sql_lease_alembic_version"
+VERSION_TABLE_SUFFIX = "_alembic_version"
 
-# Letters, digits and underscores, not starting with a digit. The longest suffix added to the
-# table name is "_fence_seq" (10), and PostgreSQL truncates identifiers at 63 bytes.
+# PostgreSQL truncates identifiers at 63 bytes (NAMEDATALEN - 1); every name derived from the
+# table's name must fit, or two objects could end up with one truncated name. The longest are the
+# index "ix_<table>_expires_at" (table + 14) and, for the version table, Alembic's primary key
+# "<version_table>_pkc" (version table + 4). (SQLite's triggers and check constraint are longer,
+# but SQLite has no limit.)
+POSTGRES_MAX_NAME = 63
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_MAX_TABLE_NAME = 63 - len("_fence_seq")
+MAX_VERSION_TABLE_NAME = POSTGRES_MAX_NAME - len("_pkc")
+MAX_TABLE_NAME = POSTGRES_MAX_NAME - len("ix__expires_at")
+MAX_TABLE_NAME_WITH_DERIVED_VERSION_TABLE = MAX_VERSION_TABLE_NAME - len(VERSION_TABLE_SUFFIX)
 
 
-def validate_identifier(value: object, what: str, max_length: int = 63) -> str:
+def validate_identifier(value: object, what: str, max_length: int = POSTGRES_MAX_NAME) -> str:
     """Return ``value`` if it is a plain SQL identifier, else raise ``TypeError``/``ValueError``."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
@@ -59,23 +72,51 @@ def validate_identifier(value: object, what: str, max_length: int = 63) -> str:
         raise ValueError(
             f"{what} {value!r} is not accepted: use 1 to {max_length} ASCII letters, digits and "
             "underscores, not starting with a digit"
+            + (" (PostgreSQL allows 63 bytes for the names derived from it)" if max_length < POSTGRES_MAX_NAME else "")
         )
     return value
 
 
-@dataclass(frozen=True, slots=True)
+def derived_version_table(table: str) -> str:
+    """The default Alembic version table of lease table ``table``: ``sql_lease_alembic_version``
+    for the default table (as in every release so far), ``<table>_alembic_version`` for others,
+    so that each lease table has a migration state of its own."""
+    return DEFAULT_VERSION_TABLE if table == DEFAULT_TABLE_NAME else table + VERSION_TABLE_SUFFIX
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class LeaseTableNames:
-    """Names of the lease table, its schema and the objects that belong to it."""
+    """Names of the lease table, its schema and the objects that belong to it.
 
-    table: str = DEFAULT_TABLE_NAME
-    schema: str | None = None
-    version_table: str = DEFAULT_VERSION_TABLE
+    ``version_table`` defaults to :func:`derived_version_table` of the table. Raises
+    ``TypeError``/``ValueError`` for a name that is not a plain identifier, or that would make a
+    derived name longer than PostgreSQL's 63 bytes: table names have at most 49 characters, and
+    at most 43 unless ``version_table`` is given (version tables: at most 59).
+    """
 
-    def __post_init__(self) -> None:
-        validate_identifier(self.table, "table_name", _MAX_TABLE_NAME)
-        if self.schema is not None:
-            validate_identifier(self.schema, "schema")
-        validate_identifier(self.version_table, "version_table")
+    table: str
+    schema: str | None
+    version_table: str
+
+    def __init__(
+        self, table: str = DEFAULT_TABLE_NAME, schema: str | None = None, version_table: str | None = None
+    ) -> None:
+        validate_identifier(table, "table_name", MAX_TABLE_NAME)
+        if schema is not None:
+            validate_identifier(schema, "schema")
+        if version_table is None:
+            if len(table) > MAX_TABLE_NAME_WITH_DERIVED_VERSION_TABLE:
+                raise ValueError(
+                    f"table_name {table!r} ({len(table)} characters) leaves no room for its version table "
+                    f"{table}{VERSION_TABLE_SUFFIX} within PostgreSQL's 63-byte names: use at most "
+                    f"{MAX_TABLE_NAME_WITH_DERIVED_VERSION_TABLE} characters, or give version_table "
+                    f"(--version-table) of at most {MAX_VERSION_TABLE_NAME}"
+                )
+            version_table = derived_version_table(table)
+        validate_identifier(version_table, "version_table", MAX_VERSION_TABLE_NAME)
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "version_table", version_table)
 
     @property
     def fence_sequence(self) -> str:

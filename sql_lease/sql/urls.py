@@ -1,0 +1,162 @@
+"""Database URLs: parsing them for the async drivers, and showing them without their secrets.
+
+Every URL sql_lease prints (in messages, ``repr``, ``sql-lease migrate`` and ``bench``) goes
+through :func:`safe_url`. It masks the password of the user information and every query parameter
+that can carry a credential (``password``, ``sslpassword``, and any name containing ``password``,
+``passwd``, ``secret`` or ``token``).
+
+A password containing an unencoded ``@`` (``postgresql://u:p@ss@host/db``) cannot be told apart
+from a host name: SQLAlchemy would take the password to be ``p`` and the host ``ss@host``, and
+libpq splits at the first ``@`` too. Such URLs are refused with a ``ValueError`` that asks for
+``%40`` and never repeats the URL.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["open_existing_sqlite_file_only", "safe_url", "sqlite_file", "to_async_url"]
+
+ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
+MASK = "***"
+_SECRET_WORDS = ("password", "passwd", "secret", "token")
+_NOT_A_URL = "not a database URL; expected postgresql://user@host:5432/dbname or sqlite:///path/to/file.db"
+_UNENCODED_AT = (
+    "the database URL has an '@' that is not the separator before the host (in the password, "
+    "user name or database name?); write each such '@' as %40 (URL text is not repeated here, "
+    "it may hold a password)"
+)
+
+
+def _is_secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def _parse(url: str | URL) -> URL:
+    """``make_url`` that never echoes the text (a malformed URL may still carry a password)."""
+    if isinstance(url, str) and url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        # ValueError: SQLAlchemy's int() of a "port" such as "ss@host" names that text
+        raise ValueError(_UNENCODED_AT if isinstance(url, str) and url.count("@") > 1 else _NOT_A_URL) from None
+    if parsed.get_backend_name() != "sqlite" and (
+        _misplaced_at(parsed) or (isinstance(url, str) and _at_in_query_name(url))
+    ):
+        raise ValueError(_UNENCODED_AT)
+    return parsed
+
+
+def _at_in_query_name(text: str) -> bool:
+    """True if a query parameter's name (or a parameter without ``=``, which SQLAlchemy drops)
+    after the user information holds an '@': the tail of a password such as ``p@?x@host``."""
+    rest = text.partition("://")[2]
+    query = rest[rest.find("@") + 1 :].partition("?")[2]
+    return any("@" in piece.partition("=")[0] for piece in query.split("&"))
+
+
+def _misplaced_at(parsed: URL) -> bool:
+    """True if an '@' ended up after the user information: the password (or user name) had an
+    unencoded '@' and its tail was read as the host, database or a query parameter."""
+    return "@" in (parsed.host or "") or "@" in (parsed.database or "") or any("@" in k for k in parsed.query)
+
+
+def to_async_url(url: str | URL) -> URL:
+    """Parse ``url`` and map plain ``postgresql://``/``postgres://``/``sqlite://`` to the async drivers.
+
+    Raises ``ValueError`` for another database or driver, for in-memory SQLite (each pooled
+    connection would see its own empty database; use ``InMemoryLeaseProvider`` instead), and for
+    an ``@`` that is not percent-encoded (``%40``) in a password, user or database name.
+
+    A ``password`` query parameter (which asyncpg accepts) is moved into the URL's password, where
+    SQLAlchemy itself hides it (``repr(engine.url)``); the driver gets the same password.
+    """
+    parsed = _parse(url)
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend not in ASYNC_DRIVERS:
+        raise ValueError(f"sql_lease supports postgresql:// and sqlite:// URLs, not {backend}://")
+    wanted = ASYNC_DRIVERS[backend]
+    if driver and driver != wanted:
+        raise ValueError(f"{backend} URLs must use the {wanted} driver ({backend}+{wanted}://), not {driver}")
+    if backend == "sqlite" and parsed.host:
+        raise ValueError(
+            f"SQLite URLs have no host: use sqlite:///{parsed.host}{'/' + parsed.database if parsed.database else ''} "
+            "(three slashes: a path relative to the working directory) or sqlite:////absolute/path"
+        )
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError(
+            "in-memory SQLite is not shared between connections; give a file path or use InMemoryLeaseProvider"
+        )
+    if backend == "postgresql" and "password" in parsed.query:
+        password = parsed.query["password"]
+        # asyncpg gets the query's password over the user information's (the query is applied last)
+        if isinstance(password, str):
+            parsed = parsed.set(password=password).difference_update_query(["password"])
+    return parsed.set(drivername=f"{backend}+{wanted}")
+
+
+def _query_text(query: Mapping[str, str | Sequence[str]]) -> str:
+    parts = []
+    for name, value in query.items():
+        for one in (value,) if isinstance(value, str) else value:
+            shown = MASK if _is_secret(name) else quote(one, safe="/:,.-_~")
+            parts.append(f"{quote(name, safe='_-.')}={shown}")
+    return "?" + "&".join(parts) if parts else ""
+
+
+def safe_url(url: str | URL) -> str:
+    """``url`` as text fit for messages and logs: the password and every credential-carrying query
+    parameter replaced by ``***``. SQLite paths are shown as given.
+
+    Never raises for a ``str`` or ``URL``: text that does not parse, or has an unencoded ``@``
+    after the user information, is shown as a placeholder without any part of it.
+    """
+    try:
+        parsed = _parse(url) if isinstance(url, str) else url
+        if parsed.get_backend_name() != "sqlite" and _misplaced_at(parsed):
+            raise ValueError(_UNENCODED_AT)
+    except ValueError:
+        return "<database URL not shown: it does not parse, or has an '@' that is not written as %40>"
+    query = _query_text(parsed.query)
+    if parsed.get_backend_name() == "sqlite" and not (parsed.username or parsed.password or parsed.host):
+        return f"{parsed.drivername}:///{parsed.database or ''}{query}"
+    base = parsed.set(query={}).render_as_string(hide_password=True)
+    return base + query
+
+
+def sqlite_file(url: URL) -> Path | None:
+    """The file of a SQLite URL as an absolute path (the URL's path is relative to the working
+    directory, as SQLite opens it); None for in-memory databases and ``uri=true`` URLs."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    if str(url.query.get("uri", "")).lower() in ("true", "1", "yes", "on"):
+        return None
+    return Path(os.path.abspath(url.database))
+
+
+def open_existing_sqlite_file_only(engine: AsyncEngine, path: Path, missing: Callable[[], Exception]) -> None:
+    """Make ``engine`` (created for the SQLite file ``path``) open that file only if it exists:
+    raise ``missing()`` instead, and open it with ``mode=rw`` so that not even a race creates it.
+
+    SQLite creates a missing database file on open, so a read such as ``sql-lease status`` on a
+    mistyped path would leave an empty file behind. ``sql_lease.sql.migrate`` creates the file.
+    """
+    uri = "file:" + quote(str(path), safe="/") + "?mode=rw"
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def connect(dialect: Any, connection_record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
+        if not path.exists():
+            raise missing()
+        cargs[:] = [uri]
+        cparams["uri"] = True
