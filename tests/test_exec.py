@@ -49,6 +49,19 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
         pytest.fail(f"sql-lease exec still ran after {timeout} s; stderr: {err}")
 
 
+def has_open(pid: int, path: Path) -> bool:
+    """True if process ``pid`` has ``path`` open (Linux /proc)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                return True
+    return False
+
+
 def kill_quietly(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
@@ -166,7 +179,8 @@ def test_sigterm_while_waiting_for_the_lease_exits_143(tmp_path: Path) -> None:
     try:
         wait_for(tmp_path / "s")
         waiter = start_cli(["exec", "busy", "--wait", "--", "touch", str(tmp_path / "ran")], tmp_path)
-        time.sleep(1.0)  # it is waiting (the interpreter started and the first attempt was refused)
+        # exec installs its handlers before it opens the database: once the file is open, it waits
+        wait_until(lambda: has_open(waiter.pid, tmp_path / "sql_lease.db"), 20, "the waiter to open the database")
         waiter.send_signal(signal.SIGTERM)
         _out, err = finish(waiter, 10)
         assert waiter.returncode == 128 + signal.SIGTERM, (waiter.returncode, err)
