@@ -303,6 +303,12 @@ def test_an_at_sign_in_the_user_name() -> None:
         assert SECRET not in safe_url(url)
 
 
+def test_a_repeated_password_parameter_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ValueError, match="more than once") as info:
+        SqlLeaseProvider(f"postgresql://u@db.example/app?password={SECRET}&password=x")
+    assert SECRET not in str(info.value)
+
+
 def test_provider_move_a_query_password_out_of_the_engine_url() -> None:
     provider = SqlLeaseProvider(f"postgresql://u@db.example/app?password={SECRET}&application_name=x")
     assert SECRET not in repr(provider)

@@ -215,3 +215,24 @@ async def test_postgres_lease_connections_never_plan_sequential_scans(pg_schema:
             assert await slot[1].fetchval("SHOW enable_seqscan") == "off"
         finally:
             provider._slots.give_back(slot, healthy=True)
+
+
+async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path) -> None:
+    """Regression: the process-wide migration lock was taken in a worker thread; a migrate()
+    cancelled while waiting for it took it afterwards and never released it, wedging every later
+    migrate() in the process."""
+    from sql_lease.sql import migrate
+
+    async with SqlLeaseProvider(f"sqlite:///{tmp_path}/cancel.db") as provider:
+        assert migrate._PROCESS_LOCK.acquire(blocking=False)  # another migration is under way
+        try:
+            waiting = asyncio.ensure_future(provider.migrate())
+            await asyncio.sleep(0.2)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        finally:
+            migrate._PROCESS_LOCK.release()
+        await asyncio.sleep(0.2)
+        assert not migrate._PROCESS_LOCK.locked()
+        assert await asyncio.wait_for(provider.migrate(), 10) == "0001"

@@ -100,9 +100,10 @@ def to_async_url(url: str | URL) -> URL:
         )
     if backend == "postgresql" and "password" in parsed.query:
         password = parsed.query["password"]
+        if not isinstance(password, str):
+            raise ValueError("the database URL gives the password query parameter more than once")
         # asyncpg gets the query's password over the user information's (the query is applied last)
-        if isinstance(password, str):
-            parsed = parsed.set(password=password).difference_update_query(["password"])
+        parsed = parsed.set(password=password).difference_update_query(["password"])
     return parsed.set(drivername=f"{backend}+{wanted}")
 
 
