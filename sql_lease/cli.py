@@ -327,7 +327,13 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
 @url_option
 @table_option
 @schema_option
-@click.option("--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL; renewed every TTL/3.")
+@click.option(
+    "--ttl",
+    default="30s",
+    type=DURATION,
+    show_default=True,
+    help="Lease TTL, renewed every TTL/3. Durations: 500ms, 30s, 5m, 1h (a bare number is seconds).",
+)
 @click.option("--owner", default=None, help="Owner id (default host:pid:random). One holder per owner id.")
 @click.option(
     "--retry-owner",
