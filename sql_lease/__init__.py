@@ -23,9 +23,11 @@ from .contract import (
 )
 from .errors import (
     LeaseBackendError,
+    LeaseConfigError,
     LeaseError,
     LeaseLostError,
     LeaseNotAcquiredError,
+    ProviderClosedError,
     SchemaMissingError,
 )
 from .holding import ExpirySweeper, HeldLease, acquire_lease_wait, hold
@@ -45,12 +47,14 @@ __all__ = [
     "HeldLease",
     "InMemoryLeaseProvider",
     "LeaseBackendError",
+    "LeaseConfigError",
     "LeaseError",
     "LeaseInfo",
     "LeaseLostError",
     "LeaseNotAcquiredError",
     "LeaseProvider",
     "NoopLeaseProvider",
+    "ProviderClosedError",
     "SchemaMissingError",
     "SqlLeaseProvider",
     "acquire_lease_wait",

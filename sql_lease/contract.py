@@ -9,7 +9,7 @@ in-memory providers work without SQLAlchemy or a driver installed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -22,6 +22,7 @@ __all__ = [
     "LeaseInfo",
     "LeaseProvider",
     "LeaseProviderBase",
+    "RenewsWithLeaseInfo",
     "is_lease_provider",
     "validate_key",
     "validate_owner",
@@ -61,12 +62,17 @@ class AcquireResult:
             ``None`` from ``NoopLeaseProvider``.
         expires_at: when that tenure expires, a timezone-aware UTC ``datetime`` by the database's
             clock (by the process clock for in-memory providers). ``None`` from ``NoopLeaseProvider``.
+        remaining_ms: how long that tenure had left when the provider answered, a ``float`` number
+            of milliseconds measured by the database's own clock (``expires_at - now()``), so a
+            caller can wait for the expiry without comparing clocks. ``None`` when unknown. Not
+            part of equality.
     """
 
     acquired: bool
     owner: str | None
     fence: int | None = None
     expires_at: datetime | None = None
+    remaining_ms: float | None = field(default=None, compare=False)
 
     def __bool__(self) -> bool:
         return self.acquired
@@ -74,12 +80,15 @@ class AcquireResult:
 
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
-    """An unexpired lease as read by ``get_lease``: its key, owner, fence and expiry (aware UTC)."""
+    """An unexpired lease as read by ``get_lease``: its key, owner, fence and expiry (aware UTC),
+    and ``remaining_ms``, the TTL left (float milliseconds, by the database's clock; not part of
+    equality)."""
 
     key: str
     owner: str
     fence: int
     expires_at: datetime
+    remaining_ms: float | None = field(default=None, compare=False)
 
 
 @runtime_checkable
@@ -93,8 +102,10 @@ class LeaseProvider(Protocol):
        ``expires_at = T + ttl`` and a new fencing token (``fence``).
     2. While another owner holds an unexpired lease, ``acquire_lease`` returns ``acquired=False``
        with the holder's ``owner``, ``fence`` and ``expires_at``.
-    3. ``acquire_lease`` by the current owner succeeds, resets ``expires_at = T + ttl`` and keeps the
-       fence, so a caller that lost the reply can simply retry.
+    3. ``acquire_lease`` by the owner of the unexpired lease succeeds, resets ``expires_at = T + ttl``
+       and keeps the fence, so a caller that lost the reply can simply retry. (After its own lease
+       expired, the same owner starts a new tenure with a new, larger fence: rule 1.) An owner id
+       therefore names one holder: two holders sharing one id are one holder to the provider.
     4. The fence strictly increases per key at every change of owner (release and re-acquire,
        transfer, expiry sweeps, database restarts).
     5. ``get_lease_owner`` of an expired or released lease returns None.
@@ -129,6 +140,19 @@ class LeaseProvider(Protocol):
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
         """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms (rule 8)."""
+        ...
+
+
+@runtime_checkable
+class RenewsWithLeaseInfo(Protocol):
+    """Optional: a renewal that also returns the lease as the database now has it.
+
+    ``hold()`` uses it, when a provider has it, to keep ``HeldLease.expires_at`` on the database's
+    clock. The bundled SQL and in-memory providers have it.
+    """
+
+    async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
+        """Renew as ``renew_lease``; the renewed lease, or None where ``renew_lease`` returns False."""
         ...
 
 
@@ -174,6 +198,8 @@ def validate_owner(owner: object, what: str = "owner") -> str:
 def _validate_number(value: object, what: str, unit: str, low: float, high: float, low_inclusive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be an int or float number of {unit}, not {type(value).__name__}")
+    # Judge the value, not a subclass's methods: an overridden __float__ or __lt__ must not decide.
+    value = float.__float__(value) if isinstance(value, float) else int.__int__(value)
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{what} must be finite, got {value!r}")
     # Compare before converting: int(10**400) has no float.

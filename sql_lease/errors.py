@@ -17,9 +17,11 @@ class LeaseError(Exception):
 class LeaseBackendError(LeaseError):
     """The database could not be reached, timed out, or failed the statement.
 
-    The outcome of the operation is unknown: it is never reported as "acquired" or "not acquired".
-    The driver's original exception is on ``__cause__``. Retrying is safe for ``acquire_lease``
-    (idempotent for the same owner) and ``renew_lease``.
+    The outcome of the operation is unknown: it is never reported as "acquired" or "not acquired";
+    after an acquire, assume the owner may hold the lease. The driver's original exception is on
+    ``__cause__``. Retrying is safe for ``acquire_lease`` (idempotent for the same owner while the
+    lease is unexpired) and ``renew_lease``. Failures that no retry can fix raise
+    ``LeaseConfigError``, ``SchemaMissingError`` or ``ProviderClosedError`` instead.
     """
 
 
@@ -28,6 +30,18 @@ class SchemaMissingError(LeaseError):
 
     Create it with ``sql-lease migrate --url URL`` (or ``alembic upgrade head`` from a checkout).
     """
+
+
+class LeaseConfigError(LeaseError):
+    """The database refused the configuration: no such database, a role or password it does not
+    accept, or a missing privilege (SQLSTATE class 28, 3D000, 42501).
+
+    Retrying cannot help; the message says what to fix. The driver's exception is on ``__cause__``.
+    """
+
+
+class ProviderClosedError(LeaseError, RuntimeError):
+    """The provider was closed (``close()`` or the end of its ``async with``); make a new one."""
 
 
 class LeaseNotAcquiredError(LeaseError):

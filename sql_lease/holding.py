@@ -3,7 +3,9 @@
 Built on the five protocol methods only, so it serves every provider. Mastra's signals runtime does
 this by hand (renew every TTL/3, transfer to the queued run, release when drained); here it is one
 API. A provider may offer a faster wake-up for waiters through an optional method
-``wait_for_release(key, timeout_s)``; without one, waiters poll with backoff.
+``release_waiter(key)`` (``SqlLeaseProvider`` on PostgreSQL: LISTEN/NOTIFY); without one, waiters
+poll with backoff. Waits are derived from durations the provider reports (``remaining_ms``, by the
+database's clock) and this process's monotonic clock, never from comparing timestamps.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import socket
 import uuid
 import weakref
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal
 
 from .contract import (
     AcquireResult,
+    LeaseInfo,
     LeaseProvider,
     validate_key,
     validate_owner,
@@ -30,13 +33,16 @@ from .contract import (
     validate_sweep,
     validate_ttl_ms,
 )
-from .errors import LeaseError, LeaseLostError, LeaseNotAcquiredError
+from .errors import LeaseBackendError, LeaseError, LeaseLostError, LeaseNotAcquiredError
 
 __all__ = ["ExpirySweeper", "HeldLease", "acquire_lease_wait", "hold", "new_owner_id"]
 
 log = logging.getLogger("sql_lease")
 
 OnLost = Literal["cancel", "flag"]
+
+LOSS_MARGIN = 0.1
+"""``hold()`` declares a lease lost this fraction of its TTL before its last known expiry."""
 
 
 def new_owner_id() -> str:
@@ -48,10 +54,26 @@ def _validate_timeout_s(timeout_s: object) -> float | None:
     return None if timeout_s is None else validate_seconds(timeout_s, "timeout_s")
 
 
-def _seconds_until(moment: datetime | None) -> float | None:
-    if moment is None:
-        return None
-    return max(0.0, (moment - datetime.now(UTC)).total_seconds())
+def _seconds_left(result: AcquireResult) -> float | None:
+    """The holder's remaining TTL in seconds as the provider measured it, if it said."""
+    return None if result.remaining_ms is None else max(0.0, result.remaining_ms / 1000)
+
+
+def _release_if_taken(taking: asyncio.Future[Any], lock: asyncio.Lock) -> None:
+    if not taking.cancelled() and taking.exception() is None:
+        lock.release()
+
+
+async def _bounded(attempt: Any, deadline: float | None) -> Any:
+    """Await ``attempt`` until ``deadline`` (``loop.time()``); past it, ``LeaseBackendError``: the
+    outcome is unknown, so the caller must assume it may hold the lease."""
+    if deadline is None:
+        return await attempt
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await attempt
+    except TimeoutError as exc:
+        raise LeaseBackendError("the acquire attempt had no answer by the deadline; its outcome is unknown") from exc
 
 
 class _PollingWaiter:
@@ -95,21 +117,19 @@ class _LocalQueue:
         """Wait for the lock (True: caller must release it) or a nudge (False); TimeoutError."""
         taking = asyncio.ensure_future(self.lock.acquire())
         nudged = asyncio.ensure_future(nudge.wait())
+        granted = False
         try:
             async with asyncio.timeout_at(deadline):
                 await asyncio.wait({taking, nudged}, return_when=asyncio.FIRST_COMPLETED)
+            # nudged and granted at once: the nudge wins and the turn passes on
+            granted = taking.done() and not taking.cancelled() and not nudge.is_set()
+            return granted
         finally:
             nudged.cancel()
-            if not taking.done():
+            if not granted:
+                # A lock granted in the same turn as a deadline, a cancellation or a nudge is passed on.
                 taking.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await taking
-        if taking.done() and not taking.cancelled():
-            if nudge.is_set():  # nudged and granted at once: the nudge wins, pass the turn on
-                self.lock.release()
-                return False
-            return True
-        return False
+                taking.add_done_callback(lambda done: _release_if_taken(done, self.lock))
 
 
 _local_queues: weakref.WeakKeyDictionary[Any, dict[str, _LocalQueue]] = weakref.WeakKeyDictionary()
@@ -152,19 +172,44 @@ async def acquire_lease_wait(
     another owner holds it.
 
     Returns the successful ``AcquireResult``. Raises ``LeaseNotAcquiredError`` naming the holder
-    when the timeout passes, and ``LeaseBackendError`` when the database fails.
+    when the timeout passes, and ``LeaseBackendError`` when the database fails. ``timeout_s``
+    bounds the whole call: it returns within ``timeout_s`` plus at most ``ATTEMPT_GRACE_S`` (1 s)
+    even over a stalled network; an attempt still in flight then is abandoned with
+    ``LeaseBackendError`` (its outcome is unknown: ``owner`` may hold the lease; retrying with the
+    same owner is safe). ``timeout_s=0`` makes one attempt.
 
     How it waits: a provider with a ``release_waiter(key)`` hook (``SqlLeaseProvider`` on
     PostgreSQL: ``LISTEN``/``NOTIFY``) wakes it as soon as the key is released; it re-checks at
-    the holder's known expiry and at least every ``listen_max_wait_s`` seconds. Other providers
-    poll with jittered exponential backoff (``poll_initial_s`` doubling to ``poll_max_s``), never
-    sleeping past the holder's known expiry. Waiters on the same key in one process queue behind
-    each other (first come, first served), so only one of them queries the database.
+    the holder's expiry and at least every ``listen_max_wait_s`` seconds. Other providers poll
+    with jittered exponential backoff (``poll_initial_s`` doubling to ``poll_max_s``), never
+    sleeping past the holder's expiry. The expiry is known as the holder's remaining TTL reported
+    by the provider (by the database's clock), so a wrong client clock changes nothing. Waiters on
+    the same key in one process queue behind each other (first come, first served), so only one
+    of them queries the database.
     """
     result, _sent = await _acquire_wait_timed(
         provider, key, owner, ttl_ms, timeout_s, poll_initial_s, poll_max_s, listen_max_wait_s
     )
     return result
+
+
+ATTEMPT_GRACE_S = 1.0
+"""A waiting acquire's attempt may run this many seconds past the deadline (a release in the last
+pause is still seen; a stalled network costs at most this much more than ``timeout_s``)."""
+
+
+class _Tries:
+    """Attempts of one waiting acquire, each ending by the deadline plus ``ATTEMPT_GRACE_S``."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+
+    async def run(self, attempt: Any) -> AcquireResult:
+        if self.deadline is None:
+            return await attempt  # type: ignore[no-any-return]
+        end = max(self.deadline, asyncio.get_running_loop().time()) + ATTEMPT_GRACE_S
+        result: AcquireResult = await _bounded(attempt, end)
+        return result
 
 
 async def _acquire_wait_timed(
@@ -183,6 +228,7 @@ async def _acquire_wait_timed(
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = None if limit is None else started + limit
+    tries = _Tries(deadline)
     with _local_queue(provider, key, owner) as local:
         while True:
             has_turn = False
@@ -192,7 +238,7 @@ async def _acquire_wait_timed(
                     has_turn = await queue.wait_turn(nudge, deadline)
                 except TimeoutError:
                     sent = loop.time()
-                    result = await provider.acquire_lease(key, owner, ttl_ms)  # a last try; names the holder
+                    result = await tries.run(provider.acquire_lease(key, owner, ttl_ms))  # names the holder
                     if result.acquired:
                         return result, sent
                     raise LeaseNotAcquiredError(
@@ -201,7 +247,7 @@ async def _acquire_wait_timed(
                 if not has_turn:  # nudged: the lease may have been handed to us
                     nudge.clear()
                     sent = loop.time()
-                    result = await provider.acquire_lease(key, owner, ttl_ms)
+                    result = await tries.run(provider.acquire_lease(key, owner, ttl_ms))
                     if result.acquired:
                         return result, sent
                     continue
@@ -217,6 +263,7 @@ async def _acquire_wait_timed(
                     poll_max_s,
                     listen_max_wait_s,
                     local[0] if local else None,
+                    tries,
                 )
             finally:
                 if has_turn and local is not None:
@@ -234,6 +281,7 @@ async def _wait_at_head(
     poll_max_s: float,
     listen_max_wait_s: float,
     queue: _LocalQueue | None,
+    tries: _Tries,
 ) -> tuple[AcquireResult, float]:
     """The waiting loop of the one waiter (per process and key) that queries the database."""
     loop = asyncio.get_running_loop()
@@ -243,7 +291,7 @@ async def _wait_at_head(
         delay = poll_initial_s
         while True:
             sent = loop.time()
-            result = await waiter.acquire(owner, ttl_ms)
+            result = await tries.run(waiter.acquire(owner, ttl_ms))
             if result.acquired:
                 return result, sent
             if queue is not None and result.owner != owner:
@@ -256,9 +304,9 @@ async def _wait_at_head(
             else:
                 pause = delay * random.uniform(0.5, 1.0)
                 delay = min(delay * 2, poll_max_s)
-            until_expiry = _seconds_until(result.expires_at)
+            until_expiry = _seconds_left(result)
             if until_expiry is not None:
-                pause = min(pause, until_expiry + 0.001)
+                pause = min(pause, until_expiry - (loop.time() - now) + 0.001)
             if deadline is not None:
                 pause = min(pause, deadline - now)
             await waiter.wait(pause)
@@ -269,11 +317,28 @@ def _consume_result(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+_holds: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], int]] = weakref.WeakKeyDictionary()
+
+
+def _holds_of(provider: LeaseProvider) -> dict[tuple[str, str], int]:
+    """How many ``hold()`` blocks of this process hold each (key, owner) on ``provider``."""
+    try:
+        return _holds.setdefault(provider, {})
+    except TypeError:  # not weak-referenceable: nested holds cannot be recognised
+        return {}
+
+
+def _renews_with_info(provider: LeaseProvider) -> bool:
+    # Looked up on the class: a wrapper that forwards attributes must not bypass its renew_lease.
+    return callable(getattr(type(provider), "renew_lease_info", None))
+
+
 class HeldLease:
     """A lease held for the duration of an ``async with`` block; made by :func:`hold`.
 
     Attributes: ``key``, ``owner``, ``fence`` (the fencing token of this tenure), ``expires_at``
-    (aware UTC; after renewals, estimated as renewal time + TTL by this process's clock), ``lost``
+    (aware UTC, by the database's clock: the acquire's answer, then each renewal's; for providers
+    without ``renew_lease_info``, the acquire's answer advanced by the time elapsed since), ``lost``
     (an ``asyncio.Event`` set when the lease is lost), ``lost_reason`` and ``transferred_to``.
     """
 
@@ -296,8 +361,12 @@ class HeldLease:
         self.renew_every_ms = (
             self.ttl_ms / 3 if renew_every_ms is None else validate_ttl_ms(renew_every_ms, "renew_every_ms")
         )
-        if self.renew_every_ms >= self.ttl_ms:
-            raise ValueError(f"renew_every_ms ({self.renew_every_ms:g}) must be less than ttl_ms ({self.ttl_ms:g})")
+        deadline_ms = self.ttl_ms * (1 - LOSS_MARGIN)
+        if self.renew_every_ms >= deadline_ms:
+            raise ValueError(
+                f"renew_every_ms ({self.renew_every_ms:g}) must be less than {deadline_ms:g} ms: loss is declared "
+                f"{LOSS_MARGIN:.0%} of ttl_ms ({self.ttl_ms:g}) before expiry, and the first renewal must come before"
+            )
         if on_lost not in ("cancel", "flag"):
             raise ValueError(f"on_lost must be 'cancel' or 'flag', not {on_lost!r}")
         self.wait = bool(wait)
@@ -309,11 +378,15 @@ class HeldLease:
         self.lost_reason: str | None = None
         self.transferred_to: str | None = None
         self._valid_until = 0.0  # loop.time() up to which the lease is surely still ours
+        self._acquired_at = 0.0  # loop.time() when the successful acquire was sent
+        self._acquired_expiry: datetime | None = None
         self._body_task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
         self._renewer: asyncio.Task[None] | None = None
         self._renew_lock = asyncio.Lock()
         self._cancelled_for_loss = False
         self._closing = False
+        self._counted = False
 
     def __repr__(self) -> str:
         state = (
@@ -328,25 +401,41 @@ class HeldLease:
     @property
     def _margin_s(self) -> float:
         """Loss is declared this long before the last known expiry, so the body stops in time."""
-        return self.ttl_ms / 1000 * 0.1
+        return self.ttl_ms / 1000 * LOSS_MARGIN
 
     async def __aenter__(self) -> HeldLease:
         loop = asyncio.get_running_loop()
-        if self.wait:
-            result, sent = await _acquire_wait_timed(
-                self.provider, self.key, self.owner, self.ttl_ms, self.timeout_s, 0.02, 1.0, 5.0
-            )
-        else:
-            sent = loop.time()
-            result = await self.provider.acquire_lease(self.key, self.owner, self.ttl_ms)
-            if not result.acquired:
-                raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
+        holds = _holds_of(self.provider)
+        held_here = holds.get((self.key, self.owner), 0) > 0
+        try:
+            if self.wait:
+                result, sent = await _acquire_wait_timed(
+                    self.provider, self.key, self.owner, self.ttl_ms, self.timeout_s, 0.02, 1.0, 5.0
+                )
+            else:
+                sent = loop.time()
+                result = await self.provider.acquire_lease(self.key, self.owner, self.ttl_ms)
+        except LeaseNotAcquiredError:
+            raise
+        except BaseException:
+            # Cancelled or failed with the acquire in flight: it may have committed. Unless another
+            # hold() of this owner holds the key here, release, or the key stays taken for a TTL.
+            if not held_here:
+                await self._release_shielded(None)
+            raise
+        if not result.acquired:
+            raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
+        holds[(self.key, self.owner)] = holds.get((self.key, self.owner), 0) + 1
+        self._counted = True
         # The database set expires_at = (its time when it ran the statement) + TTL, and it ran it
         # after we sent it: counting the TTL from `sent` can only underestimate, the safe side.
-        self._valid_until = sent + self.ttl_ms / 1000
+        self._acquired_at, self._valid_until = sent, sent + self.ttl_ms / 1000
         self.fence, self.expires_at = result.fence, result.expires_at
+        self._acquired_expiry = result.expires_at
         self._body_task = asyncio.current_task()
-        self._renewer = asyncio.create_task(self._renew_loop(), name=f"sql_lease renew {self.key}")
+        self._cancelling = self._body_task.cancelling() if self._body_task is not None else 0
+        first_due = sent + self.renew_every_ms / 1000  # from the acquire, not from the renewer's first run
+        self._renewer = asyncio.create_task(self._renew_loop(first_due), name=f"sql_lease renew {self.key}")
         return self
 
     async def __aexit__(
@@ -356,13 +445,28 @@ class HeldLease:
         tb: TracebackType | None,
     ) -> bool | None:
         self._closing = True
-        await self._stop_renewer()
-        if self.transferred_to is None:
-            await self._release_shielded()
+        lost_by_our_cancel = False
         if self._cancelled_for_loss and self._body_task is not None:
-            self._body_task.uncancel()
-            if exc_type is asyncio.CancelledError:
-                raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost") from exc
+            self._cancelled_for_loss = False
+            # As asyncio.timeout does: convert only our own cancellation; one from outside goes on.
+            if self._body_task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+                lost_by_our_cancel = True
+        await self._stop_renewer()
+        if self._counted:
+            holds = _holds_of(self.provider)
+            left = holds.get((self.key, self.owner), 1) - 1
+            if left > 0:
+                holds[(self.key, self.owner)] = left
+            else:
+                holds.pop((self.key, self.owner), None)
+            self._counted = False
+            if self.transferred_to is None and left <= 0:  # an outer hold() of this owner keeps it
+                limit = None
+                if self.lost.is_set():  # a doomed release must not outlast the lease it could free
+                    limit = max(0.05, self._valid_until - asyncio.get_running_loop().time())
+                await self._release_shielded(limit)
+        if lost_by_our_cancel:
+            raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost") from exc
         if self.lost.is_set() and self.on_lost == "cancel" and exc_type is None:
             raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost")
         return None
@@ -371,40 +475,53 @@ class HeldLease:
         renewer, self._renewer = self._renewer, None
         if renewer is not None and renewer is not asyncio.current_task():
             renewer.cancel()
-            try:
-                await renewer
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:  # the renewer never raises on purpose; don't skip the release
-                log.error("renewing lease %r stopped with an unexpected error: %r", self.key, exc)
+            await asyncio.wait({renewer})  # our own cancellation, if any, goes on from here
+            if not renewer.cancelled() and renewer.exception() is not None:
+                # the renewer never raises on purpose; don't skip the release
+                log.error("renewing lease %r stopped with an unexpected error: %r", self.key, renewer.exception())
 
-    async def _release_shielded(self) -> None:
+    async def _release_shielded(self, limit_s: float | None) -> None:
+        """Release, finishing the one statement even if cancelled meanwhile; give up after
+        ``limit_s`` seconds (None: the provider's own timeout)."""
         release = asyncio.ensure_future(self.provider.release_lease(self.key, self.owner))
         try:
-            await asyncio.shield(release)
-        except asyncio.CancelledError:
-            # Let the release finish (it is one atomic statement) before the cancellation goes on.
-            with contextlib.suppress(Exception):
-                await release
-            raise
-        except Exception as exc:  # the lease expires by itself; don't mask the body's outcome
-            log.warning("releasing lease %r as %r failed: %s", self.key, self.owner, exc)
+            try:
+                await asyncio.wait({release}, timeout=limit_s)
+            except asyncio.CancelledError:
+                await asyncio.wait({release}, timeout=limit_s)  # then let the cancellation go on
+                raise
+        finally:
+            if not release.done():
+                release.cancel()
+                release.add_done_callback(_consume_result)
+                log.warning("releasing lease %r as %r: no answer in time; it expires by its TTL", self.key, self.owner)
+            elif not release.cancelled() and release.exception() is not None:
+                # the lease expires by itself; don't mask the body's outcome
+                log.warning("releasing lease %r as %r failed: %s", self.key, self.owner, release.exception())
 
     def _declare_lost(self, reason: str) -> None:
         if self.lost.is_set():
             return
         self.lost_reason = reason
         self.lost.set()
-        log.warning("lease %r held by %r lost: %s", self.key, self.owner, reason)
+        log.warning("lease %r held by %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason)
         if self.on_lost == "cancel" and not self._closing and self._body_task is not None:
             self._cancelled_for_loss = True
             self._body_task.cancel(f"sql_lease: lease {self.key!r} lost: {reason}")
 
-    async def _renew_loop(self) -> None:
+    async def _renew_once(self) -> LeaseInfo | bool:
+        if _renews_with_info(self.provider):
+            info: LeaseInfo | None = await self.provider.renew_lease_info(  # type: ignore[attr-defined]
+                self.key, self.owner, self.ttl_ms
+            )
+            return False if info is None else info
+        return bool(await self.provider.renew_lease(self.key, self.owner, self.ttl_ms))
+
+    async def _renew_loop(self, first_due: float) -> None:
         loop = asyncio.get_running_loop()
         interval = self.renew_every_ms / 1000
         ttl_s = self.ttl_ms / 1000
-        next_at = loop.time() + interval
+        next_at = first_due
         backoff = min(0.05, interval)
         last_error: str | None = None
         while True:
@@ -413,16 +530,25 @@ class HeldLease:
                 if self.transferred_to is not None:
                     return
                 sent = loop.time()
+                late_s = sent - next_at
+                late = (
+                    f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)"
+                    if late_s > self._margin_s
+                    else ""
+                )
                 deadline = self._valid_until - self._margin_s
-                # The renewal runs as its own task and is waited for only until the deadline, so loss
-                # is declared on time even if the provider is slow to give up on a dead connection.
-                renewal = asyncio.ensure_future(self.provider.renew_lease(self.key, self.owner, self.ttl_ms))
+                # Past the deadline (a blocked loop) it still renews at once: success proves the lease
+                # never lapsed. It waits for the answer until the deadline, or one margin if past it,
+                # as its own task, so loss is declared on time even if the provider is slow to give up.
+                wait_s = deadline - sent if sent < deadline else self._margin_s
+                renewal = asyncio.ensure_future(self._renew_once())
                 try:
-                    await asyncio.wait({renewal}, timeout=max(0.0, deadline - sent))
+                    await asyncio.wait({renewal}, timeout=wait_s)
                 except asyncio.CancelledError:
                     renewal.cancel()
+                    renewal.add_done_callback(_consume_result)
                     raise
-                renewed: bool | None = None
+                renewed: LeaseInfo | bool | None = None
                 if not renewal.done():
                     renewal.cancel()
                     renewal.add_done_callback(_consume_result)
@@ -433,20 +559,24 @@ class HeldLease:
                     if not isinstance(exc, LeaseError):
                         log.error("renewing lease %r raised an unexpected error: %r", self.key, exc)
                 else:
-                    renewed = bool(renewal.result())
+                    renewed = renewal.result()
                 if renewed is None:
                     if loop.time() >= deadline:
-                        self._declare_lost(f"no renewal succeeded before the lease expired (last error: {last_error})")
+                        cause = f"last error: {last_error}" if not late else late.strip(" ()")
+                        self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
                         return
                     log.info("renewing lease %r failed, retrying: %s", self.key, last_error)
                     next_at = loop.time() + min(backoff, max(0.0, deadline - loop.time()))
                     backoff = min(backoff * 2, interval)
                     continue
-                if not renewed:
-                    self._declare_lost("renewal refused: the lease expired or another owner holds it")
+                if renewed is False:
+                    self._declare_lost(f"renewal refused: the lease expired or another owner holds it{late}")
                     return
                 self._valid_until = sent + ttl_s
-                self.expires_at = datetime.now(UTC) + timedelta(seconds=ttl_s)
+                if isinstance(renewed, LeaseInfo):
+                    self.expires_at = renewed.expires_at
+                elif self._acquired_expiry is not None:  # the database's expiry, moved on by elapsed time
+                    self.expires_at = self._acquired_expiry + timedelta(seconds=sent - self._acquired_at)
                 last_error, backoff = None, min(0.05, interval)
                 next_at = sent + interval
 
@@ -575,8 +705,7 @@ class ExpirySweeper:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})  # the caller's own cancellation, if any, goes on from here
 
     async def __aenter__(self) -> ExpirySweeper:
         self.start()

@@ -98,12 +98,14 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         now = self._clock()
         current = self._tenures.get(key)
         if current is not None and current.owner != owner and current.expires_at_ms > now:
-            return AcquireResult(False, current.owner, current.fence, self._wall(current.expires_at_ms))
-        if current is None or current.owner != owner:
+            return AcquireResult(
+                False, current.owner, current.fence, self._wall(current.expires_at_ms), current.expires_at_ms - now
+            )
+        if current is None or current.owner != owner or current.expires_at_ms <= now:
             current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl)
         else:
             current.expires_at_ms = now + ttl
-        return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms))
+        return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms), ttl)
 
     async def get_lease_owner(self, key: str) -> str | None:
         key = validate_key(key)
@@ -117,7 +119,7 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         tenure = self._live(key, now)
         if tenure is None:
             return None
-        return LeaseInfo(key, tenure.owner, tenure.fence, self._wall(tenure.expires_at_ms))
+        return LeaseInfo(key, tenure.owner, tenure.fence, self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now)
 
     async def release_lease(self, key: str, owner: str) -> bool:
         key, owner = validate_key(key), validate_owner(owner)
@@ -129,14 +131,18 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         return current.expires_at_ms > now
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
+        return await self.renew_lease_info(key, owner, ttl_ms) is not None
+
+    async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
+        """Renew as ``renew_lease``; the renewed lease, or None if it was not ``owner``'s unexpired lease."""
         key, owner = validate_key(key), validate_owner(owner)
         ttl = validate_ttl_ms(ttl_ms)
         now = self._clock()
         current = self._live(key, now)
         if current is None or current.owner != owner:
-            return False
+            return None
         current.expires_at_ms = now + ttl
-        return True
+        return LeaseInfo(key, owner, current.fence, self._wall(current.expires_at_ms), ttl)
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
         key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")

@@ -304,7 +304,6 @@ def proxied_pg(pg_schema: tuple[str, str]) -> Iterator[tuple[str, str, TcpProxy]
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason="waits for holding.py bounded release")
 def test_exec_exits_76_soon_after_the_database_becomes_unreachable(
     proxied_pg: tuple[str, str, TcpProxy], tmp_path: Path
 ) -> None:

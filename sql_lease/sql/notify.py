@@ -26,7 +26,7 @@ class NotifyListener:
 
     def __init__(self, provider: SqlLeaseProvider) -> None:
         self._provider = provider
-        self._channel = provider.names.notify_channel
+        self._channel: str | None = None  # 'sql_lease_<table OID>': one per table, however it is named
         self._connection: Any = None  # SQLAlchemy AsyncConnection kept checked out
         self._driver: Any = None  # its asyncpg connection, LISTENing
         self._opening = asyncio.Lock()
@@ -53,22 +53,25 @@ class NotifyListener:
         async with self._opening:
             if self.listening:
                 return True
+            if self._provider.closed:  # never reopen after close(); the waiter's attempt then fails
+                return False
             await self._drop()
             try:
                 async with asyncio.timeout(self._provider.operation_timeout_s):
                     connection = await self._provider.engine.connect()
                     try:
                         driver: Any = (await connection.get_raw_connection()).driver_connection
-                        await driver.add_listener(self._channel, self._on_notify)
+                        channel = await driver.fetchval(self._provider.statements.notify_channel)
+                        await driver.add_listener(channel, self._on_notify)
                         driver.add_termination_listener(self._on_terminated)
                     except BaseException:
                         await connection.invalidate()
                         await connection.close()
                         raise
             except Exception as exc:
-                log.warning("LISTEN %s failed, waiters will poll: %s", self._channel, exc)
+                log.warning("LISTEN for %s failed, waiters will poll: %s", self._provider.names.table, exc)
                 return False
-            self._connection, self._driver = connection, driver
+            self._connection, self._driver, self._channel = connection, driver, channel
             return True
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, key: str) -> None:

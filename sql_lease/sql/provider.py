@@ -28,7 +28,7 @@ from ..contract import (
     validate_sweep,
     validate_ttl_ms,
 )
-from ..errors import LeaseBackendError, LeaseError, SchemaMissingError
+from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, ProviderClosedError, SchemaMissingError
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .slots import ConnectionSlots
 from .statements import LeaseStatements, statements_for
@@ -44,6 +44,57 @@ T = TypeVar("T")
 log = logging.getLogger("sql_lease")
 _MAX_SQLITE_BUSY_TIMEOUT_MS = 2**31 - 1  # SQLite's busy timeout is a C int: larger values wrap to 0
 Row = Sequence[Any]
+
+# Session settings of the connections the provider creates itself (never of borrowed ones), sent
+# in the startup packet. asyncpg caches prepared statements, and PostgreSQL may switch one to a
+# generic plan after five runs; one made while the lease table was empty is a sequential scan,
+# kept until the next ANALYZE. Every lease statement has one right index, so index scans are
+# always right (see docs/statements.md). Not through PgBouncer, which rejects unknown startup
+# parameters; there, and on a given engine, autovacuum's ANALYZE ends a stale plan.
+OWN_CONNECTION_SETTINGS = {"enable_seqscan": "off"}
+
+# SQLSTATEs that no retry can fix: the configuration is wrong (class 28: the role or password;
+# 3D000: no such database; 42501: a missing privilege).
+_CONFIG_HINTS = {
+    "28": "the server refused the role or its password: check the user and password of the URL",
+    "3D000": "the database does not exist: create it or fix the database name in the URL",
+    "42501": "the role lacks a privilege on the lease table or its sequence (README: least privilege)",
+}
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a driver error, looked for on SQLAlchemy's wrapper and its causes."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        state = getattr(seen, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
+
+
+def _config_hint(exc: BaseException) -> str | None:
+    state = _sqlstate(exc)
+    if state is None:
+        return None
+    return _CONFIG_HINTS.get(state) or _CONFIG_HINTS.get(state[:2] if state.startswith("28") else "")
+
+
+def _merge_engine_options(options: dict[str, Any], extra: dict[str, Any]) -> None:
+    """``options.update(extra)``, except that ``connect_args`` and its ``server_settings`` merge."""
+    for name, value in extra.items():
+        if name == "connect_args" and isinstance(value, dict) and isinstance(options.get(name), dict):
+            merged = dict(options[name])
+            for arg, arg_value in value.items():
+                if arg == "server_settings" and isinstance(arg_value, dict):
+                    merged[arg] = {**merged.get(arg, {}), **arg_value}
+                else:
+                    merged[arg] = arg_value
+            options[name] = merged
+        else:
+            options[name] = value
 
 
 class _Driver:
@@ -73,26 +124,15 @@ class _Driver:
         """False if ``conn`` is known to be dead (e.g. its socket closed while it sat idle)."""
         return True
 
-    def failed_before_sending(self, exc: BaseException) -> bool:
+    def failed_before_sending(self, exc: BaseException, conn: Any) -> bool:
         """True if ``exc`` says the connection was found dead before the statement was sent, so
         the operation can be retried on another connection whatever it was."""
         return False
 
 
 class _AsyncpgDriver(_Driver):
-    def __init__(self, session_settings: bool) -> None:
-        self._session_settings = session_settings
-
-    async def prepare(self, conn: Any) -> None:
-        # asyncpg caches prepared statements per connection, and after five runs PostgreSQL may
-        # switch one to a generic plan. A generic plan made while the lease table was empty is a
-        # sequential scan, kept until the next ANALYZE: a burst of leases right after a VACUUM of
-        # an empty table then scans the whole table on every statement. Every lease statement has
-        # one right index (the key; expires_at for sweeps, see statements.py), so index scans are
-        # always right; plan_cache_mode=force_custom_plan would fix it too but costs a third of the
-        # throughput at 8 workers. (Not through PgBouncer: a session setting would leak.)
-        if self._session_settings:
-            await conn.execute("SET enable_seqscan = off")
+    """asyncpg. Nothing is SET on a connection: the provider's own connections get their settings
+    in the startup packet (``OWN_CONNECTION_SETTINGS``), and borrowed ones come back unchanged."""
 
     async def fetch_one(self, conn: Any, sql: str, params: tuple[Any, ...]) -> Row | None:
         return await conn.fetchrow(sql, *params)  # type: ignore[no-any-return]
@@ -103,7 +143,8 @@ class _AsyncpgDriver(_Driver):
     def is_schema_missing(self, exc: BaseException) -> bool:
         import asyncpg
 
-        return isinstance(exc, asyncpg.UndefinedTableError)
+        # a missing schema surfaces as 3F000 where a statement names the table as '"schema".table'::regclass
+        return isinstance(exc, (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError))
 
     def connection_survives(self, exc: BaseException) -> bool:
         import asyncpg
@@ -118,11 +159,12 @@ class _AsyncpgDriver(_Driver):
     def is_usable(self, conn: Any) -> bool:
         return not conn.is_closed()
 
-    def failed_before_sending(self, exc: BaseException) -> bool:
+    def failed_before_sending(self, exc: BaseException, conn: Any) -> bool:
         import asyncpg
 
-        # asyncpg checks the connection before it writes anything ("connection is closed")
-        return isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc)
+        # asyncpg checks that the connection is open before it writes anything and raises an
+        # InterfaceError; a connection lost mid-statement raises a connection error instead.
+        return isinstance(exc, asyncpg.InterfaceError) and conn.is_closed()
 
 
 class _AiosqliteDriver(_Driver):
@@ -259,10 +301,12 @@ class SqlLeaseProvider(LeaseProviderBase):
             if pgbouncer and backend == "postgresql":
                 url = url.update_query_dict({"prepared_statement_cache_size": "0"})
                 options["connect_args"] = {"statement_cache_size": 0}
+            elif backend == "postgresql":
+                options["connect_args"] = {"server_settings": dict(OWN_CONNECTION_SETTINGS)}
             if not {"poolclass", "pool"} & set(engine_options or {}):
                 # the lease statements' connections, the LISTEN connection and migrations
                 options.update(pool_size=(pool_size or 10) + 2, max_overflow=0)
-            options.update(engine_options or {})
+            _merge_engine_options(options, engine_options or {})
             base_engine, self._owns_engine = create_async_engine(url, **options), True
         else:
             raise TypeError(
@@ -287,11 +331,16 @@ class SqlLeaseProvider(LeaseProviderBase):
             open_existing_sqlite_file_only(base_engine, database_file, missing)
         # Migrations run in transactions on the base engine; lease operations run in autocommit.
         self._base_engine = base_engine
-        self._engine = base_engine.execution_options(isolation_level="AUTOCOMMIT")
+        # Lease statements run on the driver connection outside any transaction (asyncpg: each is
+        # its own). SQLAlchemy's AUTOCOMMIT option is only needed for SQLite's driver; on
+        # PostgreSQL it would reset the isolation level with a session-level SET on return.
+        self._engine = (
+            base_engine if backend == "postgresql" else base_engine.execution_options(isolation_level="AUTOCOMMIT")
+        )
         self.dialect_name = backend
         self.statements: LeaseStatements = statements_for(backend, self.names)
         self._driver: _Driver = (
-            _AsyncpgDriver(session_settings=not pgbouncer)
+            _AsyncpgDriver()
             if backend == "postgresql"
             else _AiosqliteDriver(
                 sqlite_busy_timeout_ms if sqlite_busy_timeout_ms is not None else int(self.operation_timeout_s * 1000),
@@ -299,6 +348,9 @@ class SqlLeaseProvider(LeaseProviderBase):
             )
         )
         self.safe_url = safe_url(base_engine.url)
+        self._closed = False
+        self._in_flight = 0
+        self._idle = asyncio.Event()
         self.listen_notify = bool(listen_notify) and not pgbouncer
         self._listener: NotifyListener | None = None
         if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
@@ -315,8 +367,14 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     @property
     def engine(self) -> AsyncEngine:
-        """The engine the provider uses (with autocommit execution options)."""
+        """The engine the provider checks its connections out of (on SQLite with the AUTOCOMMIT
+        execution option; lease statements never run inside a transaction of SQLAlchemy's)."""
         return self._engine
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
 
     async def __aenter__(self) -> SqlLeaseProvider:
         return self
@@ -325,8 +383,15 @@ class SqlLeaseProvider(LeaseProviderBase):
         await self.close()
 
     async def close(self) -> None:
-        """Return the provider's connections, close the LISTEN connection, and dispose the engine
-        if the provider created it (a given engine is left to its owner)."""
+        """Let operations in flight finish (each ends within ``operation_timeout_s``), return the
+        provider's connections, close the LISTEN connection, and dispose the engine if the provider
+        created it (a given engine is left to its owner). Later operations raise
+        ``ProviderClosedError``; waiters stop listening and get that error at their next attempt."""
+        self._closed = True
+        if self._in_flight:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.operation_timeout_s + 1):
+                    await self._idle.wait()
         await self._slots.close()
         if self._listener is not None:
             await self._listener.close()
@@ -376,6 +441,18 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     async def _run(self, operation: str, key: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
         """Run ``work`` on a driver connection within the operation timeout; translate errors."""
+        if self._closed:
+            raise ProviderClosedError(f"{operation}: the provider for {self.safe_url} is closed")
+        self._in_flight += 1
+        try:
+            return await self._run_once(operation, key, work)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def _run_once(self, operation: str, key: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
+        what = f"{operation} {key!r}" if key is not None else operation
         try:
             async with asyncio.timeout(self.operation_timeout_s):
                 # A connection that died while idle (a database restart) may not have noticed yet;
@@ -392,7 +469,7 @@ class SqlLeaseProvider(LeaseProviderBase):
                         if not healthy:
                             with contextlib.suppress(Exception):
                                 await self._driver.abort(slot[1])
-                        if attempt < self._slots.size and self._driver.failed_before_sending(exc):
+                        if attempt < self._slots.size and self._driver.failed_before_sending(exc, slot[1]):
                             continue
                         raise
                     finally:
@@ -401,17 +478,20 @@ class SqlLeaseProvider(LeaseProviderBase):
         except LeaseError:
             raise
         except TimeoutError as exc:
-            what = f"{operation} {key!r}" if key is not None else operation
             raise LeaseBackendError(
                 f"{what}: no answer from {self.safe_url} within {self.operation_timeout_s:g} s"
             ) from exc
         except Exception as exc:
+            if self._closed and isinstance(exc, RuntimeError):
+                raise ProviderClosedError(f"{what}: the provider for {self.safe_url} was closed") from exc
             if self._driver.is_schema_missing(exc):
                 raise SchemaMissingError(
                     f"lease table {self.names.table!r} not found in {self.safe_url}: "
                     f"run `sql-lease migrate --url URL{self._names_options()}` first ({exc})"
                 ) from exc
-            what = f"{operation} {key!r}" if key is not None else operation
+            hint = _config_hint(exc)
+            if hint is not None:
+                raise LeaseConfigError(f"{what} on {self.safe_url}: {hint} ({type(exc).__name__}: {exc})") from exc
             raise LeaseBackendError(f"{what} on {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
 
     # -- the five operations ------------------------------------------------------------------
@@ -426,15 +506,21 @@ class SqlLeaseProvider(LeaseProviderBase):
         statement = s.acquire_waiting if waiting else s.acquire
 
         async def acquire(conn: Any) -> AcquireResult:
-            # A refusal whose holder could not be seen (it released, or the statement's snapshot
-            # predates it) is retried: the key may be free now, or the fresh read names the holder.
+            # No row: refused by a holder the statement's snapshot could not see, or the key was
+            # freed meanwhile. A waiting acquire asks again, so that its refusal flags the row and
+            # the holder's release wakes it; a plain one reads the holder afresh.
             for _ in range(3):
                 row = await fetch(conn, statement, params)
                 if row is not None:
-                    return AcquireResult(bool(row[0]), row[1], row[2], s.to_datetime(row[3]))
+                    return s.acquire_result(row)
+                if waiting:
+                    continue
                 holder = await fetch(conn, s.holder, (key,))
                 if holder is not None and holder[0] != owner:
-                    return AcquireResult(False, holder[0], holder[1], s.to_datetime(holder[2]))
+                    return s.refusal(holder)
+            holder = await fetch(conn, s.holder, (key,))
+            if holder is not None and holder[0] != owner:
+                return s.refusal(holder)
             return AcquireResult(False, None)
 
         return await self._run("acquire", key, acquire)
@@ -445,10 +531,10 @@ class SqlLeaseProvider(LeaseProviderBase):
         return None if row is None else row[0]
 
     async def get_lease(self, key: str) -> LeaseInfo | None:
-        """The unexpired lease on ``key`` (owner, fence, expiry), or None."""
+        """The unexpired lease on ``key`` (owner, fence, expiry, remaining TTL), or None."""
         key = validate_key(key)
         row = await self._run("read", key, lambda c: self._driver.fetch_one(c, self.statements.holder, (key,)))
-        return None if row is None else LeaseInfo(key, row[0], row[1], self.statements.to_datetime(row[2]))
+        return None if row is None else self.statements.lease_info(key, row)
 
     async def release_lease(self, key: str, owner: str) -> bool:
         key, owner = validate_key(key), validate_owner(owner)
@@ -458,10 +544,15 @@ class SqlLeaseProvider(LeaseProviderBase):
         return row is not None and bool(row[0])
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
+        return await self.renew_lease_info(key, owner, ttl_ms) is not None
+
+    async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
+        """Renew as ``renew_lease``; the renewed lease with the database's new ``expires_at``, or
+        None if ``owner`` does not hold an unexpired lease on ``key``."""
         key, owner = validate_key(key), validate_owner(owner)
         params = (key, owner, self.statements.ttl_param(validate_ttl_ms(ttl_ms)))
         row = await self._run("renew", key, lambda c: self._driver.fetch_one(c, self.statements.renew, params))
-        return row is not None
+        return None if row is None else self.statements.lease_info(key, row)
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
         key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")

@@ -4,30 +4,36 @@ Every operation is one statement that checks and acts, run on its own (autocommi
 caller's transaction); time comes from the database's clock. Parameters are positional and the
 same for both dialects:
 
-    acquire   (key, owner, ttl)           -> (acquired, owner, fence, expires_at) or no row
-    acquire_waiting                       -> the same; a refusal also marks the row has_waiters
-    holder    (key,)                      -> (owner, fence, expires_at) of the unexpired lease
-    owner     (key,)                      -> (owner,) of the unexpired lease
-    release   (key, owner)                -> (was_unexpired,) if owner's row was deleted
-    renew     (key, owner, ttl)           -> (expires_at,) if renewed
-    transfer  (key, from, to, ttl)        -> (owner, fence, expires_at) if transferred
-    sweep     (grace, batch_size)         -> rows removed (PostgreSQL: one row with the count)
+    acquire   (key, owner, ttl)    -> (acquired, owner, fence, expires_at, remaining_ms) or no row
+    acquire_waiting                -> the same; a refusal also marks the row has_waiters
+    holder    (key,)               -> (owner, fence, expires_at, remaining_ms) of the unexpired lease
+    owner     (key,)               -> (owner,) of the unexpired lease
+    release   (key, owner)         -> (was_unexpired,) if owner's row was deleted
+    renew     (key, owner, ttl)    -> (owner, fence, expires_at, remaining_ms) if renewed
+    transfer  (key, from, to, ttl) -> (owner, fence, expires_at, remaining_ms) if transferred
+    sweep     (grace, batch_size)  -> rows removed (PostgreSQL: one row with the count)
+    notify_channel ()              -> (channel,) PostgreSQL only: the LISTEN channel of the table
 
-``acquire`` returns no row when it was refused and the holder is not visible to the statement;
-the executor then reads ``holder``. On PostgreSQL, releasing, transferring or sweeping a row whose
-``has_waiters`` is set sends ``NOTIFY <channel>, <key>``, so waiters wake at once; rows nobody waits
-for never notify (NOTIFY serialises commits, so the plain acquire/release cycle stays free of it).
+``remaining_ms`` is ``expires_at`` minus the database's ``now()``: waiters pace themselves by it,
+never by comparing ``expires_at`` with the client's clock. ``acquire`` returns no row when it was
+refused and the holder is not visible to the statement's snapshot; the executor then asks again
+(a waiting acquire re-runs, so its refusal flags the row) or reads ``holder``. On PostgreSQL,
+releasing, transferring or sweeping a row whose ``has_waiters`` is set sends ``NOTIFY <channel>,
+<key>``, so waiters wake at once; rows nobody waits for never notify (NOTIFY serialises commits,
+so the plain acquire/release cycle stays free of it).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.engine.interfaces import Dialect
 
+from ..contract import AcquireResult, LeaseInfo
 from .schema import LeaseTableNames
 
 __all__ = ["LeaseStatements", "PostgresStatements", "SqliteStatements", "statements_for"]
@@ -35,7 +41,8 @@ __all__ = ["LeaseStatements", "PostgresStatements", "SqliteStatements", "stateme
 
 @dataclass(frozen=True)
 class LeaseStatements:
-    """The SQL text of every operation for one dialect and table."""
+    """The SQL text of every operation for one dialect and table, and the pure functions that
+    turn their rows into results (no I/O here: executors run the text, these decode the rows)."""
 
     acquire: str
     acquire_waiting: str
@@ -45,6 +52,7 @@ class LeaseStatements:
     renew: str
     transfer: str
     sweep: str
+    notify_channel: str | None = None
 
     def ttl_param(self, ttl_ms: float) -> Any:
         """The TTL as the statements expect it (milliseconds)."""
@@ -53,6 +61,18 @@ class LeaseStatements:
     def to_datetime(self, value: Any) -> datetime:
         """An ``expires_at`` value from the database as an aware UTC datetime."""
         return value  # type: ignore[no-any-return]
+
+    def acquire_result(self, row: Sequence[Any]) -> AcquireResult:
+        """``(acquired, owner, fence, expires_at, remaining_ms)`` from acquire."""
+        return AcquireResult(bool(row[0]), row[1], row[2], self.to_datetime(row[3]), float(row[4]))
+
+    def refusal(self, row: Sequence[Any]) -> AcquireResult:
+        """A refused acquire naming the holder, from a ``holder`` row."""
+        return AcquireResult(False, row[0], row[1], self.to_datetime(row[2]), float(row[3]))
+
+    def lease_info(self, key: str, row: Sequence[Any]) -> LeaseInfo:
+        """``(owner, fence, expires_at, remaining_ms)`` from holder, renew and transfer."""
+        return LeaseInfo(key, row[0], row[1], self.to_datetime(row[2]), float(row[3]))
 
     def swept_count(self, rows: list[Any]) -> int:
         """How many rows ``sweep`` removed, from the rows it returned."""
@@ -66,66 +86,70 @@ def _qualified(dialect: Dialect, names: LeaseTableNames, name: str) -> str:
 
 class PostgresStatements(LeaseStatements):
     """PostgreSQL: ``timestamptz`` from ``now()``, fences from a sequence, upsert with a CTE that
-    also returns the holder on refusal, so acquire is one round trip either way."""
+    also returns the holder on refusal, so acquire is one round trip either way.
+
+    The reasoning behind each statement is in ``docs/statements.md``; in short:
+
+    - A key held by another owner is refused by a plain read (``busy``), taking no lock.
+    - Otherwise the statement takes a transaction-level advisory lock on (the table's OID, key)
+      before ``nextval()``, so fences are drawn in the order owners change. The OID, not the
+      table's name, so every spelling of one table (schema, search_path) takes the same lock.
+    - Statements that change an owner or an expiry pin ``synchronous_commit`` to at least ``on``
+      for their own transaction (``set_config(..., true)``): an acknowledged acquire, renew or
+      transfer survives a crash whatever the server's default, and no session state is changed.
+    - Expiry is tested as ``expires_at + interval '0' > now()`` where a key is looked up, so no
+      plan ever walks the ``expires_at`` index instead of the primary key.
+    """
 
     def __init__(self, names: LeaseTableNames) -> None:
         from sqlalchemy.dialects import postgresql
 
         dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
         t = _qualified(dialect, names, names.table)
+        table_oid = f"'{t}'::regclass::oid"
         seq = _qualified(dialect, names, names.fence_sequence).replace("'", "''")
         expires = "now() + $3::float8 * interval '1 millisecond'"
-        # Statements that find a row by its key test expiry as `expires_at + interval '0' > now()`:
-        # the same test, but one the expires_at index cannot serve. Otherwise a generic plan made
-        # while the table was (nearly) empty may walk that index over every live lease instead of
-        # looking the key up (seen in the benchmark: 10,000 renewals every 5 s fell to 120/s).
+        remaining = "(extract(epoch FROM expires_at - now()) * 1000)::float8"
         live = "expires_at + interval '0' > now()"
-        notify = "pg_notify('" + names.notify_channel + "', key)"
-        # Fences must be drawn in the order owners change. nextval() in an INSERT's VALUES runs
-        # before ON CONFLICT waits for a locked row; if that row is then deleted, the insert would
-        # go ahead with a fence older than one issued meanwhile. So every statement that draws a
-        # fence first takes a transaction-level advisory lock on (table, key), and draws after it.
-        # A key held by another owner is refused by a plain read, taking no lock: racers for a busy
-        # key never queue behind each other or delay the holder's release. (The read uses the
-        # statement's snapshot; a release committed after it began is seen by the next attempt.)
+        notify = f"pg_notify('sql_lease_' || {table_oid}, key)"
+        lock = f"pg_advisory_xact_lock({table_oid}::int4, hashtext($1::varchar))"
+        durable = (
+            "set_config('synchronous_commit', CASE current_setting('synchronous_commit') "
+            "WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)"
+        )
         busy = f"""busy AS (
-    SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND {live} AND owner <> $2
+    SELECT owner, fence, expires_at, {remaining} AS remaining FROM {t} WHERE key = $1 AND {live} AND owner <> $2
 )"""
-        # Otherwise, fences must be drawn in the order owners change. nextval() in an INSERT runs
-        # before ON CONFLICT waits for a locked row; if that row is then deleted, the insert would
-        # go ahead with a fence older than one issued meanwhile. So every statement that draws a
-        # fence first takes a transaction-level advisory lock on (table, key), and draws after it.
-        lock = f"pg_advisory_xact_lock({names.advisory_lock_class}, hashtext($1::varchar))"
-        serialise = f"SELECT {lock} WHERE NOT EXISTS (SELECT FROM busy)"
         upsert = f"""
     INSERT INTO {t} AS held (key, owner, fence, expires_at)
     SELECT $1, $2, nextval('{seq}'), {expires} FROM serialised
     ON CONFLICT (key) DO UPDATE
        SET owner = excluded.owner,
            expires_at = excluded.expires_at,
-           fence = CASE WHEN held.owner = excluded.owner THEN held.fence ELSE excluded.fence END
+           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
+                        THEN held.fence ELSE excluded.fence END,
+           has_waiters = held.has_waiters AND held.owner = excluded.owner
      WHERE held.owner = excluded.owner OR held.expires_at <= now()
     RETURNING held.owner, held.fence, held.expires_at"""
-        # If the upsert itself refused (a holder committed after the snapshot), the holder is not
-        # visible to this statement: no row comes back and the executor reads it afresh.
+        acquire_head = f"""
+WITH {busy}, serialised AS (
+    SELECT {lock}, {durable} WHERE NOT EXISTS (SELECT FROM busy)
+), attempt AS ({upsert}
+)"""
         super().__init__(
-            acquire=f"""
-WITH {busy}, serialised AS ({serialise}), attempt AS ({upsert}
-)
-SELECT true, owner, fence, expires_at FROM attempt
+            acquire=f"""{acquire_head}
+SELECT true, owner, fence, expires_at, {remaining} FROM attempt
 UNION ALL
-SELECT false, owner, fence, expires_at FROM busy""",
-            acquire_waiting=f"""
-WITH {busy}, serialised AS ({serialise}), attempt AS ({upsert}
-), waiting AS (
+SELECT false, owner, fence, expires_at, remaining FROM busy""",
+            acquire_waiting=f"""{acquire_head}, waiting AS (
     UPDATE {t} SET has_waiters = true
      WHERE key = $1 AND NOT EXISTS (SELECT FROM attempt)
     RETURNING owner, fence, expires_at
 )
-SELECT true, owner, fence, expires_at FROM attempt
+SELECT true, owner, fence, expires_at, {remaining} FROM attempt
 UNION ALL
-SELECT false, owner, fence, expires_at FROM waiting WHERE expires_at > now() AND owner <> $2""",
-            holder=f"SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND {live}",
+SELECT false, owner, fence, expires_at, {remaining} FROM waiting WHERE expires_at > now() AND owner <> $2""",
+            holder=f"SELECT owner, fence, expires_at, {remaining} FROM {t} WHERE key = $1 AND {live}",
             owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
             release=f"""
 WITH gone AS (
@@ -134,20 +158,27 @@ WITH gone AS (
 )
 SELECT was_unexpired, CASE WHEN has_waiters THEN {notify} END FROM gone""",
             renew=f"""
+WITH durable AS (SELECT {durable})
 UPDATE {t} SET expires_at = {expires}
+  FROM durable
  WHERE key = $1 AND owner = $2 AND {live}
-RETURNING expires_at""",
+RETURNING owner, fence, expires_at, {remaining}""",
             transfer=f"""
-WITH serialised AS (SELECT {lock}), moved AS (
+WITH serialised AS (SELECT {lock}, {durable}), mine AS (
+    SELECT l.key, l.has_waiters FROM {t} AS l, serialised
+     WHERE l.key = $1 AND l.owner = $2 AND l.{live}
+       FOR UPDATE OF l
+), moved AS (
     UPDATE {t} AS l
        SET owner = $3::varchar,
            expires_at = now() + $4::float8 * interval '1 millisecond',
-           fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval('{seq}') END
-      FROM serialised
-     WHERE l.key = $1 AND l.owner = $2 AND l.{live}
-    RETURNING l.key, l.owner, l.fence, l.expires_at, l.has_waiters
+           fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval('{seq}') END,
+           has_waiters = l.has_waiters AND l.owner = $3::varchar
+      FROM mine
+     WHERE l.key = mine.key
+    RETURNING l.key, l.owner, l.fence, l.expires_at, mine.has_waiters AS had_waiters
 )
-SELECT owner, fence, expires_at, CASE WHEN has_waiters THEN {notify} END FROM moved""",
+SELECT owner, fence, expires_at, {remaining}, CASE WHEN had_waiters THEN {notify} END FROM moved""",
             sweep=f"""
 WITH doomed AS (
     SELECT key FROM {t}
@@ -159,6 +190,7 @@ WITH doomed AS (
     DELETE FROM {t} AS l USING doomed WHERE l.key = doomed.key RETURNING l.key, l.has_waiters
 )
 SELECT count(*), count(CASE WHEN has_waiters THEN {notify} END) FROM gone""",
+            notify_channel=f"SELECT 'sql_lease_' || {table_oid}",
         )
 
     def swept_count(self, rows: list[Any]) -> int:
@@ -188,26 +220,28 @@ VALUES (?1, ?2, {next_fence}, {now} + ?3)
 ON CONFLICT (key) DO UPDATE
    SET owner = excluded.owner,
        expires_at = excluded.expires_at,
-       fence = CASE WHEN held.owner = excluded.owner THEN held.fence ELSE excluded.fence END
+       fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > {now}
+                    THEN held.fence ELSE excluded.fence END
  WHERE held.owner = excluded.owner OR held.expires_at <= {now}
-RETURNING 1, owner, fence, expires_at"""
+RETURNING 1, owner, fence, expires_at, expires_at - {now}"""
         super().__init__(
             acquire=acquire,
             acquire_waiting=acquire,  # no NOTIFY on SQLite: waiters poll
-            holder=f"SELECT owner, fence, expires_at FROM {t} WHERE key = ?1 AND expires_at > {now}",
+            holder=f"""
+SELECT owner, fence, expires_at, expires_at - {now} FROM {t} WHERE key = ?1 AND expires_at > {now}""",
             owner=f"SELECT owner FROM {t} WHERE key = ?1 AND expires_at > {now}",
             release=f"DELETE FROM {t} WHERE key = ?1 AND owner = ?2 RETURNING expires_at > {now}",
             renew=f"""
 UPDATE {t} SET expires_at = {now} + ?3
  WHERE key = ?1 AND owner = ?2 AND expires_at > {now}
-RETURNING expires_at""",
+RETURNING owner, fence, expires_at, expires_at - {now}""",
             transfer=f"""
 UPDATE {t}
    SET owner = ?3,
        expires_at = {now} + ?4,
        fence = CASE WHEN owner = ?3 THEN fence ELSE {next_fence} END
  WHERE key = ?1 AND owner = ?2 AND expires_at > {now}
-RETURNING owner, fence, expires_at""",
+RETURNING owner, fence, expires_at, expires_at - {now}""",
             sweep=f"""
 DELETE FROM {t} WHERE key IN (
     SELECT key FROM {t} WHERE expires_at <= {now} - ?1 ORDER BY expires_at LIMIT ?2
