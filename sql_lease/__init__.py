@@ -6,8 +6,11 @@ Single-owner election with a time-to-live and fencing tokens, on PostgreSQL (asy
     async with SqlLeaseProvider("postgresql://app@db/app") as leases:
         result = await leases.acquire_lease("thread:42", "worker-7", ttl_ms=15_000)
 
-``SqlLeaseProvider`` is imported lazily, so ``import sql_lease`` needs no database package and the
-no-op and in-memory providers work without one.
+Synchronous code (threads, Django, Flask, Celery, scripts) uses ``SyncSqlLeaseProvider`` (psycopg 3 or
+sqlite3), ``SyncInMemoryLeaseProvider`` and the ``leased`` decorator.
+
+``SqlLeaseProvider`` and ``SyncSqlLeaseProvider`` are imported lazily, so ``import sql_lease`` needs no
+database package and the no-op and in-memory providers work without one.
 """
 
 import typing as _typing
@@ -21,6 +24,7 @@ from .contract import (
     LeaseProvider,
     is_lease_provider,
 )
+from .decorator import leased
 from .errors import (
     LeaseBackendError,
     LeaseConfigError,
@@ -31,10 +35,12 @@ from .errors import (
     SchemaMissingError,
 )
 from .holding import ExpirySweeper, HeldLease, acquire_lease_wait, hold
-from .memory import InMemoryLeaseProvider, NoopLeaseProvider
+from .memory import InMemoryLeaseProvider, NoopLeaseProvider, SyncInMemoryLeaseProvider
+from .sync_holding import SyncHeldLease
 
 if _typing.TYPE_CHECKING:
     from .sql.provider import SqlLeaseProvider
+    from .sql.sync_provider import SyncSqlLeaseProvider
 
 __version__ = "0.1.0"
 
@@ -57,9 +63,13 @@ __all__ = [
     "ProviderClosedError",
     "SchemaMissingError",
     "SqlLeaseProvider",
+    "SyncHeldLease",
+    "SyncInMemoryLeaseProvider",
+    "SyncSqlLeaseProvider",
     "acquire_lease_wait",
     "hold",
     "is_lease_provider",
+    "leased",
 ]
 
 
@@ -68,4 +78,8 @@ def __getattr__(name: str) -> _typing.Any:
         from .sql.provider import SqlLeaseProvider
 
         return SqlLeaseProvider
+    if name == "SyncSqlLeaseProvider":
+        from .sql.sync_provider import SyncSqlLeaseProvider
+
+        return SyncSqlLeaseProvider
     raise AttributeError(f"module 'sql_lease' has no attribute {name!r}")

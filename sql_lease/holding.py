@@ -54,6 +54,23 @@ def _validate_timeout_s(timeout_s: object) -> float | None:
     return None if timeout_s is None else validate_seconds(timeout_s, "timeout_s")
 
 
+def validate_hold_options(
+    ttl_ms: object, renew_every_ms: object, timeout_s: object
+) -> tuple[float, float, float | None]:
+    """``hold()``'s numbers, checked as both flavours (asyncio and threads) check them: the TTL and
+    the renewal interval in milliseconds (default TTL/3, due before the loss deadline)
+    and the wait's ``timeout_s`` in seconds (None: no limit). ``TypeError``/``ValueError`` else."""
+    ttl = validate_ttl_ms(ttl_ms)
+    every = ttl / 3 if renew_every_ms is None else validate_ttl_ms(renew_every_ms, "renew_every_ms")
+    deadline_ms = ttl * (1 - LOSS_MARGIN)
+    if every >= deadline_ms:
+        raise ValueError(
+            f"renew_every_ms ({every:g}) must be less than {deadline_ms:g} ms: loss is declared "
+            f"{LOSS_MARGIN:.0%} of ttl_ms ({ttl:g}) before expiry, and the first renewal must come before"
+        )
+    return ttl, every, _validate_timeout_s(timeout_s)
+
+
 def _seconds_left(result: AcquireResult) -> float | None:
     """The holder's remaining TTL in seconds as the provider measured it, if it said."""
     return None if result.remaining_ms is None else max(0.0, result.remaining_ms / 1000)
@@ -357,20 +374,10 @@ class HeldLease:
         self.provider = provider
         self.key = validate_key(key)
         self.owner = validate_owner(owner) if owner is not None else new_owner_id()
-        self.ttl_ms = validate_ttl_ms(ttl_ms)
-        self.renew_every_ms = (
-            self.ttl_ms / 3 if renew_every_ms is None else validate_ttl_ms(renew_every_ms, "renew_every_ms")
-        )
-        deadline_ms = self.ttl_ms * (1 - LOSS_MARGIN)
-        if self.renew_every_ms >= deadline_ms:
-            raise ValueError(
-                f"renew_every_ms ({self.renew_every_ms:g}) must be less than {deadline_ms:g} ms: loss is declared "
-                f"{LOSS_MARGIN:.0%} of ttl_ms ({self.ttl_ms:g}) before expiry, and the first renewal must come before"
-            )
+        self.ttl_ms, self.renew_every_ms, self.timeout_s = validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
         if on_lost not in ("cancel", "flag"):
             raise ValueError(f"on_lost must be 'cancel' or 'flag', not {on_lost!r}")
         self.wait = bool(wait)
-        self.timeout_s = _validate_timeout_s(timeout_s)
         self.on_lost: OnLost = on_lost
         self.fence: int | None = None
         self.expires_at: datetime | None = None

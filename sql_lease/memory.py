@@ -1,7 +1,9 @@
-"""Providers without a database: the no-op fallback and a single-process in-memory provider."""
+"""Providers without a database: the no-op fallback and a single-process in-memory provider, with a
+synchronous twin for threads sharing one core (:class:`MemoryLeases`)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,8 +18,9 @@ from .contract import (
     validate_sweep,
     validate_ttl_ms,
 )
+from .sync_holding import SyncLeaseProviderBase
 
-__all__ = ["InMemoryLeaseProvider", "NoopLeaseProvider", "monotonic_ms"]
+__all__ = ["InMemoryLeaseProvider", "MemoryLeases", "NoopLeaseProvider", "SyncInMemoryLeaseProvider", "monotonic_ms"]
 
 
 class NoopLeaseProvider(LeaseProviderBase):
@@ -63,21 +66,22 @@ class _Tenure:
     expires_at_ms: float
 
 
-class InMemoryLeaseProvider(LeaseProviderBase):
-    """Leases in this process's memory, with exactly the SQL providers' semantics.
+class MemoryLeases:
+    """The lease table of the in-memory providers: every rule, synchronous and thread-safe (one
+    lock around each operation). :class:`InMemoryLeaseProvider` (asyncio) and
+    :class:`SyncInMemoryLeaseProvider` (threads) are two faces of it.
 
-    For tests and single-process programs. Not shared between processes or threads (use it from
-    one event loop). Expiry uses ``clock`` (default :func:`monotonic_ms`, a float number of
-    milliseconds); tests may pass a controllable clock. ``expires_at`` in results is the UTC wall
-    time at which the monotonic deadline falls.
+    Expiry uses ``clock`` (a float number of milliseconds, default :func:`monotonic_ms`);
+    ``expires_at`` is the UTC wall time at which the monotonic deadline falls.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = monotonic_ms) -> None:
+    def __init__(self, clock: Callable[[], float] = monotonic_ms) -> None:
         self._clock = clock
         # Wall time of clock() == 0, fixed once so an expiry always maps to the same datetime.
         self._wall_epoch = datetime.now(UTC) - timedelta(milliseconds=clock())
         self._tenures: dict[str, _Tenure] = {}
         self._last_fence = 0
+        self._lock = threading.Lock()
 
     def _live(self, key: str, now_ms: float) -> _Tenure | None:
         tenure = self._tenures.get(key)
@@ -92,76 +96,183 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         self._last_fence += 1
         return self._last_fence
 
-    async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
+    def acquire(self, key: str, owner: str, ttl_ms: object) -> AcquireResult:
         key, owner = validate_key(key), validate_owner(owner)
         ttl = validate_ttl_ms(ttl_ms)
-        now = self._clock()
-        current = self._tenures.get(key)
-        if current is not None and current.owner != owner and current.expires_at_ms > now:
-            return AcquireResult(
-                False, current.owner, current.fence, self._wall(current.expires_at_ms), current.expires_at_ms - now
+        with self._lock:
+            now = self._clock()
+            current = self._tenures.get(key)
+            if current is not None and current.owner != owner and current.expires_at_ms > now:
+                return AcquireResult(
+                    False, current.owner, current.fence, self._wall(current.expires_at_ms), current.expires_at_ms - now
+                )
+            if current is None or current.owner != owner or current.expires_at_ms <= now:
+                current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl)
+            else:
+                current.expires_at_ms = now + ttl
+            return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms), ttl)
+
+    def get_owner(self, key: str) -> str | None:
+        key = validate_key(key)
+        with self._lock:
+            tenure = self._live(key, self._clock())
+            return tenure.owner if tenure else None
+
+    def get_lease(self, key: str) -> LeaseInfo | None:
+        key = validate_key(key)
+        with self._lock:
+            now = self._clock()
+            tenure = self._live(key, now)
+            if tenure is None:
+                return None
+            return LeaseInfo(
+                key, tenure.owner, tenure.fence, self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now
             )
-        if current is None or current.owner != owner or current.expires_at_ms <= now:
-            current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl)
-        else:
-            current.expires_at_ms = now + ttl
-        return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms), ttl)
 
-    async def get_lease_owner(self, key: str) -> str | None:
-        key = validate_key(key)
-        tenure = self._live(key, self._clock())
-        return tenure.owner if tenure else None
-
-    async def get_lease(self, key: str) -> LeaseInfo | None:
-        """The unexpired lease on ``key`` (owner, fence, expiry), or None."""
-        key = validate_key(key)
-        now = self._clock()
-        tenure = self._live(key, now)
-        if tenure is None:
-            return None
-        return LeaseInfo(key, tenure.owner, tenure.fence, self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now)
-
-    async def release_lease(self, key: str, owner: str) -> bool:
+    def release(self, key: str, owner: str) -> bool:
         key, owner = validate_key(key), validate_owner(owner)
-        now = self._clock()
-        current = self._tenures.get(key)
-        if current is None or current.owner != owner:
-            return False
-        del self._tenures[key]
-        return current.expires_at_ms > now
+        with self._lock:
+            now = self._clock()
+            current = self._tenures.get(key)
+            if current is None or current.owner != owner:
+                return False
+            del self._tenures[key]
+            return current.expires_at_ms > now
 
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
-        return await self.renew_lease_info(key, owner, ttl_ms) is not None
-
-    async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
-        """Renew as ``renew_lease``; the renewed lease, or None if it was not ``owner``'s unexpired lease."""
+    def renew(self, key: str, owner: str, ttl_ms: object) -> LeaseInfo | None:
         key, owner = validate_key(key), validate_owner(owner)
         ttl = validate_ttl_ms(ttl_ms)
-        now = self._clock()
-        current = self._live(key, now)
-        if current is None or current.owner != owner:
-            return None
-        current.expires_at_ms = now + ttl
-        return LeaseInfo(key, owner, current.fence, self._wall(current.expires_at_ms), ttl)
+        with self._lock:
+            now = self._clock()
+            current = self._live(key, now)
+            if current is None or current.owner != owner:
+                return None
+            current.expires_at_ms = now + ttl
+            return LeaseInfo(key, owner, current.fence, self._wall(current.expires_at_ms), ttl)
 
-    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
+    def transfer(self, key: str, from_owner: str, to_owner: str, ttl_ms: object) -> bool:
         key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
         to_owner = validate_owner(to_owner, "to_owner")
         ttl = validate_ttl_ms(ttl_ms)
-        now = self._clock()
-        current = self._live(key, now)
-        if current is None or current.owner != from_owner:
-            return False
-        if to_owner != from_owner:
-            current.owner, current.fence = to_owner, self._next_fence()
-        current.expires_at_ms = now + ttl
-        return True
+        with self._lock:
+            now = self._clock()
+            current = self._live(key, now)
+            if current is None or current.owner != from_owner:
+                return False
+            if to_owner != from_owner:
+                current.owner, current.fence = to_owner, self._next_fence()
+            current.expires_at_ms = now + ttl
+            return True
+
+    def sweep(self, batch_size: object = 1000, grace_ms: object = 0) -> int:
+        size, grace = validate_sweep(batch_size, grace_ms)
+        with self._lock:
+            now = self._clock()
+            expired = [k for k, t in self._tenures.items() if t.expires_at_ms + grace <= now]
+            for key in expired[:size]:
+                del self._tenures[key]
+            return min(len(expired), size)
+
+
+class InMemoryLeaseProvider(LeaseProviderBase):
+    """Leases in this process's memory, with exactly the SQL providers' semantics.
+
+    For tests and single-process programs (use it from one event loop; for threads, see
+    :class:`SyncInMemoryLeaseProvider`). Expiry uses ``clock`` (default :func:`monotonic_ms`, a
+    float number of milliseconds); tests may pass a controllable clock. ``expires_at`` in results
+    is the UTC wall time at which the monotonic deadline falls.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = monotonic_ms) -> None:
+        self._leases = MemoryLeases(clock)
+
+    async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
+        return self._leases.acquire(key, owner, ttl_ms)
+
+    async def get_lease_owner(self, key: str) -> str | None:
+        return self._leases.get_owner(key)
+
+    async def get_lease(self, key: str) -> LeaseInfo | None:
+        """The unexpired lease on ``key`` (owner, fence, expiry), or None."""
+        return self._leases.get_lease(key)
+
+    async def release_lease(self, key: str, owner: str) -> bool:
+        return self._leases.release(key, owner)
+
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
+        return self._leases.renew(key, owner, ttl_ms) is not None
+
+    async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
+        """Renew as ``renew_lease``; the renewed lease, or None if it was not ``owner``'s unexpired lease."""
+        return self._leases.renew(key, owner, ttl_ms)
+
+    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
+        return self._leases.transfer(key, from_owner, to_owner, ttl_ms)
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
         """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
-        batch_size, grace_ms = validate_sweep(batch_size, grace_ms)
-        now = self._clock()
-        expired = [k for k, t in self._tenures.items() if t.expires_at_ms + grace_ms <= now]
-        for key in expired[:batch_size]:
-            del self._tenures[key]
-        return min(len(expired), batch_size)
+        return self._leases.sweep(batch_size, grace_ms)
+
+
+class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
+    """The synchronous twin of :class:`InMemoryLeaseProvider`: the same rules, plain methods,
+    safe to share between threads of one process. For tests of synchronous code (Django, Flask,
+    Celery tasks, scripts) and single-process programs.
+
+    ``clock`` is a function returning float milliseconds (default :func:`monotonic_ms`). Every
+    method answers at once, so the keyword ``timeout_s`` (seconds) that the SQL provider's methods
+    take is accepted and ignored. ``hold()`` and ``acquire_lease_wait()`` come from
+    :mod:`sql_lease.sync_holding`.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = monotonic_ms) -> None:
+        self._leases = MemoryLeases(clock)
+
+    def __enter__(self) -> SyncInMemoryLeaseProvider:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to release; present so code can treat every sync provider alike."""
+
+    def acquire_lease(
+        self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+    ) -> AcquireResult:
+        """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``)."""
+        return self._leases.acquire(key, owner, ttl_ms)
+
+    def get_lease_owner(self, key: str, *, timeout_s: float | None = None) -> str | None:
+        """The owner of the unexpired lease on ``key``, or None."""
+        return self._leases.get_owner(key)
+
+    def get_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
+        """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms), or None."""
+        return self._leases.get_lease(key)
+
+    def release_lease(self, key: str, owner: str, *, timeout_s: float | None = None) -> bool:
+        """Release ``key`` if ``owner`` holds it unexpired; True iff it did."""
+        return self._leases.release(key, owner)
+
+    def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None) -> bool:
+        """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds; False if not held."""
+        return self._leases.renew(key, owner, ttl_ms) is not None
+
+    def renew_lease_info(
+        self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+    ) -> LeaseInfo | None:
+        """Renew as ``renew_lease``; the renewed lease, or None if it was not ``owner``'s unexpired lease."""
+        return self._leases.renew(key, owner, ttl_ms)
+
+    def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+    ) -> bool:
+        """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically."""
+        return self._leases.transfer(key, from_owner, to_owner, ttl_ms)
+
+    def sweep_expired(
+        self, batch_size: int = 1000, grace_ms: int | float = 0, *, timeout_s: float | None = None
+    ) -> int:
+        """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
+        return self._leases.sweep(batch_size, grace_ms)

@@ -99,3 +99,50 @@ async def sql_provider(request: pytest.FixtureRequest, tmp_path: os.PathLike[str
 def key() -> str:
     """A key no other test uses."""
     return f"test:{uuid.uuid4().hex}"
+
+
+# -- the synchronous face ---------------------------------------------------------------------
+
+
+def make_sync_provider(kind: str, request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Any:
+    """A synchronous provider of ``kind`` (memory, sqlite: a fresh migrated file, postgres: the
+    session schema)."""
+    from sql_lease import SyncInMemoryLeaseProvider, SyncSqlLeaseProvider
+
+    if kind == "memory":
+        return SyncInMemoryLeaseProvider()
+    if kind == "sqlite":
+        import shutil
+
+        template = request.getfixturevalue("sync_sqlite_template")
+        shutil.copyfile(template, f"{tmp_path}/sync_leases.db")
+        return SyncSqlLeaseProvider(f"sqlite:///{tmp_path}/sync_leases.db")
+    url, schema = request.getfixturevalue("pg_schema")
+    return SyncSqlLeaseProvider(url, schema=schema)
+
+
+@pytest.fixture(scope="session")
+def sync_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A migrated SQLite database file, copied for each test that needs a fresh one."""
+    from sql_lease import SyncSqlLeaseProvider
+
+    path = tmp_path_factory.mktemp("sync_template") / "leases.db"
+    with SyncSqlLeaseProvider(f"sqlite:///{path}") as provider:
+        provider.migrate()
+    return str(path)
+
+
+@pytest.fixture(params=PROVIDER_KINDS)
+def sync_provider(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[Any]:
+    """Each synchronous provider in turn: in-memory, SQLite (fresh file), PostgreSQL (session schema)."""
+    made = make_sync_provider(request.param, request, tmp_path)
+    yield made
+    made.close()
+
+
+@pytest.fixture(params=PROVIDER_KINDS[1:])
+def sync_sql_provider(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[Any]:
+    """Each synchronous SQL provider in turn: SQLite (fresh file), PostgreSQL (session schema)."""
+    made = make_sync_provider(request.param, request, tmp_path)
+    yield made
+    made.close()

@@ -1,4 +1,4 @@
-"""Database URLs: parsing them for the async drivers, and showing them without their secrets.
+"""Database URLs: parsing them for the async and the sync drivers, and showing them without their secrets.
 
 Every URL sql_lease prints (in messages, ``repr``, ``sql-lease migrate`` and ``bench``) goes
 through :func:`safe_url`. It masks the password of the user information and every query parameter
@@ -24,9 +24,12 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["open_existing_sqlite_file_only", "safe_url", "sqlite_file", "to_async_url"]
+__all__ = ["open_existing_sqlite_file_only", "safe_url", "sqlite_file", "to_async_url", "to_sync_url"]
 
 ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
+SYNC_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
+# Driver names a URL may carry; each face maps them to its own driver (ASYNC_DRIVERS, SYNC_DRIVERS).
+_ACCEPTED_DRIVERS = {"postgresql": ("asyncpg", "psycopg", "psycopg2"), "sqlite": ("aiosqlite", "pysqlite")}
 MASK = "***"
 _SECRET_WORDS = ("password", "passwd", "secret", "token")
 _NOT_A_URL = "not a database URL; expected postgresql://user@host:5432/dbname or sqlite:///path/to/file.db"
@@ -73,7 +76,9 @@ def _misplaced_at(parsed: URL) -> bool:
 
 
 def to_async_url(url: str | URL) -> URL:
-    """Parse ``url`` and map plain ``postgresql://``/``postgres://``/``sqlite://`` to the async drivers.
+    """Parse ``url`` and map it to the async drivers: ``postgresql://``, ``postgres://``,
+    ``postgresql+psycopg://`` and ``postgresql+psycopg2://`` to asyncpg; ``sqlite://`` and
+    ``sqlite+pysqlite://`` to aiosqlite (each face picks its own driver for the same URL).
 
     Raises ``ValueError`` for another database or driver, for in-memory SQLite (each pooled
     connection would see its own empty database; use ``InMemoryLeaseProvider`` instead), and for
@@ -82,13 +87,26 @@ def to_async_url(url: str | URL) -> URL:
     A ``password`` query parameter (which asyncpg accepts) is moved into the URL's password, where
     SQLAlchemy itself hides it (``repr(engine.url)``); the driver gets the same password.
     """
+    return _to_driver_url(url, ASYNC_DRIVERS)
+
+
+def to_sync_url(url: str | URL) -> URL:
+    """Parse ``url`` and map it to the synchronous drivers: ``postgresql://``, ``postgres://``,
+    ``postgresql+asyncpg://`` and ``postgresql+psycopg2://`` to psycopg 3 (``postgresql+psycopg``);
+    ``sqlite://`` and ``sqlite+aiosqlite://`` to the standard library's ``sqlite3``
+    (``sqlite+pysqlite``). The same checks and ``ValueError``s as :func:`to_async_url`."""
+    return _to_driver_url(url, SYNC_DRIVERS)
+
+
+def _to_driver_url(url: str | URL, drivers: Mapping[str, str]) -> URL:
     parsed = _parse(url)
     backend, _, driver = parsed.drivername.partition("+")
-    if backend not in ASYNC_DRIVERS:
+    if backend not in drivers:
         raise ValueError(f"sql_lease supports postgresql:// and sqlite:// URLs, not {backend}://")
-    wanted = ASYNC_DRIVERS[backend]
-    if driver and driver != wanted:
-        raise ValueError(f"{backend} URLs must use the {wanted} driver ({backend}+{wanted}://), not {driver}")
+    wanted = drivers[backend]
+    if driver and driver not in _ACCEPTED_DRIVERS[backend]:
+        accepted = ", ".join(f"{backend}+{name}://" for name in _ACCEPTED_DRIVERS[backend])
+        raise ValueError(f"{backend} URLs may name the driver as {accepted} (or none), not {driver}")
     if backend == "sqlite" and parsed.host:
         raise ValueError(
             f"SQLite URLs have no host: use sqlite:///{parsed.host}{'/' + parsed.database if parsed.database else ''} "

@@ -1,0 +1,173 @@
+"""``@leased``: run a job at most once at a time across the fleet (sync and async functions).
+
+::
+
+    leases = SyncSqlLeaseProvider(os.environ["DATABASE_URL"])
+
+    @leased(leases, "nightly-report", ttl_ms=60_000)           # another worker has it: skipped
+    def nightly_report(fence: int) -> None:
+        ...
+
+    @leased(leases, lambda tenant_id: f"sync:{tenant_id}", on_conflict="wait", timeout_s=30)
+    def sync_tenant(tenant_id: str, lease: SyncHeldLease) -> None:
+        ...
+
+The lease is held, with renewal, for the duration of each call: through
+:func:`sql_lease.sync_holding.hold` for plain functions (a sync provider), through
+:func:`sql_lease.holding.hold` for ``async def`` functions (an async provider).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+from .contract import is_lease_provider, validate_key, validate_owner
+from .errors import LeaseNotAcquiredError
+from .holding import validate_hold_options
+
+__all__ = ["leased"]
+
+log = logging.getLogger("sql_lease")
+
+OnConflict = Literal["skip", "wait", "raise"]
+F = TypeVar("F", bound=Callable[..., Any])
+_INJECTED = ("lease", "fence")
+
+
+def leased(
+    provider: Any,
+    key: str | Callable[..., str],
+    *,
+    ttl_ms: int | float = 15_000,
+    on_conflict: OnConflict = "skip",
+    timeout_s: float | None = None,
+    owner: str | None = None,
+    renew_every_ms: int | float | None = None,
+) -> Callable[[F], F]:
+    """Decorate a function so that each call holds the lease ``key`` (renewed in the background)
+    while it runs, and never runs while another owner holds it.
+
+    Args:
+        provider: a sync provider (``SyncSqlLeaseProvider``, ``SyncInMemoryLeaseProvider``) for a
+            plain function, an async one (``SqlLeaseProvider``, ``InMemoryLeaseProvider``) for an
+            ``async def`` function; a mismatch is a ``TypeError`` when decorating.
+        key: the lease key, or a function of the call's arguments that returns it (called with
+            the same positional and keyword arguments as the decorated function).
+        ttl_ms: the lease TTL in milliseconds (default 15 s), renewed every ``renew_every_ms``
+            (default TTL/3).
+        on_conflict: what a call does while another owner holds the key: ``"skip"`` (default)
+            returns None without running and logs the holder at INFO on the ``sql_lease`` logger;
+            ``"wait"`` waits for the key, up to ``timeout_s`` seconds (None: no limit), then raises
+            ``LeaseNotAcquiredError``; ``"raise"`` raises ``LeaseNotAcquiredError`` at once.
+        timeout_s: with ``"wait"``, the longest wait in seconds.
+        owner: the owner id of every call; default: a fresh unique id per call (``host:pid:random``).
+
+    If the function has a parameter named ``lease``, it receives the held lease
+    (``SyncHeldLease``/``HeldLease``: ``fence``, ``lost``, ``check()`` for threads, ``transfer_to``);
+    a parameter named ``fence`` receives the fencing token (an ``int``). Callers do not pass them.
+    A lease lost during the call raises ``LeaseLostError`` (an async body is cancelled; a plain
+    one finds out from ``lease.check()`` or when it returns).
+    """
+    if on_conflict not in ("skip", "wait", "raise"):
+        raise ValueError(f"on_conflict must be 'skip', 'wait' or 'raise', not {on_conflict!r}")
+    if not is_lease_provider(provider):
+        raise TypeError(f"{type(provider).__name__} is not a lease provider (it lacks the five lease methods)")
+    if isinstance(key, str):
+        validate_key(key)
+    elif not callable(key):
+        raise TypeError(f"key must be a str or a function of the call's arguments, not {type(key).__name__}")
+    if owner is not None:
+        validate_owner(owner)
+    validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
+    provider_is_async = inspect.iscoroutinefunction(provider.acquire_lease)
+    options: dict[str, Any] = {
+        "renew_every_ms": renew_every_ms,
+        "wait": on_conflict == "wait",
+        "timeout_s": timeout_s if on_conflict == "wait" else None,
+    }
+
+    def key_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return key if isinstance(key, str) else key(*args, **kwargs)
+
+    def decorate(func: F) -> F:
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError("@leased holds the lease for a call; it cannot decorate a generator function")
+        signature = inspect.signature(func)
+        wants = [name for name in _INJECTED if name in signature.parameters]
+
+        def inject(kwargs: dict[str, Any], lease: Any) -> dict[str, Any]:
+            for name in wants:
+                if name in kwargs:
+                    raise TypeError(f"{func.__qualname__}() gets {name!r} from @leased; do not pass it")
+                kwargs[name] = lease if name == "lease" else lease.fence
+            return kwargs
+
+        def skipped(exc: LeaseNotAcquiredError) -> None:
+            log.info(
+                "%s skipped: lease %r is held by %r (fence %s) until %s",
+                func.__qualname__,
+                exc.key,
+                exc.holder,
+                exc.fence,
+                exc.expires_at.isoformat() if exc.expires_at else "unknown",
+            )
+
+        wrapper: Any
+        if inspect.iscoroutinefunction(func):
+            if not provider_is_async:
+                raise TypeError(
+                    f"{func.__qualname__} is async: give @leased an async provider (SqlLeaseProvider, "
+                    f"InMemoryLeaseProvider), not {type(provider).__name__}"
+                )
+            from .holding import hold as async_hold
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                lease_key = key_for(args, kwargs)
+                async with contextlib.AsyncExitStack() as stack:
+                    try:
+                        lease = await stack.enter_async_context(
+                            async_hold(provider, lease_key, owner, ttl_ms, **options)
+                        )
+                    except LeaseNotAcquiredError as exc:
+                        if on_conflict != "skip":
+                            raise
+                        skipped(exc)
+                        return None
+                    return await func(*args, **inject(kwargs, lease))
+
+            wrapper = async_wrapper
+        else:
+            if provider_is_async:
+                raise TypeError(
+                    f"{func.__qualname__} is not async: give @leased a sync provider (SyncSqlLeaseProvider, "
+                    f"SyncInMemoryLeaseProvider), not {type(provider).__name__}"
+                )
+            from .sync_holding import hold as sync_hold
+
+            @functools.wraps(func)
+            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+                lease_key = key_for(args, kwargs)
+                with contextlib.ExitStack() as stack:
+                    try:
+                        lease = stack.enter_context(sync_hold(provider, lease_key, owner, ttl_ms, **options))
+                    except LeaseNotAcquiredError as exc:
+                        if on_conflict != "skip":
+                            raise
+                        skipped(exc)
+                        return None
+                    return func(*args, **inject(kwargs, lease))
+
+            wrapper = sync_wrapper
+        # The caller's view: without the parameters @leased fills in.
+        wrapper.__signature__ = signature.replace(
+            parameters=[p for p in signature.parameters.values() if p.name not in _INJECTED]
+        )
+        return wrapper  # type: ignore[no-any-return]
+
+    return decorate

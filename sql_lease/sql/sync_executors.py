@@ -1,0 +1,613 @@
+"""Blocking executors for the synchronous provider: run one plan of :mod:`.operations` on one
+connection, in autocommit, within a deadline.
+
+- :class:`PsycopgPoolExecutor`: PostgreSQL from a URL, psycopg 3 with a ``psycopg_pool``
+  pool of autocommit connections the provider owns (session settings are set on them once).
+- :class:`SqliteFileExecutor`: SQLite from a URL, the standard library's ``sqlite3``; a small pool
+  of connections (WAL, busy timeout, ``synchronous``), each statement its own write transaction.
+- :class:`EngineExecutor`: the application's SQLAlchemy ``Engine`` (psycopg or pysqlite); a
+  connection is checked out per operation and goes back unchanged (no ``SET``), so the
+  application's pool limits, recycle and pre-ping apply.
+
+Executors raise the driver's exceptions (the provider translates them) and ``StalledError`` when
+the deadline passed: a watchdog thread then aborted the statement (a PostgreSQL socket is shut
+down and a cancel request sent; SQLite is interrupted) and the connection is discarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from ..errors import SchemaMissingError
+from .operations import Plan, run_sync
+from .translate import connection_survives
+
+__all__ = [
+    "OWN_CONNECTION_SETTINGS",
+    "EngineExecutor",
+    "PsycopgPoolExecutor",
+    "SqliteFileExecutor",
+    "StalledError",
+    "SyncExecutor",
+    "Watchdog",
+    "psycopg_conninfo",
+]
+
+T = TypeVar("T")
+Row = Sequence[Any]
+
+# Session settings of the PostgreSQL connections the provider creates (never of borrowed ones, nor
+# through PgBouncer); the same as the async provider's (see docs/statements.md).
+OWN_CONNECTION_SETTINGS = {"enable_seqscan": "off"}
+
+
+class StalledError(TimeoutError):
+    """The operation passed its deadline; its connection was aborted (the outcome is unknown)."""
+
+
+def _missing_driver(exc: ImportError) -> ImportError:
+    return ImportError(
+        "the synchronous PostgreSQL provider needs psycopg 3 and psycopg-pool: "
+        f"pip install 'sql-lease[psycopg]' ({exc})"
+    )
+
+
+# -- the watchdog -------------------------------------------------------------------------------
+
+
+class _Ticket:
+    __slots__ = ("abort", "aborted", "deadline", "fired")
+
+    def __init__(self, deadline: float, abort: Callable[[], None]) -> None:
+        self.deadline = deadline
+        self.abort = abort
+        self.fired = False
+        self.aborted = threading.Event()
+
+
+class Watchdog:
+    """Aborts operations that pass their deadline. One thread per provider, started on first use;
+    it sleeps until the soonest deadline and costs nothing while no operation is in flight."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._cond = threading.Condition(threading.Lock())
+        self._active: set[_Ticket] = set()
+        self._wake_at = float("inf")
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def watch(self, deadline: float, abort: Callable[[], None]) -> _Ticket:
+        """Call ``abort()`` (from the watchdog's thread) if :meth:`done` is not called by ``deadline``
+        (``time.monotonic()``)."""
+        ticket = _Ticket(deadline, abort)
+        with self._cond:
+            self._active.add(ticket)
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+            if deadline < self._wake_at:
+                self._cond.notify()
+        return ticket
+
+    def done(self, ticket: _Ticket) -> bool:
+        """The operation ended; True if it had been aborted (the caller must then discard its
+        connection). Returns only once a started abort has finished."""
+        with self._cond:
+            self._active.discard(ticket)
+        if ticket.fired:
+            ticket.aborted.wait()
+            return True
+        return False
+
+    def _loop(self) -> None:
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                expired = [t for t in self._active if t.deadline <= now]
+                if not expired:
+                    self._wake_at = min((t.deadline for t in self._active), default=float("inf"))
+                    self._cond.wait(None if self._wake_at == float("inf") else self._wake_at - now)
+                    self._wake_at = float("inf")
+                    continue
+                for ticket in expired:
+                    self._active.discard(ticket)
+                    ticket.fired = True
+                self._cond.release()
+                try:
+                    for ticket in expired:
+                        try:
+                            ticket.abort()
+                        except Exception:
+                            pass  # the connection is discarded anyway
+                        finally:
+                            ticket.aborted.set()
+                finally:
+                    self._cond.acquire()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1)
+
+
+def _guarded(watchdog: Watchdog, deadline: float, abort: Callable[[], None], work: Callable[[], T]) -> tuple[T, bool]:
+    """``work()`` aborted by ``abort`` at ``deadline``; (result, whether the connection is spoiled).
+    Raises ``StalledError`` (from the driver's error) if the abort ended it."""
+    ticket = watchdog.watch(deadline, abort)
+    try:
+        result = work()
+    except BaseException as exc:
+        if watchdog.done(ticket):
+            raise StalledError("the operation passed its deadline and was aborted") from exc
+        raise
+    return result, watchdog.done(ticket)
+
+
+class SyncExecutor:
+    """Runs a plan on one connection within ``timeout_s`` seconds; ``close()`` ends the pool."""
+
+    dialect_name: str
+
+    def run(self, plan: Plan[T], timeout_s: float) -> T:
+        raise NotImplementedError
+
+    def close(self, timeout_s: float) -> None:
+        raise NotImplementedError
+
+
+# -- PostgreSQL through psycopg ---------------------------------------------------------------
+
+_CONNECT_FAILURES = (
+    # libpq's connection errors carry no SQLSTATE; these server messages (English) name the
+    # configuration errors the async face recognises by SQLSTATE (class 28, 3D000).
+    (re.compile(r'database "[^"]*" does not exist'), "3D000"),
+    (re.compile(r"password authentication failed|role \"[^\"]*\" does not exist|no pg_hba\.conf entry"), "28000"),
+    (re.compile(r"permission denied for database"), "42501"),
+)
+
+
+class ConnectError(Exception):
+    """A connection attempt failed; ``sqlstate`` as the server would have said it, when known."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc).strip())
+        text = str(exc)
+        self.sqlstate: str | None = next((state for pattern, state in _CONNECT_FAILURES if pattern.search(text)), None)
+
+
+def _utc_loader() -> type:
+    from psycopg.types.datetime import TimestamptzLoader
+
+    class UtcTimestamptzLoader(TimestamptzLoader):
+        """``timestamptz`` as aware UTC datetimes, whatever the session's TimeZone."""
+
+        def load(self, data: Any) -> datetime:
+            return super().load(data).astimezone(UTC)
+
+    return UtcTimestamptzLoader
+
+
+def _shut_socket(conn: Any) -> None:
+    """Break ``conn`` now, from any thread: a cancel request to the server (in the background)
+    and the socket shut down, so a thread blocked on it gets an error at once. The connection
+    object itself is closed by its user, who then discards it."""
+    cancel = None
+    with contextlib.suppress(Exception):
+        cancel = conn.pgconn.get_cancel()
+    with contextlib.suppress(Exception):
+        dup = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        try:
+            dup.shutdown(socket.SHUT_RDWR)
+        finally:
+            dup.close()
+    if cancel is not None:
+        threading.Thread(target=lambda: _quietly(cancel.cancel), name="sql_lease cancel", daemon=True).start()
+
+
+def _quietly(call: Callable[[], object]) -> None:
+    with contextlib.suppress(Exception):
+        call()
+
+
+class _PgFetch:
+    """fetch_one/fetch_all on one psycopg cursor (``$n`` placeholders: RawCursor)."""
+
+    __slots__ = ("cur",)
+
+    def __init__(self, cur: Any) -> None:
+        self.cur = cur
+
+    def fetch_one(self, sql: str, params: tuple[Any, ...]) -> Row | None:
+        cur = self.cur
+        cur.execute(sql, params)
+        return cur.fetchone()  # type: ignore[no-any-return]
+
+    def fetch_all(self, sql: str, params: tuple[Any, ...]) -> list[Row]:
+        cur = self.cur
+        cur.execute(sql, params)
+        return cur.fetchall()  # type: ignore[no-any-return]
+
+
+def psycopg_conninfo(url: Any) -> str:
+    """A libpq connection string from a SQLAlchemy ``URL`` (``ValueError`` for a query parameter
+    libpq does not know; the text is never repeated, it may hold a password)."""
+    from psycopg.conninfo import make_conninfo
+
+    params: dict[str, Any] = {}
+    for name, value in url.query.items():
+        params[name] = value if isinstance(value, str) else ",".join(value)
+    for name, value in (
+        ("host", url.host),
+        ("port", url.port),
+        ("dbname", url.database),
+        ("user", url.username),
+        ("password", url.password),
+    ):
+        if value is not None and value != "":
+            params[name] = str(value)
+    try:
+        return make_conninfo("", **params)
+    except Exception as exc:
+        unknown = sorted(set(url.query) - {"host", "port", "dbname", "user"})
+        raise ValueError(
+            f"the database URL has a parameter libpq does not accept ({', '.join(unknown) or 'see the URL'}): "
+            f"{type(exc).__name__}"
+        ) from None
+
+
+class PsycopgPoolExecutor(SyncExecutor):
+    """PostgreSQL from a URL: a ``psycopg_pool.ConnectionPool`` of at most ``pool_size`` autocommit
+    connections made by the provider, opened on first use."""
+
+    dialect_name = "postgresql"
+
+    def __init__(self, conninfo: str, pool_size: int, *, pgbouncer: bool, watchdog: Watchdog, name: str) -> None:
+        try:
+            import psycopg
+            import psycopg_pool  # noqa: F401
+        except ImportError as exc:
+            raise _missing_driver(exc) from exc
+        self._conninfo = conninfo
+        self._pool_size = pool_size
+        self._pgbouncer = pgbouncer
+        self._watchdog = watchdog
+        self._name = name
+        self._pool: Any = None
+        self._opening = threading.Lock()
+        self._closed = False
+        self.last_connect_error: BaseException | None = None
+        self._loader = _utc_loader()
+        self._raw_cursor = psycopg.RawCursor
+
+    def _make_pool(self) -> Any:
+        import psycopg
+        import psycopg_pool
+
+        executor = self
+        loader = self._loader
+
+        class Connection(psycopg.Connection[Any]):
+            @classmethod
+            def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:  # type: ignore[override]
+                try:
+                    conn = super().connect(conninfo, **kwargs)
+                except Exception as exc:
+                    executor.last_connect_error = exc
+                    raise
+                executor.last_connect_error = None
+                return conn
+
+        settings = () if self._pgbouncer else tuple(f"SET {k} = {v}" for k, v in OWN_CONNECTION_SETTINGS.items())
+
+        def configure(conn: Any) -> None:
+            conn.adapters.register_loader("timestamptz", loader)
+            for statement in settings:
+                conn.execute(statement)
+
+        kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": psycopg.RawCursor}
+        if self._pgbouncer:
+            kwargs["prepare_threshold"] = None  # PgBouncer's transaction mode cannot track them
+        return psycopg_pool.ConnectionPool(
+            self._conninfo,
+            connection_class=Connection,
+            kwargs=kwargs,
+            min_size=0,
+            max_size=self._pool_size,
+            configure=configure,
+            name=self._name,
+            open=True,
+        )
+
+    def _checkout(self, deadline: float) -> Any:
+        import psycopg_pool
+
+        pool = self._pool
+        if pool is None:
+            with self._opening:
+                if self._closed:
+                    raise RuntimeError("the provider is closed")
+                if self._pool is None:
+                    self._pool = self._make_pool()
+                pool = self._pool
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                # In slices, so a connection error that no wait can fix is reported at once.
+                return pool.getconn(timeout=max(0.001, min(left, 0.25)))
+            except psycopg_pool.PoolTimeout as exc:
+                error = self.last_connect_error
+                if error is not None and (ConnectError(error).sqlstate or time.monotonic() >= deadline):
+                    raise ConnectError(error) from error
+                if time.monotonic() >= deadline:
+                    raise StalledError("no pooled connection was free in time") from exc
+            except psycopg_pool.PoolClosed as exc:
+                raise RuntimeError("the provider is closed") from exc
+
+    def run(self, plan: Plan[T], timeout_s: float) -> T:
+        deadline = time.monotonic() + timeout_s
+        conn = self._checkout(deadline)
+        healthy = False
+        try:
+            fetch = _PgFetch(conn.cursor())
+            result, spoiled = _guarded(
+                self._watchdog,
+                deadline,
+                lambda: _shut_socket(conn),
+                lambda: run_sync(plan, fetch.fetch_one, fetch.fetch_all),
+            )
+            healthy = not spoiled
+            return result
+        except BaseException as exc:
+            healthy = not isinstance(exc, StalledError) and connection_survives(exc)
+            raise
+        finally:
+            if not healthy:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            self._pool.putconn(conn)
+
+    def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], None]]:
+        """A new autocommit connection of its own (not pooled) for LISTEN, and how to close it."""
+        import psycopg
+
+        try:
+            conn = psycopg.Connection.connect(self._conninfo, autocommit=True, connect_timeout=max(1, round(timeout_s)))
+        except psycopg.OperationalError as exc:
+            raise ConnectError(exc) from exc
+        return conn, conn.close
+
+    def close(self, timeout_s: float) -> None:
+        with self._opening:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close(timeout=timeout_s)
+
+
+# -- SQLite through sqlite3 -----------------------------------------------------------------------
+
+
+class _SlotPool:
+    """At most ``size`` connections, made by ``connect`` on demand; idle ones reused last-in first-out."""
+
+    def __init__(self, size: int, connect: Callable[[], Any]) -> None:
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._connect = connect
+        self._closed = False
+
+    def take(self, deadline: float) -> Any:
+        if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise StalledError("no pooled connection was free in time")
+        with self._lock:
+            if self._closed:
+                self._slots.release()
+                raise RuntimeError("the provider is closed")
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            try:
+                conn = self._connect()
+            except BaseException:
+                self._slots.release()
+                raise
+        return conn
+
+    def give_back(self, conn: Any, healthy: bool) -> None:
+        with self._lock:
+            keep = healthy and not self._closed
+            if keep:
+                self._idle.append(conn)
+        if not keep:
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._slots.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
+def _sqlite_fetch_one(conn: sqlite3.Connection) -> Callable[[str, tuple[Any, ...]], Row | None]:
+    def fetch_one(sql: str, params: tuple[Any, ...]) -> Row | None:
+        # Every row is read: a statement with RETURNING commits only when it has run to the end.
+        rows = conn.execute(sql, params).fetchall()
+        return rows[0] if rows else None
+
+    return fetch_one
+
+
+def _sqlite_fetch_all(conn: sqlite3.Connection) -> Callable[[str, tuple[Any, ...]], list[Row]]:
+    def fetch_all(sql: str, params: tuple[Any, ...]) -> list[Row]:
+        return conn.execute(sql, params).fetchall()
+
+    return fetch_all
+
+
+class SqliteFileExecutor(SyncExecutor):
+    """SQLite from a URL: ``sqlite3`` connections in autocommit (``isolation_level=None``), WAL,
+    ``busy_timeout`` and ``synchronous`` set when each is opened; the file is opened with
+    ``mode=rw``, so a missing file raises ``SchemaMissingError`` and is never created here."""
+
+    dialect_name = "sqlite"
+
+    def __init__(
+        self,
+        path: Path,
+        pool_size: int,
+        *,
+        busy_timeout_ms: int,
+        synchronous: str,
+        missing: Callable[[], SchemaMissingError],
+        watchdog: Watchdog,
+    ) -> None:
+        self._path = path
+        self._uri = "file:" + quote(str(path), safe="/") + "?mode=rw"
+        self._busy_timeout_ms = busy_timeout_ms
+        self._pragmas = (
+            f"PRAGMA busy_timeout = {int(busy_timeout_ms)}",
+            "PRAGMA journal_mode = WAL",
+            f"PRAGMA synchronous = {synchronous}",
+        )
+        self._missing = missing
+        self._watchdog = watchdog
+        self._pool = _SlotPool(pool_size, self._connect)
+        self._fetchers: dict[int, tuple[Any, Any]] = {}
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self._path.exists():
+            raise self._missing()
+        try:
+            conn = sqlite3.connect(
+                self._uri,
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self._busy_timeout_ms / 1000,
+            )
+        except sqlite3.OperationalError:
+            if not self._path.exists():
+                raise self._missing() from None
+            raise
+        try:
+            for pragma in self._pragmas:
+                conn.execute(pragma).fetchall()
+        except BaseException:
+            conn.close()
+            raise
+        self._fetchers[id(conn)] = (_sqlite_fetch_one(conn), _sqlite_fetch_all(conn))
+        return conn
+
+    def run(self, plan: Plan[T], timeout_s: float) -> T:
+        deadline = time.monotonic() + timeout_s
+        conn = self._pool.take(deadline)
+        healthy = False
+        try:
+            fetch_one, fetch_all = self._fetchers[id(conn)]
+            result, spoiled = _guarded(
+                self._watchdog, deadline, conn.interrupt, lambda: run_sync(plan, fetch_one, fetch_all)
+            )
+            healthy = not spoiled
+            return result
+        except BaseException as exc:
+            healthy = not isinstance(exc, StalledError) and connection_survives(exc)
+            raise
+        finally:
+            if not healthy:
+                self._fetchers.pop(id(conn), None)
+            self._pool.give_back(conn, healthy)
+
+    def close(self, timeout_s: float) -> None:
+        self._pool.close()
+        self._fetchers.clear()
+
+
+# -- the application's Engine ---------------------------------------------------------------------
+
+
+class EngineExecutor(SyncExecutor):
+    """The application's SQLAlchemy ``Engine`` (``postgresql+psycopg`` or ``sqlite+pysqlite``): per
+    operation one connection is checked out (``with engine.connect()``), switched to AUTOCOMMIT
+    (the driver's autocommit flag: no statement is sent), and the statements run on its driver
+    connection; it goes back unchanged. At most ``pool_size`` operations run at once."""
+
+    def __init__(self, engine: Any, pool_size: int, *, watchdog: Watchdog) -> None:
+        self._engine = engine
+        self.dialect_name = engine.dialect.name
+        self._slots = threading.BoundedSemaphore(pool_size)
+        self._watchdog = watchdog
+        if self.dialect_name == "postgresql":
+            import psycopg
+
+            self._raw_cursor = psycopg.RawCursor
+            self._loader = _utc_loader()
+
+    def run(self, plan: Plan[T], timeout_s: float) -> T:
+        deadline = time.monotonic() + timeout_s
+        if not self._slots.acquire(timeout=timeout_s):
+            raise StalledError("no connection slot was free in time")
+        try:
+            with self._engine.connect() as connection:
+                connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+                raw = connection.connection.driver_connection
+                spoiled = True
+                fetch_one: Callable[[str, tuple[Any, ...]], Row | None]
+                fetch_all: Callable[[str, tuple[Any, ...]], list[Row]]
+                try:
+                    if self.dialect_name == "postgresql":
+                        cur = self._raw_cursor(raw)
+                        cur.adapters.register_loader("timestamptz", self._loader)  # this cursor only
+                        fetch = _PgFetch(cur)
+                        fetch_one, fetch_all = fetch.fetch_one, fetch.fetch_all
+
+                        def abort() -> None:
+                            _shut_socket(raw)
+                    else:
+                        fetch_one, fetch_all = _sqlite_fetch_one(raw), _sqlite_fetch_all(raw)
+                        abort = raw.interrupt
+                    result, spoiled = _guarded(
+                        self._watchdog, deadline, abort, lambda: run_sync(plan, fetch_one, fetch_all)
+                    )
+                    return result
+                except BaseException as exc:
+                    spoiled = isinstance(exc, StalledError) or not connection_survives(exc)
+                    raise
+                finally:
+                    if spoiled:
+                        connection.invalidate()
+        finally:
+            self._slots.release()
+
+    def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], None]]:
+        """A connection of the engine's pool kept for LISTEN (autocommit); discarded, not returned,
+        when done, so the application never gets it back LISTENing."""
+        proxied = self._engine.raw_connection()
+        driver = proxied.driver_connection
+        try:
+            driver.autocommit = True
+        except BaseException:
+            proxied.invalidate()
+            raise
+        return driver, proxied.invalidate
+
+    def close(self, timeout_s: float) -> None:
+        """Nothing to close: the engine belongs to the application."""

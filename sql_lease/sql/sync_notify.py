@@ -1,0 +1,165 @@
+"""PostgreSQL LISTEN/NOTIFY wake-ups for waiting threads (the sync provider's ``release_waiter``).
+
+One LISTEN connection per provider, opened when the first waiter arrives, read by one listener
+thread with psycopg's ``notifies(timeout=...)``; each notification (payload: the key) sets the
+``threading.Event`` of that key's waiters. Releases, transfers and sweeps of rows whose
+``has_waiters`` flag is set send the NOTIFY (the statements do). If the connection cannot be
+opened or dies, waiters are woken and poll until a later attempt listens again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..contract import AcquireResult
+
+if TYPE_CHECKING:
+    from .sync_provider import SyncSqlLeaseProvider
+
+log = logging.getLogger("sql_lease")
+
+__all__ = ["SyncNotifyListener", "SyncPostgresReleaseWaiter"]
+
+_READ_SLICE_S = 0.2  # how often the listener thread looks up from notifies() to see if it must stop
+
+
+class _Generation:
+    """One LISTEN connection and the thread reading it."""
+
+    def __init__(self, conn: Any, discard: Callable[[], None]) -> None:
+        self.conn = conn
+        self.discard = discard
+        self.stop = threading.Event()
+        self.alive = True
+        self.thread: threading.Thread | None = None
+
+
+class SyncNotifyListener:
+    """The provider's LISTEN connection and the waiters registered per key."""
+
+    def __init__(self, provider: SyncSqlLeaseProvider, open_connection: Callable[[float], tuple[Any, Any]]) -> None:
+        self._provider = provider
+        self._open_connection = open_connection
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self._lock = threading.Lock()
+        self._opening = threading.Lock()
+        self._current: _Generation | None = None
+
+    @property
+    def listening(self) -> bool:
+        current = self._current
+        return current is not None and current.alive
+
+    def register(self, key: str, event: threading.Event) -> None:
+        with self._lock:
+            self._waiters.setdefault(key, set()).add(event)
+
+    def unregister(self, key: str, event: threading.Event) -> None:
+        with self._lock:
+            events = self._waiters.get(key)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._waiters[key]
+
+    def _wake(self, key: str | None) -> None:
+        with self._lock:
+            events = (
+                [e for es in self._waiters.values() for e in es] if key is None else list(self._waiters.get(key, ()))
+            )
+        for event in events:
+            event.set()
+
+    def ensure_listening(self) -> bool:
+        """Open the LISTEN connection if it is not open; False if that failed (then poll)."""
+        if self.listening:
+            return True
+        with self._opening:
+            if self.listening:
+                return True
+            if self._provider.closed:
+                return False
+            self._drop()
+            try:
+                conn, discard = self._open_connection(self._provider.operation_timeout_s)
+                try:
+                    from psycopg import sql
+
+                    channel = conn.execute(self._provider.statements.notify_channel).fetchone()[0]
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                except BaseException:
+                    discard()
+                    raise
+            except Exception as exc:
+                log.warning("LISTEN for %s failed, waiters will poll: %s", self._provider.names.table, exc)
+                return False
+            generation = _Generation(conn, discard)
+            generation.thread = threading.Thread(
+                target=self._read, args=(generation,), name="sql_lease listen", daemon=True
+            )
+            self._current = generation
+            generation.thread.start()
+            return True
+
+    def _read(self, generation: _Generation) -> None:
+        try:
+            while not generation.stop.is_set():
+                for notify in generation.conn.notifies(timeout=_READ_SLICE_S):
+                    self._wake(notify.payload)
+        except Exception as exc:
+            if not generation.stop.is_set():
+                log.warning("the LISTEN connection of %s failed, waiters poll: %s", self._provider.names.table, exc)
+        finally:
+            generation.alive = False
+            with contextlib.suppress(Exception):
+                generation.discard()  # never reused: it was LISTENing
+            self._wake(None)  # everyone re-checks at once (and polls until we listen again)
+
+    def _drop(self) -> None:
+        generation, self._current = self._current, None
+        if generation is not None:
+            generation.stop.set()
+            thread = generation.thread
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=_READ_SLICE_S * 5)
+
+    def close(self) -> None:
+        with self._opening:
+            self._drop()
+
+
+class SyncPostgresReleaseWaiter:
+    """One waiting thread on one key: acquire attempts that flag the row, and waits that end on NOTIFY."""
+
+    def __init__(self, provider: SyncSqlLeaseProvider, listener: SyncNotifyListener, key: str) -> None:
+        self._provider = provider
+        self._listener = listener
+        self.key = key
+        self._event = threading.Event()
+
+    @property
+    def listening(self) -> bool:
+        """True while NOTIFY wake-ups work; otherwise the caller polls."""
+        return self._listener.listening
+
+    def __enter__(self) -> SyncPostgresReleaseWaiter:
+        self._listener.register(self.key, self._event)  # before the first attempt: no lost wake-up
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._listener.unregister(self.key, self._event)
+
+    def acquire(self, owner: str, ttl_ms: int | float, timeout_s: float | None) -> AcquireResult:
+        """Try to acquire within ``timeout_s`` seconds; a refusal marks the row so that its release
+        sends NOTIFY. (Re)opens the LISTEN connection first, so no release after it goes unheard."""
+        listening = self._listener.ensure_listening()
+        self._event.clear()
+        return self._provider._acquire(self.key, owner, ttl_ms, waiting=listening, timeout_s=timeout_s)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until the key is released (True) or ``timeout_s`` seconds pass (False)."""
+        return self._event.wait(max(0.0, timeout_s))

@@ -1,0 +1,385 @@
+"""``SyncSqlLeaseProvider``: the synchronous face of the SQL provider, for threads.
+
+The same plans as the async provider (:mod:`.operations`: every statement, retry rule and decoding
+step), run by blocking executors (:mod:`.sync_executors`): psycopg 3 with ``psycopg_pool`` on
+PostgreSQL, the standard library's ``sqlite3`` on SQLite, or the application's SQLAlchemy
+``Engine``. Driver errors become the library's errors in :mod:`.translate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import TYPE_CHECKING, TypeVar
+
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..contract import AcquireResult, LeaseInfo, validate_key, validate_seconds
+from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
+from ..sync_holding import SyncLeaseProviderBase
+from . import operations
+from .operations import Plan
+from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
+from .statements import LeaseStatements, statements_for
+from .sync_executors import (
+    EngineExecutor,
+    PsycopgPoolExecutor,
+    SqliteFileExecutor,
+    SyncExecutor,
+    Watchdog,
+    psycopg_conninfo,
+)
+from .translate import translate
+from .urls import safe_url, sqlite_file, to_async_url, to_sync_url
+
+if TYPE_CHECKING:
+    from .sync_notify import SyncNotifyListener, SyncPostgresReleaseWaiter
+
+__all__ = ["SyncSqlLeaseProvider"]
+
+T = TypeVar("T")
+_MAX_SQLITE_BUSY_TIMEOUT_MS = 2**31 - 1
+_ENGINE_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
+
+
+class SyncSqlLeaseProvider(SyncLeaseProviderBase):
+    """Leases in a PostgreSQL or SQLite table, with plain (blocking) methods, safe to share between
+    threads (gunicorn threads, a thread pool, Celery workers). The same rules, statements and errors
+    as :class:`~sql_lease.SqlLeaseProvider`; the method names are the same, without ``await``.
+
+    Args:
+        url_or_engine: a URL or a SQLAlchemy ``Engine``. URLs: ``postgresql://``, ``postgres://``,
+            ``postgresql+psycopg://``, ``postgresql+psycopg2://``, ``postgresql+asyncpg://`` (all
+            run on psycopg 3 with a ``psycopg_pool`` pool the provider owns) and ``sqlite:///path``
+            (``sqlite+pysqlite``, ``sqlite+aiosqlite``: the standard library's ``sqlite3``). A
+            SQLite URL must name a file in an existing directory (else ``ValueError``); only
+            :meth:`migrate` creates the file, and other operations on a missing file raise
+            ``SchemaMissingError``. An ``Engine`` must be ``postgresql+psycopg`` or
+            ``sqlite+pysqlite``; it is shared, never disposed, and nothing is ``SET`` on its
+            connections: each operation checks one out and gives it back.
+        table_name, schema, version_table: where the lease table is (as ``SqlLeaseProvider``).
+        operation_timeout_s: every operation (pool checkout included) completes within this many
+            seconds or raises ``LeaseBackendError`` (a stalled statement is aborted and its
+            connection discarded). Default 10; more than 0, at most 86400. (For a given engine,
+            checking a connection out of its pool is bounded by the engine's own ``pool_timeout``.)
+        pool_size: at most this many operations run at once. Default 10 for a URL, 2 for a given
+            engine (leaving the rest of its pool to the application).
+        sqlite_busy_timeout_ms: SQLite only: how long a statement waits for another writer, in
+            milliseconds, 0 to 2**31 - 1. Default: the operation timeout.
+        sqlite_synchronous: SQLite ``PRAGMA synchronous``: ``"FULL"`` (default), ``"NORMAL"`` or
+            ``"EXTRA"``.
+        listen_notify: PostgreSQL: waiters LISTEN on one connection (a listener thread) and wake
+            within milliseconds of a release; False: they poll.
+        pgbouncer: PostgreSQL through PgBouncer in transaction mode: no prepared statements
+            (``prepare_threshold=None``), no session settings, no LISTEN.
+
+    Every method also takes a keyword ``timeout_s`` (seconds, at most ``operation_timeout_s``)
+    that bounds that one call. Raises ``TypeError``/``ValueError`` for bad arguments before any
+    SQL; ``SchemaMissingError``, ``LeaseConfigError``, ``LeaseBackendError`` (the driver's error on
+    ``__cause__``) as the async provider; ``ProviderClosedError`` after :meth:`close`. Use it as
+    ``with SyncSqlLeaseProvider(url) as leases:`` or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        url_or_engine: str | URL | Engine,
+        *,
+        table_name: str = DEFAULT_TABLE_NAME,
+        schema: str | None = None,
+        version_table: str | None = None,
+        operation_timeout_s: float = 10.0,
+        pool_size: int | None = None,
+        sqlite_busy_timeout_ms: int | None = None,
+        sqlite_synchronous: str = "FULL",
+        listen_notify: bool = True,
+        pgbouncer: bool = False,
+    ) -> None:
+        self._closed = True  # until constructed: close() and __del__ find nothing to do
+        self.names = LeaseTableNames(table_name, schema, version_table)
+        if isinstance(operation_timeout_s, bool) or not isinstance(operation_timeout_s, (int, float)):
+            raise TypeError("operation_timeout_s must be a number of seconds")
+        if not 0 < operation_timeout_s <= 86_400:
+            raise ValueError(f"operation_timeout_s must be > 0 and at most 86400 seconds, got {operation_timeout_s!r}")
+        if sqlite_synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError("sqlite_synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
+        if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        if sqlite_busy_timeout_ms is not None:
+            if isinstance(sqlite_busy_timeout_ms, bool) or not isinstance(sqlite_busy_timeout_ms, (int, float)):
+                kind = type(sqlite_busy_timeout_ms).__name__
+                raise TypeError(f"sqlite_busy_timeout_ms must be a number of milliseconds, not {kind}")
+            if not 0 <= sqlite_busy_timeout_ms <= _MAX_SQLITE_BUSY_TIMEOUT_MS:
+                raise ValueError(
+                    f"sqlite_busy_timeout_ms must be 0 to {_MAX_SQLITE_BUSY_TIMEOUT_MS} milliseconds "
+                    f"(SQLite's limit, about 24.8 days), got {sqlite_busy_timeout_ms!r}"
+                )
+        self.operation_timeout_s = float(operation_timeout_s)
+        self._watchdog = Watchdog("sql_lease watchdog")
+        self._engine: Engine | None = None
+        executor: SyncExecutor
+        if isinstance(url_or_engine, AsyncEngine):
+            raise TypeError("an AsyncEngine belongs to SqlLeaseProvider; SyncSqlLeaseProvider takes a URL or an Engine")
+        if isinstance(url_or_engine, Engine):
+            backend, driver = url_or_engine.dialect.name, url_or_engine.dialect.driver
+            if _ENGINE_DRIVERS.get(backend) != driver:
+                raise ValueError(
+                    f"the engine must use psycopg (postgresql+psycopg) or the standard sqlite3 (sqlite+pysqlite), "
+                    f"not {backend}+{driver}"
+                )
+            self._engine = url_or_engine
+            self._url = url_or_engine.url
+            executor = EngineExecutor(url_or_engine, pool_size or 2, watchdog=self._watchdog)
+        elif isinstance(url_or_engine, (str, URL)):
+            url = to_sync_url(url_or_engine)
+            self._url = url
+            backend = url.get_backend_name()
+            if backend == "postgresql":
+                executor = PsycopgPoolExecutor(
+                    psycopg_conninfo(url),
+                    pool_size or 10,
+                    pgbouncer=bool(pgbouncer),
+                    watchdog=self._watchdog,
+                    name="sql_lease",
+                )
+            else:
+                path = sqlite_file(url)
+                if path is None or url.query:
+                    raise ValueError(
+                        "SyncSqlLeaseProvider takes sqlite:///path/to/file.db URLs without query parameters"
+                    )
+                if not path.parent.is_dir():
+                    raise ValueError(
+                        f"the directory {path.parent} of the SQLite database does not exist "
+                        "(or is not a directory); create it first"
+                    )
+                if sqlite_busy_timeout_ms is None:
+                    sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), _MAX_SQLITE_BUSY_TIMEOUT_MS)
+
+                def missing() -> SchemaMissingError:
+                    return SchemaMissingError(
+                        f"lease table {self.names.table!r} not found: the SQLite database file {path} "
+                        f"does not exist: run `sql-lease migrate --url URL{self._names_options()}` first"
+                    )
+
+                executor = SqliteFileExecutor(
+                    path,
+                    pool_size or 10,
+                    busy_timeout_ms=int(sqlite_busy_timeout_ms),
+                    synchronous=sqlite_synchronous,
+                    missing=missing,
+                    watchdog=self._watchdog,
+                )
+        else:
+            raise TypeError(
+                f"url_or_engine must be a URL string, sqlalchemy URL or Engine, not {type(url_or_engine).__name__}"
+            )
+        if sqlite_busy_timeout_ms is not None and backend != "sqlite":
+            raise ValueError(f"sqlite_busy_timeout_ms is only for SQLite databases, not {backend}")
+        self._executor = executor
+        self.dialect_name = backend
+        self.statements: LeaseStatements = statements_for(backend, self.names)
+        self.safe_url = safe_url(self._url)
+        self.listen_notify = bool(listen_notify) and not pgbouncer
+        self._listener: SyncNotifyListener | None = None
+        self._listener_lock = threading.Lock()
+        self._in_flight = 0
+        self._idle = threading.Condition(threading.Lock())
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SyncSqlLeaseProvider({getattr(self, 'safe_url', '?')!r}, table_name={self.names.table!r})"
+
+    @property
+    def engine(self) -> Engine | None:
+        """The application's ``Engine`` this provider borrows connections from, or None (a URL)."""
+        return self._engine
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def __enter__(self) -> SyncSqlLeaseProvider:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Let operations in flight finish (each ends within ``operation_timeout_s``), stop the
+        LISTEN thread, and close the provider's own connections (a given engine is left to its
+        owner). Later operations raise ``ProviderClosedError``. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout=self.operation_timeout_s + 1)
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        self._executor.close(self.operation_timeout_s)
+        self._watchdog.close()
+
+    def _names_options(self) -> str:
+        names = self.names
+        options = "" if names.table == DEFAULT_TABLE_NAME else f" --table {names.table}"
+        options += f" --schema {names.schema}" if names.schema else ""
+        if names.version_table != derived_version_table(names.table):
+            options += f" --version-table {names.version_table}"
+        return options
+
+    def _schema_missing(self, exc: BaseException) -> SchemaMissingError:
+        return SchemaMissingError(
+            f"lease table {self.names.table!r} not found in {self.safe_url}: "
+            f"run `sql-lease migrate --url URL{self._names_options()}` first ({exc})"
+        )
+
+    # -- running plans ------------------------------------------------------------------------
+
+    def _limit(self, timeout_s: float | None) -> float:
+        if timeout_s is None:
+            return self.operation_timeout_s
+        limit = validate_seconds(timeout_s, "timeout_s")
+        if limit <= 0:
+            raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        return min(limit, self.operation_timeout_s)
+
+    def _run(self, operation: str, key: str | None, plan: Plan[T], timeout_s: float | None) -> T:
+        limit = self._limit(timeout_s)
+        what = f"{operation} {key!r}" if key is not None else operation
+        if self._closed:
+            plan.close()
+            raise ProviderClosedError(f"{what}: the provider for {self.safe_url} is closed")
+        with self._idle:
+            self._in_flight += 1
+        try:
+            return self._executor.run(plan, limit)
+        except LeaseError:
+            raise
+        except TimeoutError as exc:
+            raise LeaseBackendError(f"{what}: no answer from {self.safe_url} within {limit:g} s") from exc
+        except Exception as exc:
+            if self._closed and isinstance(exc, RuntimeError):
+                raise ProviderClosedError(f"{what}: the provider for {self.safe_url} was closed") from exc
+            raise translate(exc, what, self.safe_url, self._schema_missing) from exc
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._idle.notify_all()
+
+    # -- the lease operations -----------------------------------------------------------------
+
+    def acquire_lease(
+        self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+    ) -> AcquireResult:
+        """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``)."""
+        return self._acquire(key, owner, ttl_ms, waiting=False, timeout_s=timeout_s)
+
+    def _acquire(
+        self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool, timeout_s: float | None = None
+    ) -> AcquireResult:
+        plan = operations.acquire(self.statements, key, owner, ttl_ms, waiting=waiting)
+        return self._run("acquire", key, plan, timeout_s)
+
+    def get_lease_owner(self, key: str, *, timeout_s: float | None = None) -> str | None:
+        """The owner of the unexpired lease on ``key``, or None (rule 5)."""
+        return self._run("get owner of", key, operations.get_owner(self.statements, key), timeout_s)
+
+    def get_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
+        """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms), or None."""
+        return self._run("read", key, operations.get_lease(self.statements, key), timeout_s)
+
+    def release_lease(self, key: str, owner: str, *, timeout_s: float | None = None) -> bool:
+        """Release ``key`` if ``owner`` holds it unexpired; True iff it did (rule 6)."""
+        return self._run("release", key, operations.release(self.statements, key, owner), timeout_s)
+
+    def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None) -> bool:
+        """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds (rule 7)."""
+        return self.renew_lease_info(key, owner, ttl_ms, timeout_s=timeout_s) is not None
+
+    def renew_lease_info(
+        self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+    ) -> LeaseInfo | None:
+        """Renew as ``renew_lease``; the renewed lease with the database's new ``expires_at``, or
+        None if ``owner`` does not hold an unexpired lease on ``key``."""
+        return self._run("renew", key, operations.renew(self.statements, key, owner, ttl_ms), timeout_s)
+
+    def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+    ) -> bool:
+        """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8)."""
+        plan = operations.transfer(self.statements, key, from_owner, to_owner, ttl_ms)
+        return self._run("transfer", key, plan, timeout_s)
+
+    def sweep_expired(
+        self, batch_size: int = 1000, grace_ms: int | float = 0, *, timeout_s: float | None = None
+    ) -> int:
+        """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago, in
+        one short statement; how many it removed (call again while that equals ``batch_size``)."""
+        return self._run("sweep", None, operations.sweep(self.statements, batch_size, grace_ms), timeout_s)
+
+    # -- waiting --------------------------------------------------------------------------------
+
+    def release_waiter(self, key: str) -> SyncPostgresReleaseWaiter | None:
+        """The wake-up hook of :func:`sql_lease.sync_holding.acquire_lease_wait`: on PostgreSQL
+        (unless ``listen_notify=False``) a waiter woken by NOTIFY; None elsewhere (waiters poll)."""
+        if self.dialect_name != "postgresql" or not self.listen_notify:
+            return None
+        from .sync_notify import SyncNotifyListener, SyncPostgresReleaseWaiter
+
+        key = validate_key(key)
+        with self._listener_lock:
+            if self._closed:
+                raise ProviderClosedError(f"wait for {key!r}: the provider for {self.safe_url} is closed")
+            if self._listener is None:
+                opener = self._executor.listen_connection  # type: ignore[union-attr]
+                self._listener = SyncNotifyListener(self, opener)
+            return SyncPostgresReleaseWaiter(self, self._listener, key)
+
+    # -- migrations -----------------------------------------------------------------------------
+
+    def migrate(self) -> str | None:
+        """Create or upgrade the lease table to the newest schema (Alembic ``upgrade head``); the
+        schema revision now in place. Idempotent, safe from several processes at once; needs DDL
+        privileges. Runs the packaged migrations on a short-lived async engine for the same
+        database (asyncpg or aiosqlite), in a thread of its own if this one runs an event loop."""
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        from .migrate import upgrade_engine
+
+        if self._closed:
+            raise ProviderClosedError(f"migrate: the provider for {self.safe_url} is closed")
+        async_url = to_async_url(self._url)
+
+        async def upgrade() -> str | None:
+            engine = create_async_engine(async_url, pool_size=1, max_overflow=0)
+            try:
+                return await upgrade_engine(engine, self.names)
+            finally:
+                await engine.dispose()
+
+        try:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return asyncio.run(upgrade())
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                return pool.submit(asyncio.run, upgrade()).result()
+        except LeaseError:
+            raise
+        except Exception as exc:
+            raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
+
+    def __del__(self) -> None:
+        # A provider dropped without close(): its pool threads must not keep the process alive.
+        if not getattr(self, "_closed", True):
+            try:
+                self._closed = True
+                self._executor.close(0.1)
+                self._watchdog.close()
+            except Exception:
+                pass

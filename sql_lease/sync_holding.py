@@ -1,0 +1,501 @@
+"""Holding leases from threads: ``hold()`` with a renewal thread, and the waiting acquire.
+
+The thread flavour of :mod:`sql_lease.holding`, for synchronous providers
+(:class:`~sql_lease.SyncSqlLeaseProvider`, :class:`~sql_lease.SyncInMemoryLeaseProvider`, or any
+object with the five lease methods as plain functions). The rules are holding.py's own (imported,
+not copied): renew every ``renew_every_ms`` (default TTL/3, at most ``MAX_RENEW_FRACTION`` of the
+TTL) counted from the acquire; the lease is lost when a renewal is refused, or when none succeeded
+before the last known expiry minus ``LOSS_MARGIN`` of the TTL. A thread cannot be cancelled, so a
+loss sets ``lease.lost`` (a ``threading.Event``), calls the ``on_lost`` callback if one was given,
+and makes ``lease.check()`` raise ``LeaseLostError``; leaving the block after a loss raises
+``LeaseLostError`` unless ``on_lost="flag"``.
+
+Waits pace themselves by the holder's ``remaining_ms`` (the database's clock) and this process's
+monotonic clock. A provider may offer a wake-up hook, ``release_waiter(key)`` (the sync SQL
+provider on PostgreSQL: ``LISTEN``/``NOTIFY``); without one, waiters poll with jittered backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Literal, Protocol
+
+from .contract import AcquireResult, LeaseInfo, validate_key, validate_owner, validate_ttl_ms
+from .errors import (
+    LeaseConfigError,
+    LeaseError,
+    LeaseLostError,
+    LeaseNotAcquiredError,
+    ProviderClosedError,
+    SchemaMissingError,
+)
+from .holding import (
+    ATTEMPT_GRACE_S,
+    LOSS_MARGIN,
+    _seconds_left,
+    _validate_timeout_s,
+    new_owner_id,
+    validate_hold_options,
+)
+
+__all__ = ["SyncHeldLease", "SyncLeaseProviderBase", "SyncReleaseWaiter", "acquire_lease_wait", "hold"]
+
+log = logging.getLogger("sql_lease")
+
+SyncOnLost = Literal["raise", "flag"] | Callable[["SyncHeldLease"], object]
+
+
+class SyncReleaseWaiter(Protocol):
+    """The optional wake-up hook a sync provider returns from ``release_waiter(key)``: a context
+    manager (registered for the key while entered) with a bounded acquire attempt and a wait."""
+
+    @property
+    def listening(self) -> bool:
+        """True while release wake-ups work (else the waiter polls)."""
+        ...
+
+    def __enter__(self) -> SyncReleaseWaiter: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    def acquire(self, owner: str, ttl_ms: int | float, timeout_s: float | None) -> AcquireResult:
+        """One acquire attempt, answered within ``timeout_s`` seconds (None: the provider's own limit)."""
+        ...
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until the key may be free (True) or ``timeout_s`` seconds pass (False)."""
+        ...
+
+
+def _timeout_kw(provider: Any, timeout_s: float | None) -> dict[str, float]:
+    """``{"timeout_s": ...}`` for providers whose methods take a per-call bound, else nothing."""
+    if timeout_s is None or not getattr(provider, "accepts_timeout_s", False):
+        return {}
+    return {"timeout_s": max(0.001, timeout_s)}
+
+
+class _PollingWaiter:
+    """The wake-up hook for providers without one: every wait is a plain sleep."""
+
+    listening = False
+
+    def __init__(self, provider: Any, key: str) -> None:
+        self._provider, self.key = provider, key
+
+    def __enter__(self) -> _PollingWaiter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def acquire(self, owner: str, ttl_ms: int | float, timeout_s: float | None) -> AcquireResult:
+        result: AcquireResult = self._provider.acquire_lease(
+            self.key, owner, ttl_ms, **_timeout_kw(self._provider, timeout_s)
+        )
+        return result
+
+    def wait(self, timeout_s: float) -> bool:
+        time.sleep(max(0.0, timeout_s))
+        return False
+
+
+def acquire_lease_wait(
+    provider: Any,
+    key: str,
+    owner: str,
+    ttl_ms: int | float,
+    timeout_s: float | None = None,
+    *,
+    poll_initial_s: float = 0.02,
+    poll_max_s: float = 1.0,
+    listen_max_wait_s: float = 5.0,
+) -> AcquireResult:
+    """Acquire ``key`` for ``owner`` (``ttl_ms`` milliseconds), blocking up to ``timeout_s``
+    seconds (None: no limit) while another owner holds it. The thread twin of
+    :func:`sql_lease.holding.acquire_lease_wait`, with the same pacing.
+
+    Returns the successful ``AcquireResult``. Raises ``LeaseNotAcquiredError`` naming the holder
+    when the timeout passes, ``LeaseBackendError`` when the database fails. ``timeout_s`` bounds
+    the whole call, plus at most ``ATTEMPT_GRACE_S`` (1 s) for an attempt in flight, on providers
+    whose calls take a bound (the bundled sync providers); ``timeout_s=0`` makes one attempt.
+
+    A provider with a ``release_waiter(key)`` hook (the sync SQL provider on PostgreSQL:
+    ``LISTEN``/``NOTIFY``) wakes the waiter as soon as the key is released, re-checking at the
+    holder's expiry and at least every ``listen_max_wait_s`` seconds; other providers are polled
+    with jittered exponential backoff (``poll_initial_s`` doubling to ``poll_max_s`` seconds),
+    never sleeping past the holder's expiry (its ``remaining_ms``, by the database's clock).
+    """
+    result, _sent = _acquire_wait_timed(
+        provider, key, owner, ttl_ms, timeout_s, poll_initial_s, poll_max_s, listen_max_wait_s
+    )
+    return result
+
+
+def _acquire_wait_timed(
+    provider: Any,
+    key: str,
+    owner: str,
+    ttl_ms: int | float,
+    timeout_s: float | None,
+    poll_initial_s: float,
+    poll_max_s: float,
+    listen_max_wait_s: float,
+) -> tuple[AcquireResult, float]:
+    """``acquire_lease_wait``, also returning when (``time.monotonic()``) the successful attempt was sent."""
+    key, owner = validate_key(key), validate_owner(owner)
+    validate_ttl_ms(ttl_ms)
+    limit = _validate_timeout_s(timeout_s)
+    started = time.monotonic()
+    deadline = None if limit is None else started + limit
+    hook = getattr(provider, "release_waiter", None)
+    waiter: SyncReleaseWaiter = (hook(key) if callable(hook) else None) or _PollingWaiter(provider, key)
+    with waiter:
+        delay = poll_initial_s
+        while True:
+            sent = time.monotonic()
+            bound = None if deadline is None else max(deadline, sent) + ATTEMPT_GRACE_S - sent
+            result = waiter.acquire(owner, ttl_ms, bound)
+            if result.acquired:
+                return result, sent
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at, waited_s=now - started)
+            if waiter.listening:
+                pause = listen_max_wait_s
+            else:
+                pause = delay * random.uniform(0.5, 1.0)
+                delay = min(delay * 2, poll_max_s)
+            until_expiry = _seconds_left(result)
+            if until_expiry is not None:
+                pause = min(pause, until_expiry - (time.monotonic() - now) + 0.001)
+            if deadline is not None:
+                pause = min(pause, deadline - now)
+            waiter.wait(max(0.0, pause))
+
+
+# The hold() blocks of this process per provider and (key, owner): nested holds of one owner keep
+# the lease until the outermost exits, and every renewal uses the longest TTL among them.
+_holds_lock = threading.Lock()
+_holds: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], list[SyncHeldLease]]] = weakref.WeakKeyDictionary()
+
+
+def _holds_of(provider: Any, key: str, owner: str) -> list[SyncHeldLease]:
+    with _holds_lock:
+        try:
+            return list(_holds.get(provider, {}).get((key, owner), []))
+        except TypeError:  # not weak-referenceable: nested holds cannot be recognised
+            return []
+
+
+def _add_hold(lease: SyncHeldLease) -> None:
+    with _holds_lock, contextlib.suppress(TypeError):  # not weak-referenceable: not tracked
+        _holds.setdefault(lease.provider, {}).setdefault((lease.key, lease.owner), []).append(lease)
+
+
+def _forget_hold(lease: SyncHeldLease) -> int:
+    """Remove ``lease`` from the holds of its (provider, key, owner); how many remain."""
+    with _holds_lock:
+        try:
+            by_key = _holds.get(lease.provider)
+        except TypeError:
+            return 0
+        if by_key is None:
+            return 0
+        holds = by_key.get((lease.key, lease.owner), [])
+        if lease in holds:
+            holds.remove(lease)
+        if not holds:
+            by_key.pop((lease.key, lease.owner), None)
+        return len(holds)
+
+
+def _renews_with_info(provider: Any) -> bool:
+    return callable(getattr(type(provider), "renew_lease_info", None))
+
+
+class SyncHeldLease:
+    """A lease held while a ``with`` block runs, renewed by a background thread; made by :func:`hold`.
+
+    Attributes: ``key``, ``owner``, ``fence`` (this tenure's fencing token), ``expires_at`` (aware
+    UTC, the database's answer: from the acquire, then from each renewal), ``lost`` (a
+    ``threading.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to``.
+    Call :meth:`check` between steps of long work: it raises ``LeaseLostError`` once the lease is
+    lost.
+    """
+
+    def __init__(
+        self,
+        provider: Any,
+        key: str,
+        owner: str | None = None,
+        ttl_ms: int | float = 15_000,
+        *,
+        renew_every_ms: int | float | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+        on_lost: SyncOnLost = "raise",
+    ) -> None:
+        self.provider = provider
+        self.key = validate_key(key)
+        self.owner = validate_owner(owner) if owner is not None else new_owner_id()
+        self.ttl_ms, self.renew_every_ms, self.timeout_s = validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
+        self._callback: Callable[[SyncHeldLease], object] | None = None
+        if callable(on_lost):
+            self._callback, self.on_lost = on_lost, "raise"
+        elif on_lost in ("raise", "flag"):
+            self.on_lost = on_lost
+        else:
+            raise ValueError(f"on_lost must be 'raise', 'flag' or a callable, not {on_lost!r}")
+        self.wait = bool(wait)
+        self.fence: int | None = None
+        self.expires_at: datetime | None = None
+        self.lost = threading.Event()
+        self.lost_reason: str | None = None
+        self.transferred_to: str | None = None
+        self._valid_until = 0.0  # time.monotonic() up to which the lease is surely still ours
+        self._acquired_at = 0.0
+        self._acquired_expiry: datetime | None = None
+        self._lock = threading.Lock()  # one renewal or transfer at a time
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._counted = False
+
+    def __repr__(self) -> str:
+        state = (
+            "lost"
+            if self.lost.is_set()
+            else f"transferred to {self.transferred_to!r}"
+            if self.transferred_to
+            else "held"
+        )
+        return f"<SyncHeldLease {self.key!r} owner={self.owner!r} fence={self.fence} {state}>"
+
+    @property
+    def _margin_s(self) -> float:
+        return self.ttl_ms / 1000 * LOSS_MARGIN
+
+    @property
+    def _call_ttl_ms(self) -> float:
+        return max([self.ttl_ms] + [h.ttl_ms for h in _holds_of(self.provider, self.key, self.owner)])
+
+    def __enter__(self) -> SyncHeldLease:
+        try:
+            if self.wait:
+                result, sent = _acquire_wait_timed(
+                    self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, 0.02, 1.0, 5.0
+                )
+            else:
+                sent = time.monotonic()
+                result = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms)
+        except (LeaseNotAcquiredError, LeaseConfigError, SchemaMissingError, ProviderClosedError):
+            raise  # nothing can have been acquired
+        except BaseException:
+            # The acquire may have committed (a timeout, KeyboardInterrupt): release whatever it
+            # took, in the background (the database may be failing), unless an outer hold keeps it.
+            if not _holds_of(self.provider, self.key, self.owner):
+                self._release_in_background()
+            raise
+        if not result.acquired:
+            raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
+        _add_hold(self)
+        self._counted = True
+        # The database counted the TTL from when it ran the statement, after `sent`: the safe side.
+        self._acquired_at, self._valid_until = sent, sent + self.ttl_ms / 1000
+        self.fence, self.expires_at = result.fence, result.expires_at
+        self._acquired_expiry = result.expires_at
+        first_due = sent + self.renew_every_ms / 1000  # from the acquire, not from the thread's start
+        self._renewer = threading.Thread(
+            target=self._renew_loop, args=(first_due,), name=f"sql_lease renew {self.key}", daemon=True
+        )
+        self._renewer.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None and renewer is not threading.current_thread():
+            # A renewal in flight is bounded by the provider; a release racing it is harmless (a
+            # renewal never recreates a released lease), so don't wait long for it.
+            renewer.join(timeout=0.2)
+        if self._counted:
+            self._counted = False
+            left = _forget_hold(self)
+            if self.transferred_to is None and left == 0:  # an outer hold() of this owner keeps it
+                limit = None
+                if self.lost.is_set():  # a doomed release must not outlast the lease it could free
+                    limit = max(0.05, self._valid_until - time.monotonic())
+                self._release(limit)
+        if self.lost.is_set() and self.on_lost != "flag" and exc_type is None:
+            raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost")
+
+    def check(self) -> None:
+        """Raise ``LeaseLostError`` if the lease is lost (also when the renewer is stuck and the last
+        known expiry, less the safety margin, has passed); return None while it is held."""
+        if not self.lost.is_set() and self.transferred_to is None and self.fence is not None:
+            now = time.monotonic()
+            if now >= self._valid_until or (now >= self._valid_until - self._margin_s and not self._lock.locked()):
+                self._declare_lost("no renewal succeeded before the lease expired")
+        if self.lost.is_set():
+            raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost")
+
+    def _release(self, limit_s: float | None) -> None:
+        try:
+            self.provider.release_lease(self.key, self.owner, **_timeout_kw(self.provider, limit_s))
+        except Exception as exc:  # the lease expires by itself; don't mask the body's outcome
+            log.warning("releasing lease %r as %r failed: %s", self.key, self.owner, exc)
+
+    def _release_in_background(self) -> None:
+        threading.Thread(target=self._release, args=(None,), name=f"sql_lease release {self.key}", daemon=True).start()
+
+    def _declare_lost(self, reason: str) -> None:
+        if self.lost.is_set() or self.transferred_to is not None:
+            return
+        self.lost_reason = reason
+        self.lost.set()
+        log.warning("lease %r held by %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason)
+        if self._callback is not None:
+            try:
+                self._callback(self)
+            except Exception:
+                log.exception("the on_lost callback of lease %r raised", self.key)
+
+    def _renew_once(self, wait_s: float) -> LeaseInfo | bool:
+        bound = _timeout_kw(self.provider, wait_s)
+        if _renews_with_info(self.provider):
+            info: LeaseInfo | None = self.provider.renew_lease_info(self.key, self.owner, self._call_ttl_ms, **bound)
+            return False if info is None else info
+        return bool(self.provider.renew_lease(self.key, self.owner, self._call_ttl_ms, **bound))
+
+    def _renew_loop(self, first_due: float) -> None:
+        interval = self.renew_every_ms / 1000
+        ttl_s = self.ttl_ms / 1000
+        margin = self._margin_s
+        next_at = first_due
+        backoff = min(0.05, interval)
+        last_error: str | None = None
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            with self._lock:
+                if self._stop.is_set() or self.lost.is_set() or self.transferred_to is not None:
+                    return
+                sent = time.monotonic()
+                late_s = sent - next_at
+                late = f" (the renewal ran {late_s:.2f} s late)" if late_s > margin else ""
+                deadline = self._valid_until - margin
+                # Past the deadline it still renews at once: success proves the lease never lapsed.
+                wait_s = deadline - sent if sent < deadline else margin
+                renewed: LeaseInfo | bool | None = None
+                try:
+                    renewed = self._renew_once(wait_s)
+                except Exception as exc:
+                    last_error = f"{type(exc).__name__}: {exc}"
+                    if not isinstance(exc, LeaseError):
+                        log.error("renewing lease %r raised an unexpected error: %r", self.key, exc)
+                if self._stop.is_set():
+                    return  # the block ended meanwhile (its release may have raced this renewal)
+                if renewed is None:
+                    if time.monotonic() >= deadline:
+                        cause = f"last error: {last_error}" if not late else late.strip(" ()")
+                        self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+                        return
+                    log.info("renewing lease %r failed, retrying: %s", self.key, last_error)
+                    next_at = time.monotonic() + min(backoff, max(0.0, deadline - time.monotonic()))
+                    backoff = min(backoff * 2, interval)
+                    continue
+                if renewed is False:
+                    self._declare_lost(f"renewal refused: the lease expired or another owner holds it{late}")
+                    return
+                self._valid_until = sent + ttl_s
+                if isinstance(renewed, LeaseInfo):
+                    self.expires_at = renewed.expires_at
+                elif self._acquired_expiry is not None:
+                    self.expires_at = self._acquired_expiry + timedelta(seconds=sent - self._acquired_at)
+                last_error, backoff = None, min(0.05, interval)
+                next_at = sent + interval
+
+    def transfer_to(self, next_owner: str, ttl_ms: int | float | None = None) -> bool:
+        """Hand the lease to ``next_owner`` with no gap (``transfer_lease``) for ``ttl_ms``
+        milliseconds (default: this lease's TTL). On success this holder stops renewing and does
+        not release on exit. Returns False if the lease was no longer ours."""
+        validate_owner(next_owner, "next_owner")
+        ttl = self.ttl_ms if ttl_ms is None else validate_ttl_ms(ttl_ms)
+        with self._lock:
+            if self.transferred_to is not None or self.lost.is_set():
+                return False
+            moved = bool(self.provider.transfer_lease(self.key, self.owner, next_owner, ttl))
+            if moved and next_owner != self.owner:
+                self.transferred_to = next_owner
+                self._stop.set()
+        return moved
+
+
+def hold(
+    provider: Any,
+    key: str,
+    owner: str | None = None,
+    ttl_ms: int | float = 15_000,
+    *,
+    renew_every_ms: int | float | None = None,
+    wait: bool = False,
+    timeout_s: float | None = None,
+    on_lost: SyncOnLost = "raise",
+) -> SyncHeldLease:
+    """Hold ``key`` on a synchronous provider while a ``with`` block runs, renewing it from a
+    background thread.
+
+    ::
+
+        with leases.hold("report:daily", ttl_ms=30_000) as lease:
+            for chunk in chunks:
+                lease.check()               # raises LeaseLostError once the lease is lost
+                write(chunk, fence=lease.fence)
+
+    Args:
+        owner: the owner id; None generates a unique one (``host:pid:random``).
+        ttl_ms: lease TTL in milliseconds; renewed every ``renew_every_ms`` milliseconds (default
+            TTL/3, at most 75% of the TTL), counted from the acquire.
+        wait: wait for the key (up to ``timeout_s`` seconds; None: no limit) instead of failing.
+        on_lost: ``"raise"`` (default): leaving the block after a loss raises ``LeaseLostError``;
+            ``"flag"``: only ``lease.lost`` is set; a callable: called with the lease (from the
+            renewal thread) when the loss is declared, then as ``"raise"``.
+
+    Raises ``LeaseNotAcquiredError`` (naming the holder) when another owner holds the key,
+    ``LeaseBackendError`` when the database fails at acquire (whatever it may have taken is then
+    released in the background). The lease is lost when a renewal is refused, or when none
+    succeeded before the last known expiry minus 10% of the TTL (renewals that raise are retried
+    with backoff). On exit the lease is released unless it was transferred or an outer ``hold()``
+    of the same owner in this process still holds it.
+    """
+    return SyncHeldLease(
+        provider, key, owner, ttl_ms, renew_every_ms=renew_every_ms, wait=wait, timeout_s=timeout_s, on_lost=on_lost
+    )
+
+
+class SyncLeaseProviderBase:
+    """Holding helpers of the bundled synchronous providers (shortcuts to this module).
+
+    ``accepts_timeout_s``: every lease method of the subclass takes a keyword ``timeout_s``
+    (seconds) that bounds that one call; holding uses it to keep its deadlines.
+    """
+
+    accepts_timeout_s = True
+
+    def hold(self, key: str, owner: str | None = None, ttl_ms: int | float = 15_000, **options: Any) -> SyncHeldLease:
+        """Hold ``key`` while a ``with`` block runs, renewing it; see :func:`sql_lease.sync_holding.hold`."""
+        return hold(self, key, owner, ttl_ms, **options)
+
+    def acquire_lease_wait(
+        self, key: str, owner: str, ttl_ms: int | float, timeout_s: float | None = None, **options: Any
+    ) -> AcquireResult:
+        """Block until ``key`` is acquired or ``timeout_s`` seconds pass; see
+        :func:`sql_lease.sync_holding.acquire_lease_wait`."""
+        return acquire_lease_wait(self, key, owner, ttl_ms, timeout_s, **options)
