@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sql_lease.bench import bench_provider, cycle_throughput, run_all
+from lease_bench import bench_provider, cycle_throughput, run_all
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_FLOOR = HERE.parent.parent / "shared" / "bench" / "floor.py"
@@ -119,7 +119,7 @@ def main() -> None:
     for name, ratio, goal, bound in targets:
         met = ratio >= bound if bound > 0 else ratio <= -bound
         lines.append(f"{name:46s} {ratio:6.2f}   {goal:7s}  {'yes' if met else 'NO'}")
-    from sql_lease.bench import format_results
+    from lease_bench import format_results
 
     lines += ["", format_results(args.pg, pg), "", format_results("sqlite (synchronous=NORMAL)", sqlite)]
     report = "\n".join(lines)

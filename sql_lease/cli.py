@@ -30,7 +30,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from .contract import validate_key, validate_owner, validate_sweep, validate_ttl_ms
-from .errors import LeaseBackendError, LeaseError, LeaseNotAcquiredError, SchemaMissingError
+from .errors import LeaseBackendError, LeaseConfigError, LeaseError, LeaseNotAcquiredError, SchemaMissingError
 from .holding import acquire_lease_wait, hold, new_owner_id
 
 T = TypeVar("T")
@@ -104,7 +104,7 @@ def _run(main: Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(main())  # type: ignore[arg-type]
     except KeyboardInterrupt:
         sys.exit(128 + signal.SIGINT)
-    except SchemaMissingError as exc:
+    except (SchemaMissingError, LeaseConfigError) as exc:
         _fail(EX_CONFIG, str(exc))
     except LeaseBackendError as exc:
         _fail(EX_UNAVAILABLE, str(exc))
@@ -213,42 +213,6 @@ def sweep(url: str, table_name: str, schema: str | None, batch_size: int, grace:
 
     removed = _run(main)
     click.echo(f"removed {removed} expired lease(s)")
-
-
-@cli.command()
-@url_option
-@click.option("--quick", is_flag=True, help="Small sizes: a smoke run of a few seconds.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), help="Also write results here.")
-@click.option(
-    "--sqlite-synchronous",
-    default="FULL",
-    show_default=True,
-    type=click.Choice(["FULL", "NORMAL"]),
-    help="SQLite durability to measure with.",
-)
-def bench(url: str, quick: bool, json_path: str | None, sqlite_synchronous: str) -> None:
-    """Measure sql_lease on this database: cycle throughput, contention, latency at 10^3 and 10^6
-    rows, a sweep of 10^6 expired rows under load, and 10,000 leases renewed every 5 s.
-
-    Uses its own table (sql_lease_bench), emptied before and after. Takes a few minutes without
-    --quick; run it on a database where a million scratch rows are fine.
-    """
-    import json
-
-    from .bench import format_results, run_all
-    from .sql.urls import safe_url as mask_url
-    from .sql.urls import to_async_url
-
-    try:
-        safe_url = mask_url(to_async_url(url))
-    except ValueError as exc:
-        _fail(EX_CONFIG, str(exc))
-    options = {"sqlite_synchronous": sqlite_synchronous} if url.startswith("sqlite") else {}
-    results = _run(lambda: run_all(url, quick=quick, **options))
-    click.echo(format_results(safe_url, results))
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"url": safe_url, "results": results}, f, indent=2)
 
 
 def _is_embedded_sqlite(url: str) -> bool:

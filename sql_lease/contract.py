@@ -22,6 +22,8 @@ __all__ = [
     "LeaseInfo",
     "LeaseProvider",
     "LeaseProviderBase",
+    "ReleaseWaiter",
+    "ReleaseWaiters",
     "RenewsWithLeaseInfo",
     "is_lease_provider",
     "validate_key",
@@ -154,6 +156,39 @@ class RenewsWithLeaseInfo(Protocol):
     async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease, or None where ``renew_lease`` returns False."""
         ...
+
+
+class ReleaseWaiter(Protocol):
+    """One waiter on one key, made by ``ReleaseWaiters.release_waiter`` (an async context manager:
+    entering registers for wake-ups before the first attempt, so none is lost)."""
+
+    @property
+    def listening(self) -> bool:
+        """True while wake-ups work; otherwise the waiter polls."""
+        ...
+
+    async def __aenter__(self) -> ReleaseWaiter: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def acquire(self, owner: str, ttl_ms: int | float) -> AcquireResult:
+        """One acquire attempt; a refusal asks to be woken when the holder lets go."""
+        ...
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait until the key is let go (True) or ``timeout_s`` seconds pass (False)."""
+        ...
+
+
+@runtime_checkable
+class ReleaseWaiters(Protocol):
+    """Optional: a faster wake-up for ``acquire_lease_wait`` and ``hold(wait=True)`` than polling.
+
+    ``SqlLeaseProvider`` has it on PostgreSQL (LISTEN/NOTIFY); ``release_waiter`` returns None where
+    it has nothing better than polling.
+    """
+
+    def release_waiter(self, key: str) -> ReleaseWaiter | None: ...
 
 
 def is_lease_provider(obj: object) -> bool:

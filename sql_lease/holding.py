@@ -33,7 +33,15 @@ from .contract import (
     validate_sweep,
     validate_ttl_ms,
 )
-from .errors import LeaseBackendError, LeaseError, LeaseLostError, LeaseNotAcquiredError
+from .errors import (
+    LeaseBackendError,
+    LeaseConfigError,
+    LeaseError,
+    LeaseLostError,
+    LeaseNotAcquiredError,
+    ProviderClosedError,
+    SchemaMissingError,
+)
 
 __all__ = ["ExpirySweeper", "HeldLease", "acquire_lease_wait", "hold", "new_owner_id"]
 
@@ -43,6 +51,10 @@ OnLost = Literal["cancel", "flag"]
 
 LOSS_MARGIN = 0.1
 """``hold()`` declares a lease lost this fraction of its TTL before its last known expiry."""
+
+MAX_RENEW_FRACTION = 0.75
+"""The longest accepted ``renew_every_ms``, as a fraction of the TTL: the first renewal is due then
+and has until ``1 - LOSS_MARGIN`` of the TTL to succeed, retries included."""
 
 
 def new_owner_id() -> str:
@@ -58,15 +70,16 @@ def validate_hold_options(
     ttl_ms: object, renew_every_ms: object, timeout_s: object
 ) -> tuple[float, float, float | None]:
     """``hold()``'s numbers, checked as both flavours (asyncio and threads) check them: the TTL and
-    the renewal interval in milliseconds (default TTL/3, due before the loss deadline)
+    the renewal interval in milliseconds (default TTL/3, at most ``MAX_RENEW_FRACTION`` of the TTL)
     and the wait's ``timeout_s`` in seconds (None: no limit). ``TypeError``/``ValueError`` else."""
     ttl = validate_ttl_ms(ttl_ms)
     every = ttl / 3 if renew_every_ms is None else validate_ttl_ms(renew_every_ms, "renew_every_ms")
-    deadline_ms = ttl * (1 - LOSS_MARGIN)
-    if every >= deadline_ms:
+    longest = ttl * MAX_RENEW_FRACTION
+    if every > longest:
         raise ValueError(
-            f"renew_every_ms ({every:g}) must be less than {deadline_ms:g} ms: loss is declared "
-            f"{LOSS_MARGIN:.0%} of ttl_ms ({ttl:g}) before expiry, and the first renewal must come before"
+            f"renew_every_ms ({every:g}) must be at most {longest:g} ms ({MAX_RENEW_FRACTION:.0%} "
+            f"of ttl_ms): loss is declared {LOSS_MARGIN:.0%} of the TTL before expiry, and the first renewal "
+            "needs time to answer and to be retried before that"
         )
     return ttl, every, _validate_timeout_s(timeout_s)
 
@@ -334,15 +347,36 @@ def _consume_result(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-_holds: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], int]] = weakref.WeakKeyDictionary()
+_holds: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], list[HeldLease]]] = weakref.WeakKeyDictionary()
 
 
-def _holds_of(provider: LeaseProvider) -> dict[tuple[str, str], int]:
-    """How many ``hold()`` blocks of this process hold each (key, owner) on ``provider``."""
+def _holds_of(provider: LeaseProvider, key: str, owner: str) -> list[HeldLease]:
+    """The ``hold()`` blocks of this process that hold ``key`` as ``owner`` on ``provider``."""
     try:
-        return _holds.setdefault(provider, {})
+        return _holds.get(provider, {}).get((key, owner), [])
     except TypeError:  # not weak-referenceable: nested holds cannot be recognised
-        return {}
+        return []
+
+
+def _add_hold(lease: HeldLease) -> None:
+    with contextlib.suppress(TypeError):  # not weak-referenceable: not tracked
+        _holds.setdefault(lease.provider, {}).setdefault((lease.key, lease.owner), []).append(lease)
+
+
+def _forget_hold(lease: HeldLease) -> int:
+    """Remove ``lease`` from the holds of its (provider, key, owner); how many remain."""
+    try:
+        by_key = _holds.get(lease.provider)
+    except TypeError:
+        return 0
+    if by_key is None:
+        return 0
+    holds = by_key.get((lease.key, lease.owner), [])
+    if lease in holds:
+        holds.remove(lease)
+    if not holds:
+        by_key.pop((lease.key, lease.owner), None)
+    return len(holds)
 
 
 def _renews_with_info(provider: LeaseProvider) -> bool:
@@ -394,6 +428,7 @@ class HeldLease:
         self._cancelled_for_loss = False
         self._closing = False
         self._counted = False
+        self._background: set[asyncio.Future[Any]] = set()
 
     def __repr__(self) -> str:
         state = (
@@ -410,29 +445,36 @@ class HeldLease:
         """Loss is declared this long before the last known expiry, so the body stops in time."""
         return self.ttl_ms / 1000 * LOSS_MARGIN
 
+    @property
+    def _call_ttl_ms(self) -> float:
+        """The TTL of every acquire and renewal: the longest of this owner's holds of the key in
+        this process, so no hold's renewal cuts short what another hold counts on."""
+        return max([self.ttl_ms] + [h.ttl_ms for h in _holds_of(self.provider, self.key, self.owner)])
+
     async def __aenter__(self) -> HeldLease:
         loop = asyncio.get_running_loop()
-        holds = _holds_of(self.provider)
-        held_here = holds.get((self.key, self.owner), 0) > 0
         try:
             if self.wait:
                 result, sent = await _acquire_wait_timed(
-                    self.provider, self.key, self.owner, self.ttl_ms, self.timeout_s, 0.02, 1.0, 5.0
+                    self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, 0.02, 1.0, 5.0
                 )
             else:
                 sent = loop.time()
-                result = await self.provider.acquire_lease(self.key, self.owner, self.ttl_ms)
-        except LeaseNotAcquiredError:
-            raise
-        except BaseException:
-            # Cancelled or failed with the acquire in flight: it may have committed. Unless another
-            # hold() of this owner holds the key here, release, or the key stays taken for a TTL.
-            if not held_here:
-                await self._release_shielded(None)
+                result = await self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms)
+        except (LeaseNotAcquiredError, LeaseConfigError, SchemaMissingError, ProviderClosedError):
+            raise  # nothing can have been acquired
+        except BaseException as exc:
+            # The acquire may have committed. Unless another hold() of this owner holds the key
+            # here, release it, or the key stays taken for a whole TTL.
+            if not _holds_of(self.provider, self.key, self.owner):
+                if isinstance(exc, asyncio.CancelledError):
+                    await self._release_shielded(None)
+                else:  # the database is failing: don't make the caller wait for a second timeout
+                    self._release_in_background()
             raise
         if not result.acquired:
             raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
-        holds[(self.key, self.owner)] = holds.get((self.key, self.owner), 0) + 1
+        _add_hold(self)
         self._counted = True
         # The database set expires_at = (its time when it ran the statement) + TTL, and it ran it
         # after we sent it: counting the TTL from `sent` can only underestimate, the safe side.
@@ -458,20 +500,17 @@ class HeldLease:
             # As asyncio.timeout does: convert only our own cancellation; one from outside goes on.
             if self._body_task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
                 lost_by_our_cancel = True
-        await self._stop_renewer()
-        if self._counted:
-            holds = _holds_of(self.provider)
-            left = holds.get((self.key, self.owner), 1) - 1
-            if left > 0:
-                holds[(self.key, self.owner)] = left
-            else:
-                holds.pop((self.key, self.owner), None)
-            self._counted = False
-            if self.transferred_to is None and left <= 0:  # an outer hold() of this owner keeps it
-                limit = None
-                if self.lost.is_set():  # a doomed release must not outlast the lease it could free
-                    limit = max(0.05, self._valid_until - asyncio.get_running_loop().time())
-                await self._release_shielded(limit)
+        try:
+            await self._stop_renewer()
+        finally:  # also when cancelled while stopping the renewer
+            if self._counted:
+                self._counted = False
+                left = _forget_hold(self)
+                if self.transferred_to is None and left == 0:  # an outer hold() of this owner keeps it
+                    limit = None
+                    if self.lost.is_set():  # a doomed release must not outlast the lease it could free
+                        limit = max(0.05, self._valid_until - asyncio.get_running_loop().time())
+                    await self._release_shielded(limit)
         if lost_by_our_cancel:
             raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost") from exc
         if self.lost.is_set() and self.on_lost == "cancel" and exc_type is None:
@@ -506,6 +545,12 @@ class HeldLease:
                 # the lease expires by itself; don't mask the body's outcome
                 log.warning("releasing lease %r as %r failed: %s", self.key, self.owner, release.exception())
 
+    def _release_in_background(self) -> None:
+        release = asyncio.ensure_future(self.provider.release_lease(self.key, self.owner))
+        self._background.add(release)
+        release.add_done_callback(self._background.discard)
+        release.add_done_callback(_consume_result)
+
     def _declare_lost(self, reason: str) -> None:
         if self.lost.is_set():
             return
@@ -519,10 +564,10 @@ class HeldLease:
     async def _renew_once(self) -> LeaseInfo | bool:
         if _renews_with_info(self.provider):
             info: LeaseInfo | None = await self.provider.renew_lease_info(  # type: ignore[attr-defined]
-                self.key, self.owner, self.ttl_ms
+                self.key, self.owner, self._call_ttl_ms
             )
             return False if info is None else info
-        return bool(await self.provider.renew_lease(self.key, self.owner, self.ttl_ms))
+        return bool(await self.provider.renew_lease(self.key, self.owner, self._call_ttl_ms))
 
     async def _renew_loop(self, first_due: float) -> None:
         loop = asyncio.get_running_loop()
@@ -544,10 +589,13 @@ class HeldLease:
                     else ""
                 )
                 deadline = self._valid_until - self._margin_s
-                # Past the deadline (a blocked loop) it still renews at once: success proves the lease
-                # never lapsed. It waits for the answer until the deadline, or one margin if past it,
-                # as its own task, so loss is declared on time even if the provider is slow to give up.
-                wait_s = deadline - sent if sent < deadline else self._margin_s
+                if sent >= deadline:  # woke too late (a blocked loop, or the last retry's turn came)
+                    cause = late.strip(" ()") if late else f"last error: {last_error or 'none'}"
+                    self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+                    return
+                # The renewal runs as its own task and is waited for only until the deadline, so loss
+                # is declared on time even if the provider is slow to give up on a dead connection.
+                wait_s = deadline - sent
                 renewal = asyncio.ensure_future(self._renew_once())
                 try:
                     await asyncio.wait({renewal}, timeout=wait_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -222,9 +223,10 @@ async def test_loss_is_judged_from_the_acquire_even_when_the_body_blocks_first(p
 
 def test_renew_interval_must_leave_time_before_the_loss_deadline() -> None:
     provider = InMemoryLeaseProvider()
-    with pytest.raises(ValueError, match="renew_every_ms"):
-        hold(provider, "k", ttl_ms=1000, renew_every_ms=950)
-    hold(provider, "k", ttl_ms=1000, renew_every_ms=500)
+    for too_late in (950, 890, 800):  # the first renewal would have no time to answer and retry
+        with pytest.raises(ValueError, match="renew_every_ms"):
+            hold(provider, "k", ttl_ms=1000, renew_every_ms=too_late)
+    hold(provider, "k", ttl_ms=1000, renew_every_ms=750)
 
 
 # -- 8. cancellations from outside are never swallowed -------------------------------------------
@@ -436,3 +438,105 @@ async def test_held_lease_expires_at_after_renewal_is_the_databases(
         stored = await sql_provider.get_lease(key)
         assert stored is not None and lease.expires_at is not None
         assert abs(lease.expires_at - stored.expires_at) < timedelta(seconds=1)
+
+
+# -- found by review of the fixes above ---------------------------------------------------------------
+
+
+@pytest.mark.postgres
+async def test_close_waits_for_operations_in_flight_after_earlier_ones_finished(
+    pg_schema: tuple[str, str], key: str
+) -> None:
+    url, schema = pg_schema
+    leases = SqlLeaseProvider(url, schema=schema)
+    assert (await leases.acquire_lease(key, "a", 60_000)).acquired  # one operation came and went
+    blocker = await asyncpg.connect(plain(url))
+    tx = blocker.transaction()
+    await tx.start()
+    await blocker.execute(f'SELECT 1 FROM "{schema}".sql_leases WHERE key = $1 FOR UPDATE', key)
+    renewing = asyncio.create_task(leases.renew_lease(key, "a", 60_000))
+    await asyncio.sleep(0.2)
+    closing = asyncio.create_task(leases.close())
+    await asyncio.sleep(0.3)
+    assert not closing.done(), "close() returned while a renewal was still running"
+    await tx.rollback()
+    await blocker.close()
+    await closing
+    assert renewing.done() and renewing.result() is True
+
+
+@pytest.mark.postgres
+async def test_close_while_a_waiter_opens_its_listen_connection_keeps_nothing(
+    pg_schema: tuple[str, str], key: str
+) -> None:
+    url, schema = pg_schema
+    raw = await asyncpg.connect(plain(url))
+    try:
+        async with SqlLeaseProvider(url, schema=schema) as holder:
+            assert (await holder.acquire_lease(key, "holder", 60_000)).acquired
+            for turns in range(0, 14, 2):
+                name = f"sql_lease_race_{uuid.uuid4().hex[:8]}"
+                leases = SqlLeaseProvider(
+                    url, schema=schema, engine_options={"connect_args": {"server_settings": {"application_name": name}}}
+                )
+                waiting = asyncio.create_task(acquire_lease_wait(leases, key, "w", 10_000, 30, listen_max_wait_s=0.1))
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                await leases.close()
+                await asyncio.gather(waiting, return_exceptions=True)
+                await asyncio.sleep(0.2)
+                left = await raw.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", name)
+                assert left == 0, f"a connection stayed open after close() ({turns} turns)"
+    finally:
+        await raw.close()
+
+
+async def test_a_cancellation_while_hold_exits_still_releases(provider: Any, key: str) -> None:
+    async def body() -> None:
+        async with hold(provider, key, "me", ttl_ms=60_000):
+            asyncio.current_task().cancel()  # type: ignore[union-attr]  # lands in __aexit__'s first await
+
+    task = asyncio.create_task(body())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await provider.get_lease_owner(key) is None
+    async with hold(provider, key, "me", ttl_ms=60_000):
+        pass
+    assert await provider.get_lease_owner(key) is None, "a stale nested-hold count kept later holds from releasing"
+
+
+async def test_a_nested_hold_with_a_shorter_ttl_never_cuts_the_outer_lease_short(provider: Any, key: str) -> None:
+    async with hold(provider, key, "me", ttl_ms=3_000) as outer:
+        async with hold(provider, key, "me", ttl_ms=200):
+            pass
+        await asyncio.sleep(0.4)
+        assert not (await provider.acquire_lease(key, "other", 1000)).acquired
+        assert not outer.lost.is_set()
+
+
+async def test_a_cancelled_acquire_never_releases_a_hold_that_started_meanwhile(provider: Any, key: str) -> None:
+    committed, stay = asyncio.Event(), asyncio.Event()
+
+    class Gated:
+        slow = True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(provider, name)
+
+        async def acquire_lease(self, k: str, owner: str, ttl_ms: float) -> Any:
+            result = await provider.acquire_lease(k, owner, ttl_ms)
+            if Gated.slow:
+                Gated.slow = False
+                committed.set()
+                await stay.wait()
+            return result
+
+    gated = Gated()
+    late = asyncio.create_task(hold(gated, key, "me", ttl_ms=60_000).__aenter__())
+    await committed.wait()
+    async with hold(gated, key, "me", ttl_ms=60_000) as current:
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert await provider.get_lease_owner(key) == "me"
+        assert not current.lost.is_set()

@@ -209,12 +209,14 @@ async def test_postgres_lease_connections_never_plan_sequential_scans(pg_schema:
     """Regression: a generic plan cached while the table was empty (a sequential scan) made every
     statement scan the whole table once it had grown; 10,000 renewals every 5 s fell behind."""
     url, schema = pg_schema
+    from sql_lease.sql.operations import Query
+
+    def show() -> Any:
+        return (yield Query("SHOW enable_seqscan", ()))
+
     async with SqlLeaseProvider(url, schema=schema) as provider:
-        slot = await provider._slots.take()
-        try:
-            assert await slot[1].fetchval("SHOW enable_seqscan") == "off"
-        finally:
-            provider._slots.give_back(slot, healthy=True)
+        row = await provider._executor.run(show)  # a connection of the provider's own pool
+        assert row[0] == "off"
 
 
 async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path) -> None:

@@ -180,10 +180,10 @@ async def test_password_never_in_exceptions_repr_or_logs(url: str, caplog: pytes
         f"host=127.0.0.1 user=lease_user password={PASSWORD}",  # a libpq keyword DSN, not a URL
         f"postgresql://lease_user:{PASSWORD}@127.0.0.1:notaport/db",
         f"mysql://lease_user:{PASSWORD}@127.0.0.1/db",
-        f"postgresql+psycopg://lease_user:{PASSWORD}@127.0.0.1/db",
+        f"postgresql+pg8000://lease_user:{PASSWORD}@127.0.0.1/db",
         f"sqlite://lease_user:{PASSWORD}@somehost/db",
     ],
-    ids=["missing-colon", "keyword-dsn", "bad-port", "mysql", "psycopg", "sqlite-host"],
+    ids=["missing-colon", "keyword-dsn", "bad-port", "mysql", "pg8000", "sqlite-host"],
 )
 def test_password_never_in_errors_about_a_malformed_url(url: str) -> None:
     with pytest.raises((ValueError, TypeError)) as info:

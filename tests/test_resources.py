@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -70,6 +71,16 @@ async def test_a_missing_database_is_a_configuration_error(pg_url: str) -> None:
         with pytest.raises(LeaseConfigError, match="database does not exist") as caught:
             await leases.get_lease("k")
     assert isinstance(caught.value.__cause__, Exception)
+
+
+@pytest.mark.postgres
+def test_the_cli_exits_78_with_a_hint_for_a_missing_database(pg_url: str, tmp_path: Path) -> None:
+    from tests.test_cli import run_cli
+
+    done = run_cli(["status", "k", "--url", with_database(pg_url, "no_such_db_for_cli")], tmp_path)
+    assert done.returncode == 78, done.stderr
+    assert "database does not exist" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.postgres

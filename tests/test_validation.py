@@ -106,7 +106,7 @@ def test_bad_construction_arguments(kwargs: dict[str, Any], expected: type) -> N
     ("url", "expected"),
     [
         ("mysql://root@localhost/test", ValueError),
-        ("postgresql+psycopg2://u@h/db", ValueError),
+        ("postgresql+pg8000://u@h/db", ValueError),
         ("sqlite://", ValueError),
         ("sqlite:///:memory:", ValueError),
         ("not a url", ValueError),

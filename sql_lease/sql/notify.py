@@ -11,12 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from ..contract import AcquireResult
 
-if TYPE_CHECKING:
-    from .provider import SqlLeaseProvider
+
+class Acquire(Protocol):
+    """The provider's acquire; ``waiting=True`` flags a refused row so its release sends NOTIFY."""
+
+    def __call__(self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool) -> Awaitable[AcquireResult]: ...
+
 
 log = logging.getLogger("sql_lease")
 
@@ -24,11 +29,22 @@ log = logging.getLogger("sql_lease")
 class NotifyListener:
     """The provider's LISTEN connection and the waiters registered per key."""
 
-    def __init__(self, provider: SqlLeaseProvider) -> None:
-        self._provider = provider
+    def __init__(
+        self,
+        open_dedicated: Callable[[], Awaitable[tuple[Any, Callable[[], Awaitable[None]]]]],
+        channel_query: str,
+        is_closed: Callable[[], bool],
+        timeout_s: float,
+        table: str,
+    ) -> None:
+        self._open_dedicated = open_dedicated
+        self._channel_query = channel_query
+        self._is_closed = is_closed
+        self._timeout_s = timeout_s
+        self._table = table
         self._channel: str | None = None  # 'sql_lease_<table OID>': one per table, however it is named
-        self._connection: Any = None  # SQLAlchemy AsyncConnection kept checked out
-        self._driver: Any = None  # its asyncpg connection, LISTENing
+        self._drop_connection: Callable[[], Awaitable[None]] | None = None
+        self._driver: Any = None  # the asyncpg connection, LISTENing
         self._opening = asyncio.Lock()
         self._waiters: dict[str, set[asyncio.Event]] = {}
 
@@ -53,25 +69,26 @@ class NotifyListener:
         async with self._opening:
             if self.listening:
                 return True
-            if self._provider.closed:  # never reopen after close(); the waiter's attempt then fails
+            if self._is_closed():  # never reopen after close(); the waiter's attempt then fails
                 return False
             await self._drop()
             try:
-                async with asyncio.timeout(self._provider.operation_timeout_s):
-                    connection = await self._provider.engine.connect()
+                async with asyncio.timeout(self._timeout_s):
+                    driver, drop = await self._open_dedicated()
                     try:
-                        driver: Any = (await connection.get_raw_connection()).driver_connection
-                        channel = await driver.fetchval(self._provider.statements.notify_channel)
+                        channel = await driver.fetchval(self._channel_query)
                         await driver.add_listener(channel, self._on_notify)
                         driver.add_termination_listener(self._on_terminated)
                     except BaseException:
-                        await connection.invalidate()
-                        await connection.close()
+                        await drop()
                         raise
             except Exception as exc:
-                log.warning("LISTEN for %s failed, waiters will poll: %s", self._provider.names.table, exc)
+                log.warning("LISTEN for %s failed, waiters will poll: %s", self._table, exc)
                 return False
-            self._connection, self._driver, self._channel = connection, driver, channel
+            self._drop_connection, self._driver, self._channel = drop, driver, channel
+            if self._is_closed():  # closed while we connected: keep nothing open
+                await self._drop()
+                return False
             return True
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, key: str) -> None:
@@ -85,21 +102,21 @@ class NotifyListener:
                 event.set()
 
     async def _drop(self) -> None:
-        connection, self._connection, self._driver = self._connection, None, None
-        if connection is not None:
+        drop, self._drop_connection, self._driver = self._drop_connection, None, None
+        if drop is not None:
             with contextlib.suppress(Exception):
-                await connection.invalidate()  # never return a LISTENing connection to the pool
-                await connection.close()
+                await drop()  # never back into a pool: it LISTENs
 
     async def close(self) -> None:
-        await self._drop()
+        async with self._opening:  # a LISTEN connection being opened is dropped, not kept
+            await self._drop()
 
 
 class PostgresReleaseWaiter:
     """One waiter on one key: acquire attempts that flag the row, and waits that end on NOTIFY."""
 
-    def __init__(self, provider: SqlLeaseProvider, listener: NotifyListener, key: str) -> None:
-        self._provider = provider
+    def __init__(self, listener: NotifyListener, key: str, acquire: Acquire) -> None:
+        self._acquire = acquire
         self._listener = listener
         self.key = key
         self._event = asyncio.Event()
@@ -123,7 +140,7 @@ class PostgresReleaseWaiter:
         """
         listening = await self._listener.ensure_listening()
         self._event.clear()
-        return await self._provider._acquire(self.key, owner, ttl_ms, waiting=listening)
+        return await self._acquire(self.key, owner, ttl_ms, waiting=listening)
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait until the key is released (True) or ``timeout_s`` seconds pass (False)."""

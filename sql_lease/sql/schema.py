@@ -20,7 +20,6 @@ what they build equals :func:`lease_metadata`.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 
@@ -131,22 +130,6 @@ class LeaseTableNames:
     @property
     def expires_at_index(self) -> str:
         return f"ix_{self.table}_expires_at"
-
-    @property
-    def advisory_lock_class(self) -> int:
-        """First key of the PostgreSQL advisory locks that order fence draws on this table (the
-        second is ``hashtext(key)``); a stable signed 32-bit number derived from the table name."""
-        digest = hashlib.sha256(f"sql_lease:{self.schema}.{self.table}".encode()).digest()
-        return int.from_bytes(digest[:4], "big", signed=True)
-
-    @property
-    def notify_channel(self) -> str:
-        """PostgreSQL LISTEN/NOTIFY channel on which releases, transfers and sweeps of leases that
-        have waiters are announced (payload: the key). At most 63 bytes, as PostgreSQL requires."""
-        channel = f"sql_lease.{self.schema}.{self.table}" if self.schema else f"sql_lease.{self.table}"
-        if len(channel) > 63:
-            channel = "sql_lease." + hashlib.sha256(channel.encode()).hexdigest()[:40]
-        return channel
 
 
 def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:

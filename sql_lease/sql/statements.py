@@ -178,7 +178,7 @@ WITH serialised AS (SELECT {lock}, {durable}), mine AS (
      WHERE l.key = mine.key
     RETURNING l.key, l.owner, l.fence, l.expires_at, mine.has_waiters AS had_waiters
 )
-SELECT owner, fence, expires_at, {remaining}, CASE WHEN had_waiters THEN {notify} END FROM moved""",
+SELECT owner, fence, expires_at, {remaining}, CASE WHEN had_waiters AND $2 <> $3 THEN {notify} END FROM moved""",
             sweep=f"""
 WITH doomed AS (
     SELECT key FROM {t}

@@ -7,18 +7,14 @@ from typing import Any
 
 
 class StatementCounter:
-    """Counts every statement ``provider`` runs from now on (zero for non-SQL providers)."""
+    """Counts every statement ``provider`` runs from now on (zero for non-SQL providers), through
+    the provider's public ``on_statement`` hook."""
 
     def __init__(self, provider: Any) -> None:
         self.count = 0
-        driver = getattr(provider, "_driver", None)
-        if driver is None:
-            return
-        for name in ("fetch_one", "fetch_all"):
-            original = getattr(driver, name)
+        hook = getattr(provider, "on_statement", None)
+        if hook is not None:
+            hook(self._count)
 
-            async def counted(*args: Any, _original: Any = original) -> Any:
-                self.count += 1
-                return await _original(*args)
-
-            setattr(driver, name, counted)
+    def _count(self, sql: str, params: tuple[Any, ...]) -> None:
+        self.count += 1

@@ -1,4 +1,5 @@
-"""The library's side of the benchmark, runnable against any database: ``sql-lease bench --url URL``.
+"""The library's side of the benchmark, runnable against any database:
+``python benchmarks/lease_bench.py --url URL [--quick]`` (not part of the installed package).
 
 Every measurement uses the public API (``SqlLeaseProvider``, ``hold``); none of them runs inside
 the test suite. ``benchmarks/run.py`` puts these figures beside the raw-driver floors and the peers
@@ -27,8 +28,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .holding import ExpirySweeper, hold
-from .sql.provider import SqlLeaseProvider
+from sql_lease.holding import ExpirySweeper, hold
+from sql_lease.sql.provider import SqlLeaseProvider
 
 BENCH_TABLE = "sql_lease_bench"
 BENCH_VERSION_TABLE = "sql_lease_bench_alembic_version"
@@ -57,9 +58,9 @@ async def _reset(provider: SqlLeaseProvider) -> None:
 async def _execute(provider: SqlLeaseProvider, sql: str) -> None:
     from sqlalchemy import text
 
-    async with provider.engine.connect() as conn:
+    engine = provider.engine.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM runs outside a transaction
+    async with engine.connect() as conn:
         await conn.execute(text(sql))
-        await conn.commit()
 
 
 async def _cycles(provider: SqlLeaseProvider, count: int, tag: str, latencies: list[float] | None = None) -> None:
@@ -134,7 +135,7 @@ async def _fill(provider: SqlLeaseProvider, first: int, last: int, expires_in_s:
             f"now() + make_interval(secs => {expires_in_s}) FROM generate_series({first}, {last}) g"
         )
     else:
-        from .sql.statements import SQLITE_NOW_MS
+        from sql_lease.sql.statements import SQLITE_NOW_MS
 
         sql = (
             f"WITH RECURSIVE g(x) AS (SELECT {first} UNION ALL SELECT x + 1 FROM g WHERE x < {last}) "
@@ -229,14 +230,12 @@ async def renewal_load(
     """Hold ``leases`` leases with ``hold()`` (TTL 3x the renewal interval) for ``seconds``."""
     await _reset(provider)
     statements = 0
-    original = provider._driver.fetch_one
 
-    async def counted(*args: Any) -> Any:
+    def counted(sql: str, params: tuple[Any, ...]) -> None:
         nonlocal statements
         statements += 1
-        return await original(*args)
 
-    provider._driver.fetch_one = counted  # type: ignore[method-assign,assignment]
+    stop_counting = provider.on_statement(counted)
     holds = [
         hold(
             provider,
@@ -258,7 +257,7 @@ async def renewal_load(
     renewed_statements = statements
     for chunk in range(0, leases, 500):
         await asyncio.gather(*(h.__aexit__(None, None, None) for h in holds[chunk : chunk + 500]))
-    provider._driver.fetch_one = original  # type: ignore[method-assign,assignment]
+    stop_counting()
     return {
         "leases": leases,
         "renew_every_s": renew_every_s,
@@ -315,3 +314,13 @@ def format_results(url: str, results: dict[str, Any]) -> str:
             f"(expected {r['expected_per_s']:,.0f}), client CPU {r['client_cpu_share']:.0%}, lost {r['lost']}"
         )
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--url", default="sqlite:///sql_lease_bench.db")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(format_results(args.url, asyncio.run(run_all(args.url, quick=args.quick))))

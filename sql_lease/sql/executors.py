@@ -1,0 +1,318 @@
+"""Async executors: where a plan's statements run. One small interface, three implementations.
+
+- :class:`AsyncpgPoolExecutor`: a PostgreSQL URL. asyncpg's own pool, owned by the provider; session
+  settings are applied once per new connection (``init``), and giving a connection back costs no
+  round trip (lease statements leave no transaction and no session state to reset).
+- :class:`AiosqlitePoolExecutor`: a SQLite URL. A small pool of aiosqlite connections in
+  autocommit (each statement its own write transaction), WAL, a busy timeout.
+- :class:`EngineExecutor`: the application's ``AsyncEngine``. Every operation checks a connection
+  out of that engine and runs through SQLAlchemy (``exec_driver_sql``), so the application's pool
+  limits, recycle, pre-ping, events and instrumentation all apply; autocommit is switched on the
+  driver adapter for the statement and back after it, so the connection goes back as it came, and
+  nothing is held between operations.
+
+``run(make_plan)`` runs one plan on one connection. A connection whose statement failed in a way
+that may leave it unusable (timeout, cancellation, lost connection) is dropped, never reused; a
+connection found dead before its statement was sent (a database restart while it sat idle) is
+replaced and the plan runs again from the start. Errors are left to the provider, which maps them
+in one place (:mod:`sql_lease.sql.translate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..errors import ProviderClosedError
+from .operations import Plan, run_async
+from .translate import connection_survives
+
+__all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "EngineExecutor"]
+
+T = TypeVar("T")
+Row = Sequence[Any]
+StatementHook = Callable[[str, tuple[Any, ...]], None]
+
+
+class AsyncExecutor:
+    """Runs plans; ``dedicated()`` opens a driver connection of its own (PostgreSQL LISTEN)."""
+
+    retries = 3  # connections found dead before sending, replaced in a row
+
+    def __init__(self) -> None:
+        self.hooks: list[StatementHook] = []
+
+    async def run(self, make_plan: Callable[[], Plan[T]]) -> T:
+        for attempt in range(self.retries + 1):
+            try:
+                return await self._run_once(make_plan)
+            except _DeadBeforeSending as dead:
+                if attempt == self.retries:
+                    raise dead.error from None
+        raise AssertionError("unreachable")
+
+    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
+        raise NotImplementedError
+
+    async def _execute(self, make_plan: Callable[[], Plan[T]], fetch: Callable[[str, tuple[Any, ...]], Any]) -> T:
+        hooks = self.hooks
+
+        async def fetch_all(sql: str, params: tuple[Any, ...]) -> list[Row]:
+            for hook in hooks:
+                hook(sql, params)
+            return list(await fetch(sql, params))
+
+        async def fetch_one(sql: str, params: tuple[Any, ...]) -> Row | None:
+            rows = await fetch_all(sql, params)
+            return rows[0] if rows else None
+
+        return await run_async(make_plan(), fetch_one, fetch_all)
+
+    async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
+        """A driver connection kept apart from the pool, and a coroutine function that drops it."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class _DeadBeforeSending(Exception):
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _asyncpg_dead_before_sending(exc: BaseException, driver_conn: Any) -> bool:
+    """asyncpg checks that a connection is open before it writes, and raises InterfaceError."""
+    import asyncpg
+
+    return isinstance(exc, asyncpg.InterfaceError) and driver_conn.is_closed()
+
+
+class AsyncpgPoolExecutor(AsyncExecutor):
+    """asyncpg's pool for a PostgreSQL URL (``connect_kwargs`` as for ``asyncpg.connect``)."""
+
+    def __init__(self, connect_kwargs: dict[str, Any], size: int, settings: dict[str, str]) -> None:
+        super().__init__()
+        self.retries = size
+        self._connect_kwargs = connect_kwargs
+        self._size = size
+        self._settings = [f"SET {name} = {value}" for name, value in settings.items()]
+        self._pool: Any = None
+        self._creating = asyncio.Lock()
+        self._closed = False
+
+    async def _init(self, conn: Any) -> None:
+        for statement in self._settings:
+            await conn.execute(statement)
+
+    async def _no_reset(self, conn: Any) -> None:
+        """Nothing to undo: lease statements change no session state and leave no transaction."""
+
+    async def _the_pool(self) -> Any:
+        if self._pool is None:
+            async with self._creating:
+                if self._closed:
+                    raise ProviderClosedError("the provider is closed")
+                if self._pool is None:
+                    import asyncpg
+
+                    self._pool = await asyncpg.create_pool(
+                        min_size=0,
+                        max_size=self._size,
+                        init=self._init,
+                        reset=self._no_reset,
+                        **self._connect_kwargs,
+                    )
+        return self._pool
+
+    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
+        pool = await self._the_pool()
+        conn = await pool.acquire()
+        try:
+            return await self._execute(make_plan, lambda sql, params: conn.fetch(sql, *params))
+        except BaseException as exc:
+            if not connection_survives(exc):
+                conn.terminate()  # at once: a graceful close could wait seconds
+            if _asyncpg_dead_before_sending(exc, conn):
+                raise _DeadBeforeSending(exc) from exc
+            raise
+        finally:
+            await pool.release(conn)
+
+    async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
+        import asyncpg
+
+        conn = await asyncpg.connect(**self._connect_kwargs)
+
+        async def drop() -> None:
+            conn.terminate()
+
+        return conn, drop
+
+    async def close(self) -> None:
+        self._closed = True
+        async with self._creating:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                async with asyncio.timeout(5):
+                    await pool.close()
+            except TimeoutError:
+                pool.terminate()
+
+
+class AiosqlitePoolExecutor(AsyncExecutor):
+    """Up to ``size`` aiosqlite connections to the SQLite file ``path`` (which must exist: only
+    migrations create it), most recently used first."""
+
+    def __init__(self, path: Path, size: int, pragmas: Sequence[str], missing: Callable[[], Exception]) -> None:
+        super().__init__()
+        self._path = path
+        self._pragmas = tuple(pragmas)
+        self._missing = missing
+        self._idle: collections.deque[Any] = collections.deque()
+        self._slots = asyncio.Semaphore(size)
+        self._open: set[Any] = set()
+        self._closing: set[asyncio.Future[Any]] = set()
+        self._closed = False
+
+    async def _connect(self) -> Any:
+        import aiosqlite
+
+        if not self._path.exists():
+            raise self._missing()
+        try:  # mode=rw: never create the file (it may vanish between the check and the open)
+            conn = await aiosqlite.connect(f"file:{quote(str(self._path))}?mode=rw", uri=True, isolation_level=None)
+        except Exception as exc:
+            if not self._path.exists():
+                raise self._missing() from exc
+            raise
+        try:
+            for pragma in self._pragmas:
+                await conn.execute_fetchall(pragma, ())
+        except BaseException:
+            await conn.close()
+            raise
+        self._open.add(conn)
+        return conn
+
+    def _drop(self, conn: Any, interrupt: bool = True) -> None:
+        """Stop ``conn``'s statement now (``sqlite3_interrupt``) and close it in the background: a
+        statement waiting in SQLite's busy handler may hold its thread a while longer."""
+        self._open.discard(conn)
+        if interrupt:  # not for idle ones: an interrupted close skips its WAL checkpoint
+            with contextlib.suppress(Exception):
+                conn._conn.interrupt()  # thread-safe by SQLite's contract; aiosqlite's own queues behind it
+        closing = asyncio.ensure_future(conn.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        closing.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
+        async with self._slots:
+            if self._closed:
+                raise ProviderClosedError("the provider is closed")
+            conn = self._idle.pop() if self._idle else await self._connect()
+            healthy = False
+            try:
+                result = await self._execute(make_plan, conn.execute_fetchall)
+                healthy = True
+                return result
+            except BaseException as exc:
+                healthy = connection_survives(exc)
+                raise
+            finally:
+                if healthy and not self._closed:
+                    self._idle.append(conn)
+                else:
+                    self._drop(conn, interrupt=not healthy)
+
+    async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
+        raise NotImplementedError("SQLite has no LISTEN")
+
+    async def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            self._drop(self._idle.pop(), interrupt=False)
+        if self._closing:  # let the connections' threads finish while their loop still runs
+            await asyncio.wait(set(self._closing), timeout=5)
+
+
+class EngineExecutor(AsyncExecutor):
+    """The application's ``AsyncEngine``: one checkout per operation, through SQLAlchemy."""
+
+    def __init__(self, engine: AsyncEngine, after_connect: Sequence[str] = ()) -> None:
+        super().__init__()
+        self._engine = engine
+        if after_connect:  # only for an engine the provider made itself
+            statements = tuple(after_connect)
+
+            @event.listens_for(engine.sync_engine, "connect")
+            def configure(dbapi_connection: Any, _record: Any) -> None:
+                cursor = dbapi_connection.cursor()
+                try:
+                    for statement in statements:
+                        cursor.execute(statement)
+                finally:
+                    cursor.close()
+
+        self._postgres = engine.dialect.name == "postgresql"
+        pool = engine.sync_engine.pool
+        size = getattr(pool, "size", None)
+        self.retries = (size() if callable(size) else 5) + 2
+
+    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
+        async with self._engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            adapter, driver_conn = raw.dbapi_connection, raw.driver_connection
+            assert adapter is not None and driver_conn is not None
+            if self._postgres and driver_conn.is_closed():
+                # died while idle in the application's pool (a database restart, no pre-ping)
+                await conn.invalidate()
+                raise _DeadBeforeSending(ConnectionError("a pooled connection was closed"))
+            attribute = "autocommit" if self._postgres else "isolation_level"
+            before = getattr(adapter, attribute)
+            setattr(adapter, attribute, True if self._postgres else None)
+            try:
+                return await self._execute(make_plan, lambda sql, params: _rows(conn, sql, params))
+            except BaseException as exc:
+                if not connection_survives(exc):
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(conn.invalidate())
+                elif self._postgres and _asyncpg_dead_before_sending(exc, driver_conn):
+                    raise _DeadBeforeSending(exc) from exc
+                raise
+            finally:
+                if not conn.invalidated:
+                    setattr(adapter, attribute, before)  # SQLAlchemy's empty transaction ends without I/O
+
+    async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
+        conn = await self._engine.connect()
+        try:
+            driver_conn = (await conn.get_raw_connection()).driver_connection
+        except BaseException:
+            await conn.close()
+            raise
+
+        async def drop() -> None:
+            with contextlib.suppress(Exception):
+                await conn.invalidate()  # never give a LISTENing connection back to the pool
+                await conn.close()
+
+        return driver_conn, drop
+
+    async def close(self) -> None:
+        """Nothing to do: the engine and its pool belong to the application."""
+
+
+async def _rows(conn: Any, sql: str, params: tuple[Any, ...]) -> list[Row]:
+    result = await conn.exec_driver_sql(sql, params)
+    return list(result.fetchall()) if result.returns_rows else []

@@ -1,0 +1,153 @@
+"""Each lease operation as a plan without I/O: validate, then yield statements and decode rows.
+
+A plan is a generator. It validates its arguments when it is made (so bad input raises
+``TypeError``/``ValueError`` before any connection is touched), then yields :class:`Query` objects
+and receives each query's rows; its return value is the operation's result. The async and the sync
+provider run the same plans on their own executors (:func:`run_async`, :func:`run_sync`), so both
+faces share every statement, every retry rule and every decoding step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..contract import (
+    AcquireResult,
+    LeaseInfo,
+    validate_key,
+    validate_owner,
+    validate_sweep,
+    validate_ttl_ms,
+)
+from .statements import LeaseStatements
+
+__all__ = [
+    "Plan",
+    "Query",
+    "acquire",
+    "get_lease",
+    "get_owner",
+    "release",
+    "renew",
+    "run_async",
+    "run_sync",
+    "sweep",
+    "transfer",
+]
+
+T = TypeVar("T")
+Row = Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One statement to run; ``many`` asks for every row instead of the first (or None)."""
+
+    sql: str
+    params: tuple[Any, ...]
+    many: bool = False
+
+
+Plan = Generator[Query, Any, T]
+
+
+async def run_async(
+    plan: Plan[T],
+    fetch_one: Callable[[str, tuple[Any, ...]], Awaitable[Row | None]],
+    fetch_all: Callable[[str, tuple[Any, ...]], Awaitable[list[Row]]],
+) -> T:
+    """Run ``plan`` with async fetch functions (all its queries on one connection)."""
+    query = next(plan)
+    while True:
+        rows = await (fetch_all if query.many else fetch_one)(query.sql, query.params)
+        try:
+            query = plan.send(rows)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def run_sync(
+    plan: Plan[T],
+    fetch_one: Callable[[str, tuple[Any, ...]], Row | None],
+    fetch_all: Callable[[str, tuple[Any, ...]], list[Row]],
+) -> T:
+    """Run ``plan`` with blocking fetch functions (all its queries on one connection)."""
+    query = next(plan)
+    while True:
+        rows = (fetch_all if query.many else fetch_one)(query.sql, query.params)
+        try:
+            query = plan.send(rows)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def acquire(s: LeaseStatements, key: str, owner: str, ttl_ms: object, *, waiting: bool = False) -> Plan[AcquireResult]:
+    """Acquire; ``waiting`` marks a refused row so that its release sends NOTIFY (PostgreSQL)."""
+    key, owner = validate_key(key), validate_owner(owner)
+    params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)))
+    return _acquire(s, key, owner, params, waiting)
+
+
+def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], waiting: bool) -> Plan[AcquireResult]:
+    statement = s.acquire_waiting if waiting else s.acquire
+    # No row: refused by a holder the statement's snapshot could not see, or the key was freed
+    # meanwhile. A waiting acquire asks again so that its refusal flags the row; a plain one
+    # reads the holder afresh (docs/statements.md).
+    for _ in range(3):
+        row = yield Query(statement, params)
+        if row is not None:
+            return s.acquire_result(row)
+        if waiting:
+            continue
+        holder = yield Query(s.holder, (key,))
+        if holder is not None and holder[0] != owner:
+            return s.refusal(holder)
+    holder = yield Query(s.holder, (key,))
+    if holder is not None and holder[0] != owner:
+        return s.refusal(holder)
+    return AcquireResult(False, None)
+
+
+def get_owner(s: LeaseStatements, key: str) -> Plan[str | None]:
+    key = validate_key(key)
+    return _single(Query(s.owner, (key,)), lambda row: row[0])
+
+
+def get_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
+    key = validate_key(key)
+    return _single(Query(s.holder, (key,)), lambda row: s.lease_info(key, row))
+
+
+def release(s: LeaseStatements, key: str, owner: str) -> Plan[bool]:
+    key, owner = validate_key(key), validate_owner(owner)
+    return _single(Query(s.release, (key, owner)), lambda row: bool(row[0]), missing=False)
+
+
+def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object) -> Plan[LeaseInfo | None]:
+    key, owner = validate_key(key), validate_owner(owner)
+    params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)))
+    return _single(Query(s.renew, params), lambda row: s.lease_info(key, row))
+
+
+def transfer(s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl_ms: object) -> Plan[bool]:
+    key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
+    to_owner = validate_owner(to_owner, "to_owner")
+    params = (key, from_owner, to_owner, s.ttl_param(validate_ttl_ms(ttl_ms)))
+    return _single(Query(s.transfer, params), lambda row: True, missing=False)
+
+
+def sweep(s: LeaseStatements, batch_size: object = 1000, grace_ms: object = 0) -> Plan[int]:
+    size, grace = validate_sweep(batch_size, grace_ms)
+    return _sweep(s, (s.ttl_param(grace) if grace else 0, size))
+
+
+def _sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
+    rows = yield Query(s.sweep, params, many=True)
+    return s.swept_count(rows)
+
+
+def _single(query: Query, decode: Callable[[Row], T], missing: Any = None) -> Plan[Any]:
+    row = yield query
+    return missing if row is None else decode(row)

@@ -1,0 +1,75 @@
+"""Driver errors to the library's errors, decided by exception class and SQLSTATE, in one place
+for every driver (asyncpg, psycopg, sqlite3/aiosqlite) and both faces."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, SchemaMissingError
+
+__all__ = ["connection_survives", "sqlstate", "translate"]
+
+# SQLSTATEs that no retry can fix: the configuration is wrong (class 28: the role or password;
+# 3D000: no such database; 42501: a missing privilege).
+_CONFIG_HINTS = {
+    "28": "the server refused the role or its password: check the user and password of the URL",
+    "3D000": "the database does not exist: create it or fix the database name in the URL",
+    "42501": "the role lacks a privilege on the lease table or its sequence (README: least privilege)",
+}
+# 42P01 undefined_table; 3F000 invalid_schema_name (a statement names '"schema".table'::regclass)
+_SCHEMA_MISSING = {"42P01", "3F000"}
+# Class 08 (connection exception), 57P01-57P03 (shutdown, crash, cannot connect now), 53300 (too
+# many connections): the server is gone or going, so the connection is not reusable.
+_CONNECTION_GONE_PREFIXES = ("08", "57P")
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a driver error (asyncpg ``sqlstate``, psycopg ``sqlstate``), also when it
+    is wrapped by SQLAlchemy (``orig``) or chained (``__cause__``)."""
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            return None
+        state = getattr(seen, "sqlstate", None)
+        if isinstance(state, str) and state:
+            return state
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
+
+
+def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            return None
+        if isinstance(seen, sqlite3.Error):
+            return seen
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
+
+
+def connection_survives(exc: BaseException) -> bool:
+    """True if ``exc`` is the server's (or SQLite's) answer about the statement, so the connection
+    that ran it can be reused; False for timeouts, cancellations and lost connections."""
+    state = sqlstate(exc)
+    if state is not None:
+        return not state.startswith(_CONNECTION_GONE_PREFIXES) and state != "53300"
+    return _sqlite_error(exc) is not None
+
+
+def translate(
+    exc: BaseException, what: str, where: str, schema_missing: Callable[[BaseException], SchemaMissingError]
+) -> LeaseError:
+    """The library error for a driver error raised while doing ``what`` on ``where`` (a safe URL);
+    ``schema_missing`` words the error for a missing table (it knows the migrate command)."""
+    state = sqlstate(exc)
+    lite = _sqlite_error(exc)
+    # SQLite reports a missing table only as text (SQLITE_ERROR is every kind of error).
+    if state in _SCHEMA_MISSING or (lite is not None and "no such table" in str(lite)):
+        return schema_missing(exc)
+    if state is not None:
+        hint = _CONFIG_HINTS.get(state) or (_CONFIG_HINTS["28"] if state.startswith("28") else None)
+        if hint is not None:
+            return LeaseConfigError(f"{what} on {where}: {hint} ({type(exc).__name__}: {exc})")
+    return LeaseBackendError(f"{what} on {where} failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,102 @@
+"""The application's engine is used the way it expects (issue "One core, two executors"): every
+lease statement goes through SQLAlchemy, nothing is held between operations, the pool's own
+settings apply, and the provider's own pool is a real one."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from sql_lease import SqlLeaseProvider
+
+
+def app_engine(url: str, **options: Any) -> AsyncEngine:
+    return create_async_engine(url.replace("postgresql://", "postgresql+asyncpg://"), **options)
+
+
+@pytest.mark.postgres
+async def test_a_given_engine_sees_every_statement_and_lends_each_connection_only_for_one_operation(
+    pg_schema: tuple[str, str], key: str
+) -> None:
+    url, schema = pg_schema
+    engine = app_engine(url, pool_size=3, max_overflow=0)
+    seen: list[str] = []
+    checked_out_between: list[int] = []
+
+    @event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    try:
+        leases = SqlLeaseProvider(engine, schema=schema)
+        operations = [
+            lambda: leases.acquire_lease(key, "a", 10_000),
+            lambda: leases.renew_lease(key, "a", 10_000),
+            lambda: leases.get_lease(key),
+            lambda: leases.get_lease_owner(key),
+            lambda: leases.transfer_lease(key, "a", "b", 10_000),
+            lambda: leases.release_lease(key, "b"),
+            lambda: leases.sweep_expired(),
+        ]
+        for operation in operations:
+            await operation()
+            checked_out_between.append(engine.sync_engine.pool.checkedout())  # type: ignore[attr-defined]
+        await leases.close()
+        assert len(seen) >= len(operations), "lease statements bypassed the application's engine"
+        assert checked_out_between == [0] * len(operations)
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        # the application's pool limit holds: three connections, and more operations than that at once
+        async with SqlLeaseProvider(engine, schema=schema) as busy:
+            results = await asyncio.gather(*(busy.get_lease_owner(f"{key}:{i}") for i in range(12)))
+            assert results == [None] * 12
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_given_engines_pool_recycle_applies_to_lease_statements(pg_schema: tuple[str, str], key: str) -> None:
+    url, schema = pg_schema
+    engine = app_engine(url, pool_size=1, max_overflow=0, pool_recycle=1)
+    pids: list[int] = []
+
+    @event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def record(conn: Any, *args: Any) -> None:
+        pids.append(conn.connection.dbapi_connection._connection.get_server_pid())
+
+    try:
+        async with SqlLeaseProvider(engine, schema=schema) as leases:
+            await leases.get_lease_owner(key)
+            await leases.get_lease_owner(key)
+            assert pids[0] == pids[1], "a pool of one connection should reuse it"
+            await asyncio.sleep(1.3)
+            await leases.get_lease_owner(key)
+            assert pids[-1] != pids[0], "pool_recycle was ignored"
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_the_statement_hook_sees_what_the_provider_sends(pg_schema: tuple[str, str], key: str) -> None:
+    url, schema = pg_schema
+    async with SqlLeaseProvider(url, schema=schema) as leases:
+        sent: list[tuple[str, tuple[Any, ...]]] = []
+        stop = leases.on_statement(lambda sql, params: sent.append((sql, params)))
+        await leases.acquire_lease(key, "a", 1000)
+        stop()
+        await leases.release_lease(key, "a")
+        assert len(sent) == 1 and sent[0][1][:2] == (key, "a")
+
+
+async def test_a_missing_postgres_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "asyncpg" else real_find_spec(name, *a)
+    )
+    with pytest.raises(ModuleNotFoundError, match=r"sql-lease\[postgresql\]"):
+        SqlLeaseProvider("postgresql://u@h/db")
