@@ -492,6 +492,7 @@ class SqliteFileExecutor(SyncExecutor):
         self._watchdog = watchdog
         self._pool = _SlotPool(pool_size, self._connect)
         self._fetchers: dict[int, tuple[Any, Any]] = {}
+        self._busy: dict[int, int] = {}  # each connection's busy_timeout now
 
     def _connect(self) -> sqlite3.Connection:
         if not self._path.exists():
@@ -515,6 +516,7 @@ class SqliteFileExecutor(SyncExecutor):
             conn.close()
             raise
         self._fetchers[id(conn)] = (_sqlite_fetch_one(conn), _sqlite_fetch_all(conn))
+        self._busy[id(conn)] = int(self._busy_timeout_ms)
         return conn
 
     def run(self, plan: Plan[T], timeout_s: float) -> T:
@@ -522,6 +524,12 @@ class SqliteFileExecutor(SyncExecutor):
         conn = self._pool.take(deadline)
         healthy = False
         try:
+            # SQLite's busy handler does not heed sqlite3_interrupt(): bound its wait by what is
+            # left of the operation's time (a PRAGMA, no I/O; only when the bound changes).
+            busy_ms = max(0, min(self._busy_timeout_ms, int((deadline - time.monotonic()) * 1000)))
+            if self._busy.get(id(conn)) != busy_ms:
+                conn.execute(f"PRAGMA busy_timeout = {busy_ms}").fetchall()
+                self._busy[id(conn)] = busy_ms
             fetch_one, fetch_all = self._fetchers[id(conn)]
             result, spoiled = _guarded(
                 self._watchdog, deadline, conn.interrupt, lambda: run_sync(plan, fetch_one, fetch_all)
@@ -534,6 +542,7 @@ class SqliteFileExecutor(SyncExecutor):
         finally:
             if not healthy:
                 self._fetchers.pop(id(conn), None)
+                self._busy.pop(id(conn), None)
             self._pool.give_back(conn, healthy)
 
     def close(self, timeout_s: float) -> None:
@@ -546,9 +555,10 @@ class SqliteFileExecutor(SyncExecutor):
 
 class EngineExecutor(SyncExecutor):
     """The application's SQLAlchemy ``Engine`` (``postgresql+psycopg`` or ``sqlite+pysqlite``): per
-    operation one connection is checked out (``with engine.connect()``), switched to AUTOCOMMIT
-    (the driver's autocommit flag: no statement is sent), and the statements run on its driver
-    connection; it goes back unchanged. At most ``pool_size`` operations run at once."""
+    operation one connection is checked out (``with engine.connect()``), its driver connection is
+    switched to autocommit by the driver's flag (psycopg ``autocommit``, sqlite3
+    ``isolation_level=None``: no statement is sent), the statements run on it, and the flag is put
+    back: the connection returns unchanged. At most ``pool_size`` operations run at once."""
 
     def __init__(self, engine: Any, pool_size: int, *, watchdog: Watchdog) -> None:
         self._engine = engine
@@ -567,23 +577,36 @@ class EngineExecutor(SyncExecutor):
             raise StalledError("no connection slot was free in time")
         try:
             with self._engine.connect() as connection:
-                connection = connection.execution_options(isolation_level="AUTOCOMMIT")
                 raw = connection.connection.driver_connection
                 spoiled = True
                 fetch_one: Callable[[str, tuple[Any, ...]], Row | None]
                 fetch_all: Callable[[str, tuple[Any, ...]], list[Row]]
-                try:
-                    if self.dialect_name == "postgresql":
-                        cur = self._raw_cursor(raw)
-                        cur.adapters.register_loader("timestamptz", self._loader)  # this cursor only
-                        fetch = _PgFetch(cur)
-                        fetch_one, fetch_all = fetch.fetch_one, fetch.fetch_all
+                # Autocommit by the driver's own flag, put back as it was afterwards (no statement
+                # is sent for either): SQLAlchemy's AUTOCOMMIT option would leave its isolation
+                # level reset behind on the connection.
+                if self.dialect_name == "postgresql":
+                    before: Any = raw.autocommit
+                    raw.autocommit = True
+                    cur = self._raw_cursor(raw)
+                    cur.adapters.register_loader("timestamptz", self._loader)  # this cursor only
+                    fetch = _PgFetch(cur)
+                    fetch_one, fetch_all = fetch.fetch_one, fetch.fetch_all
 
-                        def abort() -> None:
-                            _shut_socket(raw)
-                    else:
-                        fetch_one, fetch_all = _sqlite_fetch_one(raw), _sqlite_fetch_all(raw)
-                        abort = raw.interrupt
+                    def abort() -> None:
+                        _shut_socket(raw)
+
+                    def restore() -> None:
+                        raw.autocommit = before
+                else:
+                    before = raw.isolation_level
+                    raw.isolation_level = None
+                    fetch_one, fetch_all = _sqlite_fetch_one(raw), _sqlite_fetch_all(raw)
+                    abort = raw.interrupt
+
+                    def restore() -> None:
+                        raw.isolation_level = before
+
+                try:
                     result, spoiled = _guarded(
                         self._watchdog, deadline, abort, lambda: run_sync(plan, fetch_one, fetch_all)
                     )
@@ -594,6 +617,12 @@ class EngineExecutor(SyncExecutor):
                 finally:
                     if spoiled:
                         connection.invalidate()
+                    else:
+                        try:
+                            restore()
+                        except Exception:
+                            connection.invalidate()
+                            raise
         finally:
             self._slots.release()
 

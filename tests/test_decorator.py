@@ -1,0 +1,204 @@
+"""``@leased``: the three conflict modes for sync functions (sync providers) and async functions
+(async providers), key functions, and the lease/fence parameters."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from sql_lease import (
+    HeldLease,
+    InMemoryLeaseProvider,
+    LeaseNotAcquiredError,
+    SyncHeldLease,
+    SyncInMemoryLeaseProvider,
+    leased,
+)
+
+# -- sync functions, on every sync provider --------------------------------------------------------
+
+
+def test_skip_returns_none_and_logs_the_holder(sync_provider: Any, key: str, caplog: pytest.LogCaptureFixture) -> None:
+    runs: list[int] = []
+
+    @leased(sync_provider, key, ttl_ms=5_000)
+    def job(n: int) -> int:
+        runs.append(n)
+        return n * 2
+
+    assert job(1) == 2  # free: runs, and releases afterwards
+    assert sync_provider.get_lease_owner(key) is None
+    sync_provider.acquire_lease(key, "elsewhere", 5_000)
+    caplog.set_level(logging.INFO, "sql_lease")
+    assert job(2) is None
+    assert runs == [1]
+    assert "held by 'elsewhere'" in caplog.text and "job skipped" in caplog.text
+
+
+def test_raise_mode(sync_provider: Any, key: str) -> None:
+    @leased(sync_provider, key, on_conflict="raise")
+    def job() -> str:
+        return "ran"
+
+    sync_provider.acquire_lease(key, "elsewhere", 5_000)
+    with pytest.raises(LeaseNotAcquiredError, match="elsewhere"):
+        job()
+    sync_provider.release_lease(key, "elsewhere")
+    assert job() == "ran"
+
+
+def test_wait_mode(sync_provider: Any, key: str) -> None:
+    @leased(sync_provider, key, on_conflict="wait", timeout_s=5)
+    def job() -> float:
+        return time.monotonic()
+
+    sync_provider.acquire_lease(key, "elsewhere", 5_000)
+    released = time.monotonic() + 0.3
+    threading.Timer(0.3, sync_provider.release_lease, (key, "elsewhere")).start()
+    assert job() >= released - 0.05
+
+    @leased(sync_provider, key, on_conflict="wait", timeout_s=0.2)
+    def impatient() -> None:
+        raise AssertionError("must not run")
+
+    sync_provider.acquire_lease(key, "elsewhere", 5_000)
+    with pytest.raises(LeaseNotAcquiredError):
+        impatient()
+
+
+def test_key_function_and_injected_lease_and_fence(sync_provider: Any, key: str) -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    @leased(sync_provider, lambda tenant, **_: f"{key}:{tenant}", ttl_ms=3_000)
+    def sync_tenant(tenant: str, lease: SyncHeldLease, fence: int, *, dry_run: bool = False) -> None:
+        lease.check()
+        seen.append((tenant, lease.key, fence, dry_run, sync_provider.get_lease_owner(lease.key) == lease.owner))
+
+    sync_tenant("a")
+    sync_tenant(tenant="b", dry_run=True)
+    assert [s[:2] + s[3:] for s in seen] == [("a", f"{key}:a", False, True), ("b", f"{key}:b", True, True)]
+    assert all(isinstance(s[2], int) for s in seen)
+    assert list(inspect.signature(sync_tenant).parameters) == ["tenant", "dry_run"]
+    with pytest.raises(TypeError, match="from @leased"):
+        sync_tenant("c", fence=1)
+
+
+def test_runs_once_across_threads(sync_provider: Any, key: str) -> None:
+    runs: list[str] = []
+    barrier = threading.Barrier(8)
+
+    @leased(sync_provider, key, ttl_ms=5_000)
+    def job() -> None:
+        runs.append(threading.current_thread().name)
+        time.sleep(0.3)
+
+    def call() -> None:
+        barrier.wait()
+        job()
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(runs) == 1
+
+
+def test_a_fixed_owner(sync_provider: Any, key: str) -> None:
+    @leased(sync_provider, key, owner="cron@host-1")
+    def job() -> str | None:
+        return sync_provider.get_lease_owner(key)
+
+    assert job() == "cron@host-1"
+
+
+# -- async functions, on every async provider ------------------------------------------------------
+
+
+async def test_async_modes(provider: Any, key: str, caplog: pytest.LogCaptureFixture) -> None:
+    runs: list[int] = []
+
+    @leased(provider, key, ttl_ms=5_000)
+    async def job(n: int, lease: HeldLease) -> int:
+        assert await provider.get_lease_owner(key) == lease.owner
+        runs.append(n)
+        return n
+
+    assert await job(1) == 1
+    await provider.acquire_lease(key, "elsewhere", 5_000)
+    caplog.set_level(logging.INFO, "sql_lease")
+    assert await job(2) is None
+    assert runs == [1] and "held by 'elsewhere'" in caplog.text
+
+    @leased(provider, key, on_conflict="raise")
+    async def strict() -> None:
+        raise AssertionError("must not run")
+
+    with pytest.raises(LeaseNotAcquiredError):
+        await strict()
+
+    @leased(provider, lambda n: key, on_conflict="wait", timeout_s=5)
+    async def patient(n: int, fence: int) -> int:
+        return fence
+
+    async def release_soon() -> None:
+        await asyncio.sleep(0.2)
+        await provider.release_lease(key, "elsewhere")
+
+    releaser = asyncio.create_task(release_soon())
+    fence = await patient(3)
+    await releaser
+    assert isinstance(fence, int)
+    assert await provider.get_lease_owner(key) is None
+
+
+async def test_async_runs_once_across_tasks(key: str) -> None:
+    provider = InMemoryLeaseProvider()
+    runs = 0
+
+    @leased(provider, key)
+    async def job() -> None:
+        nonlocal runs
+        runs += 1
+        await asyncio.sleep(0.1)
+
+    await asyncio.gather(*(job() for _ in range(8)))
+    assert runs == 1
+
+
+# -- misuse ---------------------------------------------------------------------------------------
+
+
+def test_misuse_is_refused_when_decorating() -> None:
+    sync_provider, async_provider = SyncInMemoryLeaseProvider(), InMemoryLeaseProvider()
+    with pytest.raises(TypeError, match="async provider"):
+
+        @leased(sync_provider, "k")
+        async def a() -> None: ...
+
+    with pytest.raises(TypeError, match="sync provider"):
+
+        @leased(async_provider, "k")
+        def b() -> None: ...
+
+    with pytest.raises(ValueError, match="on_conflict"):
+        leased(sync_provider, "k", on_conflict="queue")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not a lease provider"):
+        leased(object(), "k")
+    with pytest.raises(ValueError):
+        leased(sync_provider, "")
+    with pytest.raises(TypeError):
+        leased(sync_provider, 42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        leased(sync_provider, "k", ttl_ms=0)
+    with pytest.raises(TypeError, match="generator"):
+
+        @leased(sync_provider, "k")
+        def gen() -> Any:
+            yield 1

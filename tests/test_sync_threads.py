@@ -1,0 +1,446 @@
+"""The synchronous face under threads and processes: mutual exclusion, hold() with renewal, loss
+and transfer, waiting (LISTEN/NOTIFY on PostgreSQL), timeouts, and a given SQLAlchemy Engine."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import shutil
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sql_lease import (
+    LeaseBackendError,
+    LeaseLostError,
+    LeaseNotAcquiredError,
+    SyncHeldLease,
+    SyncInMemoryLeaseProvider,
+    SyncSqlLeaseProvider,
+)
+from tests.support.processes import json_summaries, run_scripts
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _same_database(provider: Any, count: int) -> list[Any]:
+    """``count`` providers on the database of ``provider`` (the memory provider is shared)."""
+    if isinstance(provider, SyncInMemoryLeaseProvider):
+        return [provider] * count
+    url = provider._url
+    return [provider] + [SyncSqlLeaseProvider(url, schema=provider.names.schema) for _ in range(count - 1)]
+
+
+def test_threads_on_several_providers_never_share_a_key(sync_provider: Any) -> None:
+    providers = _same_database(sync_provider, 3)
+    keys = [f"threads:{uuid.uuid4().hex}:{i}" for i in range(2)]
+    holders: dict[str, str] = {}
+    fences: dict[str, list[int]] = defaultdict(list)
+    violations: list[str] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + 1.5
+
+    def worker(n: int) -> None:
+        provider = providers[n % len(providers)]
+        me = f"t{n}"
+        try:
+            while time.monotonic() < stop:
+                key = keys[n % 2 if n % 3 else (n // 3) % 2]
+                result = provider.acquire_lease(key, me, 5_000)
+                if not result.acquired:
+                    continue
+                with lock:
+                    if key in holders:
+                        violations.append(f"{me} and {holders[key]} on {key}")
+                    holders[key] = me
+                    fences[key].append(result.fence)
+                time.sleep(0.001)
+                with lock:
+                    del holders[key]
+                assert provider.release_lease(key, me)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for extra in providers[1:]:
+        if extra is not sync_provider:
+            extra.close()
+    assert errors == [] and violations == []
+    assert sum(len(f) for f in fences.values()) >= 20
+    for seq in fences.values():
+        assert all(a < b for a, b in itertools.pairwise(seq)), seq
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, os, sys, threading, time
+    from sql_lease import SyncSqlLeaseProvider
+
+    url, schema, prefix, markers, log, worker = sys.argv[1:7]
+    stats = {"acquired": 0, "refused": 0, "violations": 0, "errors": 0}
+    lock = threading.Lock()
+
+    def run(provider, me):
+        stop = time.monotonic() + 2.0
+        while time.monotonic() < stop:
+            key = f"{prefix}:{int(time.monotonic() * 1000) % 2}"
+            try:
+                result = provider.acquire_lease(key, me, 5000)
+            except Exception as exc:
+                with lock:
+                    stats["errors"] += 1
+                print(repr(exc), file=sys.stderr)
+                continue
+            if not result.acquired:
+                with lock:
+                    stats["refused"] += 1
+                continue
+            marker = os.path.join(markers, key.replace(":", "_"))
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.close(fd)
+            except FileExistsError:
+                with lock:
+                    stats["violations"] += 1
+                marker = None
+            with open(log, "a") as out:
+                out.write(f"{key} {result.fence} {me}\\n")
+            time.sleep(0.002)
+            if marker:
+                os.unlink(marker)
+            provider.release_lease(key, me)
+            with lock:
+                stats["acquired"] += 1
+
+    with SyncSqlLeaseProvider(url, schema=schema or None) as provider:
+        threads = [threading.Thread(target=run, args=(provider, f"p{worker}t{i}")) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    print(json.dumps(stats))
+    """
+)
+
+
+@pytest.mark.slow
+def test_processes_with_threads_never_share_a_key(sync_sql_provider: Any, tmp_path: Path) -> None:
+    provider = sync_sql_provider
+    url = provider._url.render_as_string(hide_password=False)
+    script = tmp_path / "sync_worker.py"
+    script.write_text(WORKER)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    log = tmp_path / "sections.log"
+    prefix = f"procs-{uuid.uuid4().hex[:8]}"
+    argvs = [[url, provider.names.schema or "", prefix, str(markers), str(log), str(i)] for i in range(3)]
+    summaries = json_summaries(run_scripts(script, argvs, REPO, 60))
+    total = {k: sum(s[k] for s in summaries) for k in summaries[0]}
+    assert total["violations"] == 0 and total["errors"] == 0, total
+    assert total["acquired"] >= 20 and total["refused"] > 0, total
+    fences: dict[str, list[int]] = defaultdict(list)
+    for line in log.read_text().splitlines():
+        key, fence, _owner = line.split(" ")
+        fences[key].append(int(fence))
+    for seq in fences.values():
+        assert all(a < b for a, b in itertools.pairwise(seq)), seq
+
+
+# -- hold() for threads ---------------------------------------------------------------------------
+
+
+def test_hold_renews_past_its_ttl_and_releases(sync_provider: Any, key: str) -> None:
+    with sync_provider.hold(key, ttl_ms=300) as lease:
+        assert isinstance(lease, SyncHeldLease) and isinstance(lease.fence, int)
+        first_expiry = lease.expires_at
+        time.sleep(0.7)
+        lease.check()
+        assert sync_provider.get_lease_owner(key) == lease.owner
+        assert lease.expires_at > first_expiry  # the database's answer to a renewal
+        assert not lease.lost.is_set()
+    assert sync_provider.get_lease_owner(key) is None
+
+
+def test_hold_refused_then_waits(sync_provider: Any, key: str) -> None:
+    sync_provider.acquire_lease(key, "other", 10_000)
+    with pytest.raises(LeaseNotAcquiredError, match="other") as info:
+        sync_provider.hold(key, ttl_ms=1_000).__enter__()
+    assert info.value.holder == "other"
+    threading.Timer(0.3, sync_provider.release_lease, (key, "other")).start()
+    started = time.monotonic()
+    with sync_provider.hold(key, owner="me", ttl_ms=1_000, wait=True, timeout_s=5) as lease:
+        assert lease.owner == "me" and time.monotonic() - started >= 0.25
+    with pytest.raises(LeaseNotAcquiredError):
+        sync_provider.acquire_lease(key, "other", 10_000)
+        with sync_provider.hold(key, ttl_ms=1_000, wait=True, timeout_s=0.2):
+            pass
+
+
+def test_loss_sets_the_flag_calls_back_and_raises_on_exit(sync_provider: Any, key: str) -> None:
+    called: list[SyncHeldLease] = []
+    with (
+        pytest.raises(LeaseLostError, match="refused"),
+        sync_provider.hold(key, ttl_ms=600, renew_every_ms=100, on_lost=called.append) as lease,
+    ):
+        assert sync_provider.transfer_lease(key, lease.owner, "thief", 10_000)  # taken from under us
+        assert lease.lost.wait(2)
+        for _ in range(100):  # the callback runs right after the flag is set
+            if called:
+                break
+            time.sleep(0.01)
+        assert called == [lease]
+        with pytest.raises(LeaseLostError):
+            lease.check()
+    assert sync_provider.get_lease_owner(key) == "thief"  # the exit did not release the thief's lease
+
+
+def test_loss_with_on_lost_flag_does_not_raise(sync_provider: Any, key: str) -> None:
+    with sync_provider.hold(key, ttl_ms=600, renew_every_ms=100, on_lost="flag") as lease:
+        sync_provider.transfer_lease(key, lease.owner, "thief", 10_000)
+        assert lease.lost.wait(2)
+    assert lease.lost_reason is not None
+
+
+class FailingRenewals(SyncInMemoryLeaseProvider):
+    """Renewals raise, as a database that went away would."""
+
+    def renew_lease_info(self, *args: Any, **kwargs: Any) -> Any:
+        raise LeaseBackendError("database unreachable")
+
+
+def test_renewals_that_fail_lose_the_lease_before_it_expires(caplog: pytest.LogCaptureFixture) -> None:
+    provider = FailingRenewals()
+    caplog.set_level(logging.INFO, "sql_lease")
+    started = time.monotonic()
+    with pytest.raises(LeaseLostError, match="no renewal succeeded"), provider.hold("k", ttl_ms=500) as lease:
+        assert lease.lost.wait(2)
+        lost_after = time.monotonic() - started
+    assert lost_after < 0.5 * (1 - 0.1) + 0.1  # declared before the expiry minus the margin (+ slack)
+    assert "retrying" in caplog.text
+
+
+def test_check_notices_a_stuck_renewer() -> None:
+    class Stuck(SyncInMemoryLeaseProvider):
+        accepts_timeout_s = False
+
+        def renew_lease_info(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(1.0)
+            return None
+
+    with Stuck().hold("k", ttl_ms=300, on_lost="flag") as lease:
+        time.sleep(0.4)
+        with pytest.raises(LeaseLostError):
+            lease.check()
+
+
+def test_transfer_to_hands_over_and_skips_the_release(sync_provider: Any, key: str) -> None:
+    with sync_provider.hold(key, ttl_ms=600, renew_every_ms=100) as lease:
+        first = lease.fence
+        assert lease.transfer_to("next", ttl_ms=5_000)
+        assert not lease.transfer_to("again")  # no longer ours
+        time.sleep(0.3)  # no renewal of ours runs after the transfer
+    info = sync_provider.get_lease(key)
+    assert info.owner == "next" and info.fence > first
+
+
+def test_nested_holds_of_one_owner_keep_the_lease(sync_provider: Any, key: str) -> None:
+    with sync_provider.hold(key, owner="me", ttl_ms=5_000) as outer:
+        with sync_provider.hold(key, owner="me", ttl_ms=1_000) as inner:
+            assert inner.fence == outer.fence
+        assert sync_provider.get_lease_owner(key) == "me"
+    assert sync_provider.get_lease_owner(key) is None
+
+
+def test_hold_validates_like_the_async_one(sync_provider: Any) -> None:
+    with pytest.raises(ValueError, match="renew_every_ms"):
+        sync_provider.hold("k", ttl_ms=1_000, renew_every_ms=900)
+    with pytest.raises(ValueError, match="on_lost"):
+        sync_provider.hold("k", on_lost="cancel-everything")
+    with pytest.raises(TypeError):
+        sync_provider.hold(None)
+    with pytest.raises(ValueError):
+        sync_provider.hold("k", timeout_s=-1)
+
+
+# -- waiting --------------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_postgres_waiters_wake_on_notify(pg_schema: tuple[str, str], key: str) -> None:
+    url, schema = pg_schema
+    with SyncSqlLeaseProvider(url, schema=schema) as holder, SyncSqlLeaseProvider(url, schema=schema) as waiter:
+        holder.acquire_lease(key, "holder", 30_000)
+        got: list[float] = []
+
+        def wait() -> None:
+            waiter.acquire_lease_wait(key, "waiter", 5_000, timeout_s=10)
+            got.append(time.monotonic())
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        time.sleep(1.5)  # past the polling backoff's first steps: only NOTIFY wakes it fast now
+        released = time.monotonic()
+        assert holder.release_lease(key, "holder")
+        thread.join(5)
+        assert got and got[0] - released < 0.3, got
+        assert waiter._listener is not None and waiter._listener.listening
+    assert not [t for t in threading.enumerate() if t.name.startswith("sql_lease")]
+
+
+def test_wait_times_out_naming_the_holder(sync_provider: Any, key: str) -> None:
+    sync_provider.acquire_lease(key, "holder", 30_000)
+    started = time.monotonic()
+    with pytest.raises(LeaseNotAcquiredError, match="holder") as info:
+        sync_provider.acquire_lease_wait(key, "waiter", 1_000, timeout_s=0.3)
+    assert 0.25 < time.monotonic() - started < 1.5
+    assert info.value.waited_s is not None
+
+
+def test_wait_takes_over_at_expiry(sync_provider: Any, key: str) -> None:
+    sync_provider.acquire_lease(key, "holder", 400)
+    started = time.monotonic()
+    result = sync_provider.acquire_lease_wait(key, "waiter", 1_000, timeout_s=5)
+    assert result.acquired and 0.3 < time.monotonic() - started < 1.5
+
+
+# -- timeouts ------------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_a_stalled_postgres_statement_is_aborted(pg_schema: tuple[str, str], key: str) -> None:
+    import psycopg
+
+    url, schema = pg_schema
+    with SyncSqlLeaseProvider(url, schema=schema, operation_timeout_s=0.5) as provider:
+        with psycopg.connect(provider._executor._conninfo) as blocker:
+            # the lock acquire takes before it draws a fence: held by an open transaction
+            blocker.execute(
+                f"SELECT pg_advisory_xact_lock('\"{schema}\".sql_leases'::regclass::oid::int4, hashtext(%s::varchar))",
+                (key,),
+            )
+            started = time.monotonic()
+            with pytest.raises(LeaseBackendError, match=r"within 0\.5 s") as info:
+                provider.acquire_lease(key, "alice", 10_000)
+            assert time.monotonic() - started < 1.5
+            assert info.value.__cause__ is not None
+            blocker.rollback()
+        assert provider.acquire_lease(key, "alice", 10_000).acquired  # a fresh connection works
+
+
+def test_a_stalled_sqlite_statement_is_aborted(tmp_path: Path, sync_sqlite_template: str) -> None:
+    import sqlite3
+
+    path = tmp_path / "stall.db"
+    shutil.copyfile(sync_sqlite_template, path)
+    with SyncSqlLeaseProvider(f"sqlite:///{path}", operation_timeout_s=0.5, sqlite_busy_timeout_ms=5_000) as provider:
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        with pytest.raises(LeaseBackendError):  # "no answer within 0.5 s", or "database is locked" as it ends
+            provider.acquire_lease("k", "alice", 10_000)
+        assert time.monotonic() - started < 1.5
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        assert provider.acquire_lease("k", "alice", 10_000).acquired
+
+
+def test_per_call_timeout_is_bounded_by_the_operation_timeout(tmp_path: Path, sync_sqlite_template: str) -> None:
+    path = tmp_path / "t.db"
+    shutil.copyfile(sync_sqlite_template, path)
+    with SyncSqlLeaseProvider(f"sqlite:///{path}", operation_timeout_s=2) as provider:
+        assert provider.acquire_lease("k", "a", 1_000, timeout_s=100).acquired
+        with pytest.raises(ValueError):
+            provider.acquire_lease("k", "a", 1_000, timeout_s=0)
+
+
+def test_close_leaves_no_threads(sync_sql_provider: Any, key: str) -> None:
+    with sync_sql_provider.hold(key, ttl_ms=1_000):
+        pass
+    sync_sql_provider.close()
+    time.sleep(0.1)
+    assert not [t for t in threading.enumerate() if t.name.startswith("sql_lease")]
+
+
+# -- a given Engine -------------------------------------------------------------------------------
+
+
+SESSION_SETTINGS = "SELECT name, setting FROM pg_settings WHERE source = 'session' ORDER BY name"
+
+
+@pytest.mark.postgres
+def test_a_given_postgres_engine_lends_connections_unchanged(pg_schema: tuple[str, str], key: str) -> None:
+    import sqlalchemy as sa
+
+    url, schema = pg_schema
+    engine = sa.create_engine(sa.engine.make_url(url).set(drivername="postgresql+psycopg"), pool_size=1, max_overflow=0)
+    with engine.connect() as conn:
+        before = conn.execute(sa.text(SESSION_SETTINGS)).all()
+        isolation = conn.get_isolation_level()
+    provider = SyncSqlLeaseProvider(engine, schema=schema)
+    assert provider.engine is engine
+    held = provider.acquire_lease(key, "alice", 10_000)
+    assert held.acquired and engine.pool.checkedout() == 0
+    assert not provider.acquire_lease(key, "bob", 10_000).acquired
+    assert engine.pool.checkedout() == 0
+    assert provider.renew_lease_info(key, "alice", 10_000).fence == held.fence
+    with provider.hold(f"{key}:held", ttl_ms=300):
+        time.sleep(0.4)
+    assert provider.release_lease(key, "alice") and engine.pool.checkedout() == 0
+    with engine.connect() as conn:  # the same (only) connection of the pool
+        assert conn.execute(sa.text(SESSION_SETTINGS)).all() == before
+        assert conn.get_isolation_level() == isolation
+        assert conn.execute(sa.text("SELECT 1")).scalar() == 1
+    provider.close()
+    assert engine.pool.checkedout() == 0
+    with engine.connect() as conn:  # the engine is the application's: still usable
+        assert conn.execute(sa.text("SELECT 1")).scalar() == 1
+    engine.dispose()
+
+
+def test_a_given_sqlite_engine(tmp_path: Path, sync_sqlite_template: str) -> None:
+    import sqlalchemy as sa
+
+    path = tmp_path / "engine.db"
+    shutil.copyfile(sync_sqlite_template, path)
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with SyncSqlLeaseProvider(engine) as provider:
+        assert provider.acquire_lease("k", "alice", 10_000).acquired
+        assert not provider.acquire_lease("k", "bob", 10_000).acquired
+        assert engine.pool.checkedout() == 0
+        assert provider.release_lease("k", "alice")
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE app (x INTEGER)"))
+    with engine.connect() as conn:  # the connection the provider used: back in the app's mode
+        assert conn.connection.driver_connection.isolation_level == ""
+        conn.execute(sa.text("INSERT INTO app VALUES (1)"))
+        conn.rollback()
+        assert conn.execute(sa.text("SELECT count(*) FROM app")).scalar() == 0
+    engine.dispose()
+
+
+def test_engines_of_other_drivers_are_refused() -> None:
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    with pytest.raises(TypeError, match="SqlLeaseProvider"):
+        SyncSqlLeaseProvider(create_async_engine("sqlite+aiosqlite:///x.db"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="psycopg"):
+        SyncSqlLeaseProvider(sa.create_engine("postgresql+asyncpg://u@h/db"))
+
+
+def test_json_worker_script_is_valid_python() -> None:
+    compile(WORKER, "sync_worker.py", "exec")
+    assert json.dumps({}) == "{}" and sys.executable
