@@ -24,6 +24,7 @@ from sql_lease import (
     SyncSqlLeaseProvider,
     is_lease_provider,
 )
+from tests.support.counting import StatementCounter
 from tests.test_validation import CASES, SneakyStr
 
 TTL = 10_000
@@ -42,28 +43,21 @@ def sql_provider(sync_sql_provider: Any) -> Any:
     return sync_sql_provider
 
 
-class SyncStatementCounter:
-    """Counts the plans a sync SQL provider runs (each sends at least one statement)."""
-
-    def __init__(self, provider: Any) -> None:
-        self.count = 0
-        executor = getattr(provider, "_executor", None)
-        if executor is None:
-            return
-        original = executor.run
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return original(*args, **kwargs)
-
-        executor.run = counted
-
-
 def assert_near_now_plus(moment: datetime | None, ttl_ms: float, slack_s: float = 5.0) -> None:
     assert moment is not None and moment.tzinfo is not None
     assert moment.utcoffset() == timedelta(0)
     expected = datetime.now(UTC) + timedelta(milliseconds=ttl_ms)
     assert abs((moment - expected).total_seconds()) < slack_s
+
+
+def test_on_statement_sees_every_statement(sql_provider: Any, key: str) -> None:
+    seen: list[tuple[str, tuple[Any, ...]]] = []
+    remove = sql_provider.on_statement(lambda sql, params: seen.append((sql, params)))
+    sql_provider.acquire_lease(key, "alice", TTL)
+    assert seen and seen[0][0] == sql_provider.statements.acquire and seen[0][1][:2] == (key, "alice")
+    remove()
+    sql_provider.release_lease(key, "alice")
+    assert len(seen) == 1
 
 
 def test_is_a_lease_provider(provider: Any) -> None:
@@ -323,7 +317,7 @@ def test_concurrent_acquires_elect_exactly_one(provider: Any, key: str) -> None:
 def test_bad_input_is_rejected_before_any_sql(provider: Any, method: str, args: tuple, expected: type) -> None:
     assert provider.acquire_lease(GOOD_KEY, GOOD_OWNER, 60_000).acquired
     before = provider.get_lease(GOOD_KEY)
-    counter = SyncStatementCounter(provider)
+    counter = StatementCounter(provider)
     with pytest.raises(expected):
         getattr(provider, method)(*args)
     assert counter.count == 0
@@ -337,7 +331,7 @@ def test_bad_input_is_rejected_before_any_sql(provider: Any, method: str, args: 
     ids=["long", "nul", "surrogate"],
 )
 def test_str_subclasses_cannot_slip_past(provider: Any, value: str) -> None:
-    counter = SyncStatementCounter(provider)
+    counter = StatementCounter(provider)
     with pytest.raises(ValueError):
         provider.acquire_lease(value, GOOD_OWNER, GOOD_TTL)
     with pytest.raises(ValueError):
@@ -362,7 +356,7 @@ def test_extreme_ttls_are_value_errors(provider: Any, ttl: Any) -> None:
     ],
 )
 def test_sweep_arguments_are_validated(provider: Any, kwargs: dict[str, Any], expected: type) -> None:
-    counter = SyncStatementCounter(provider)
+    counter = StatementCounter(provider)
     with pytest.raises(expected):
         provider.sweep_expired(**kwargs)
     assert counter.count == 0

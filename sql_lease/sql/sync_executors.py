@@ -158,10 +158,32 @@ def _guarded(watchdog: Watchdog, deadline: float, abort: Callable[[], None], wor
     return result, watchdog.done(ticket)
 
 
+StatementHook = Callable[[str, tuple[Any, ...]], None]
+Fetch = Callable[[str, tuple[Any, ...]], Any]
+
+
+def _with_hooks(hooks: list[StatementHook], fetch: Fetch) -> Fetch:
+    """``fetch`` that first calls every hook with the statement and its parameters."""
+
+    def hooked(sql: str, params: tuple[Any, ...]) -> Any:
+        for hook in list(hooks):
+            hook(sql, params)
+        return fetch(sql, params)
+
+    return hooked
+
+
 class SyncExecutor:
-    """Runs a plan on one connection within ``timeout_s`` seconds; ``close()`` ends the pool."""
+    """Runs a plan on one connection within ``timeout_s`` seconds; ``close()`` ends the pool.
+    ``hooks`` are called with ``(sql, params)`` before every statement."""
 
     dialect_name: str
+    hooks: list[StatementHook]
+
+    def _run_plan(self, plan: Plan[T], fetch_one: Fetch, fetch_all: Fetch) -> T:
+        if self.hooks:
+            fetch_one, fetch_all = _with_hooks(self.hooks, fetch_one), _with_hooks(self.hooks, fetch_all)
+        return run_sync(plan, fetch_one, fetch_all)
 
     def run(self, plan: Plan[T], timeout_s: float) -> T:
         raise NotImplementedError
@@ -282,6 +304,7 @@ class PsycopgPoolExecutor(SyncExecutor):
             import psycopg_pool  # noqa: F401
         except ImportError as exc:
             raise _missing_driver(exc) from exc
+        self.hooks = []
         self._conninfo = conninfo
         self._pool_size = pool_size
         self._pgbouncer = pgbouncer
@@ -368,7 +391,7 @@ class PsycopgPoolExecutor(SyncExecutor):
                 self._watchdog,
                 deadline,
                 lambda: _shut_socket(conn),
-                lambda: run_sync(plan, fetch.fetch_one, fetch.fetch_all),
+                lambda: self._run_plan(plan, fetch.fetch_one, fetch.fetch_all),
             )
             healthy = not spoiled
             return result
@@ -480,6 +503,7 @@ class SqliteFileExecutor(SyncExecutor):
         missing: Callable[[], SchemaMissingError],
         watchdog: Watchdog,
     ) -> None:
+        self.hooks = []
         self._path = path
         self._uri = "file:" + quote(str(path), safe="/") + "?mode=rw"
         self._busy_timeout_ms = busy_timeout_ms
@@ -532,7 +556,7 @@ class SqliteFileExecutor(SyncExecutor):
                 self._busy[id(conn)] = busy_ms
             fetch_one, fetch_all = self._fetchers[id(conn)]
             result, spoiled = _guarded(
-                self._watchdog, deadline, conn.interrupt, lambda: run_sync(plan, fetch_one, fetch_all)
+                self._watchdog, deadline, conn.interrupt, lambda: self._run_plan(plan, fetch_one, fetch_all)
             )
             healthy = not spoiled
             return result
@@ -561,6 +585,7 @@ class EngineExecutor(SyncExecutor):
     back: the connection returns unchanged. At most ``pool_size`` operations run at once."""
 
     def __init__(self, engine: Any, pool_size: int, *, watchdog: Watchdog) -> None:
+        self.hooks = []
         self._engine = engine
         self.dialect_name = engine.dialect.name
         self._slots = threading.BoundedSemaphore(pool_size)
@@ -608,7 +633,7 @@ class EngineExecutor(SyncExecutor):
 
                 try:
                     result, spoiled = _guarded(
-                        self._watchdog, deadline, abort, lambda: run_sync(plan, fetch_one, fetch_all)
+                        self._watchdog, deadline, abort, lambda: self._run_plan(plan, fetch_one, fetch_all)
                     )
                     return result
                 except BaseException as exc:

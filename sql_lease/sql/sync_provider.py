@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -200,6 +202,17 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     def closed(self) -> bool:
         """True once :meth:`close` was called."""
         return self._closed
+
+    def on_statement(self, callback: Callable[[str, tuple[Any, ...]], None]) -> Callable[[], None]:
+        """Call ``callback(sql, params)`` (from the calling thread) before every lease statement this
+        provider sends, for tests, logs and metrics; returns a function that removes it."""
+        self._executor.hooks.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._executor.hooks.remove(callback)
+
+        return remove
 
     def __enter__(self) -> SyncSqlLeaseProvider:
         return self
