@@ -33,6 +33,7 @@ from .errors import (
     LeaseNotAcquiredError,
     ProviderClosedError,
     SchemaMissingError,
+    StaleFenceError,
 )
 from .holding import ExpirySweeper, HeldLease, acquire_lease_wait, hold
 from .memory import InMemoryLeaseProvider, NoopLeaseProvider, SyncInMemoryLeaseProvider
@@ -63,6 +64,7 @@ __all__ = [
     "ProviderClosedError",
     "SchemaMissingError",
     "SqlLeaseProvider",
+    "StaleFenceError",
     "SyncHeldLease",
     "SyncInMemoryLeaseProvider",
     "SyncSqlLeaseProvider",

@@ -81,3 +81,18 @@ class LeaseLostError(LeaseError):
         self.owner = owner
         self.reason = reason
         super().__init__(f"lease {key!r} lost by {owner!r}: {reason}")
+
+
+class StaleFenceError(LeaseError):
+    """``accept_fence`` refused a write: a larger fence was already accepted for the resource, so
+    the writer's lease was taken over since it got its fence. Do not commit; stop writing.
+
+    ``resource``, ``fence`` (refused) and ``accepted`` (the larger one on record, when known).
+    """
+
+    def __init__(self, resource: str, fence: int, accepted: int | None = None) -> None:
+        self.resource = resource
+        self.fence = fence
+        self.accepted = accepted
+        on_record = f"fence {accepted}" if accepted is not None else "a larger fence"
+        super().__init__(f"stale fence {fence} for {resource!r}: {on_record} was already accepted")

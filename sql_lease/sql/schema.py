@@ -14,6 +14,10 @@ Fences come from one counter per table, so they increase across keys, releases, 
 restarts: on PostgreSQL the sequence ``<table>_fence_seq``; on SQLite the one-row table
 ``<table>_fence`` that triggers advance whenever a row gets a larger fence.
 
+``<table>_fences`` (resource varchar(512) primary key, fence bigint, accepted_at as expires_at)
+holds the highest fence ``accept_fence`` accepted per resource (migration 0002; creatable alone
+in another database with ``sql-lease migrate --fences-only``).
+
 The Alembic migrations in ``migrations/`` build this; ``tests/test_migrations.py`` checks that
 what they build equals :func:`lease_metadata`.
 """
@@ -128,6 +132,11 @@ class LeaseTableNames:
         return f"{self.table}_fence"
 
     @property
+    def fence_table(self) -> str:
+        """Table of the highest fence accepted per resource (``accept_fence``)."""
+        return f"{self.table}_fences"
+
+    @property
     def expires_at_index(self) -> str:
         return f"ix_{self.table}_expires_at"
 
@@ -158,5 +167,12 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
         Column("has_waiters", Boolean, nullable=False, server_default=false()),
         Index(names.expires_at_index, "expires_at"),
         sqlite_with_rowid=False,
+    )
+    Table(
+        names.fence_table,
+        metadata,
+        Column("resource", String(512), primary_key=True),
+        Column("fence", BigInteger, nullable=False),
+        Column("accepted_at", expires_at_type, nullable=False),
     )
     return metadata

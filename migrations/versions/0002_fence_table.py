@@ -1,0 +1,40 @@
+"""Create the fence table: the highest fence accepted per resource (``accept_fence``).
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import context, op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def _names():  # type: ignore[no-untyped-def]
+    return context.config.attributes["sql_lease_names"]
+
+
+def upgrade() -> None:
+    names = _names()
+    if op.get_context().dialect.name == "postgresql":
+        accepted_at_type: sa.types.TypeEngine = sa.DateTime(timezone=True)
+    else:
+        accepted_at_type = sa.BigInteger()  # epoch milliseconds by SQLite's clock, as expires_at
+    op.create_table(
+        names.fence_table,
+        sa.Column("resource", sa.String(512), primary_key=True),
+        sa.Column("fence", sa.BigInteger(), nullable=False),
+        sa.Column("accepted_at", accepted_at_type, nullable=False),
+        schema=names.schema,
+    )
+
+
+def downgrade() -> None:
+    names = _names()
+    op.drop_table(names.fence_table, schema=names.schema)

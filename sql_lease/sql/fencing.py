@@ -1,0 +1,165 @@
+"""Fenced writes: the SQL of ``check_held`` and ``accept_fence`` per dialect, and the pure helpers.
+
+Both statements run on the *caller's* connection, inside the caller's transaction (unlike every
+lease statement, which runs in autocommit on the provider's own connections). Parameters are
+named, for SQLAlchemy ``text()``:
+
+    check_held    (:key, :owner, :fence)  -> (fence,) iff owner holds key with that fence, unexpired
+    accept_fence  (:resource, :fence)     -> (fence,) iff fence >= the highest one accepted so far
+    accepted      (:resource,)            -> (fence,) the highest fence accepted (for the error)
+
+``check_held`` makes the rest of the caller's transaction safe:
+
+- PostgreSQL: ``SELECT ... FOR SHARE`` locks the lease row until the transaction ends. Every
+  statement that changes the row (acquire's upsert and renew take ``FOR NO KEY UPDATE``, release
+  and transfer ``FOR UPDATE``) waits for it; the sweeper skips it (``SKIP LOCKED``). ``FOR KEY
+  SHARE`` would be lighter but does not block updates of non-key columns, i.e. a change of owner.
+  Expiry is tested against ``statement_timestamp()``, not ``now()``, which is the start of the
+  caller's transaction.
+- SQLite: a no-op ``UPDATE ... SET owner = owner ... RETURNING`` instead of a ``SELECT``: it takes
+  the database's write lock (and makes pysqlite open its transaction, which it does only before
+  DML), so no other writer (renew, transfer, takeover) runs until the caller's transaction ends.
+  The fence triggers fire on ``UPDATE OF fence`` only, so the counter is untouched.
+
+``accept_fence`` is one upsert whose ``WHERE`` refuses a smaller fence; the row lock it takes (or
+SQLite's write lock) serialises concurrent writers of one resource until their transactions end, so
+the recorded fence never goes down. An equal fence is accepted (the same holder's next write).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ..contract import validate_key, validate_owner
+from ..errors import LeaseLostError, StaleFenceError
+from .schema import LeaseTableNames
+from .statements import SQLITE_NOW_MS, _qualified
+
+__all__ = [
+    "MAX_FENCE",
+    "MAX_RESOURCE_LENGTH",
+    "FenceStatements",
+    "accept_fence_result",
+    "check_held_result",
+    "connection_dialect",
+    "fence_statements_for",
+    "validate_fence",
+    "validate_resource",
+]
+
+MAX_FENCE = 2**63 - 1  # bigint
+MAX_RESOURCE_LENGTH = 512
+
+
+@dataclass(frozen=True)
+class FenceStatements:
+    """The SQL text of the fenced-write statements for one dialect and lease table."""
+
+    check_held: str
+    accept_fence: str
+    accepted: str
+
+
+def _postgres(names: LeaseTableNames) -> FenceStatements:
+    from sqlalchemy.dialects import postgresql
+
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    t = _qualified(dialect, names, names.table)
+    f = _qualified(dialect, names, names.fence_table)
+    return FenceStatements(
+        check_held=f"""
+SELECT fence FROM {t}
+ WHERE key = :key AND owner = :owner AND fence = :fence AND expires_at + interval '0' > statement_timestamp()
+   FOR SHARE""",
+        accept_fence=f"""
+INSERT INTO {f} AS seen (resource, fence, accepted_at) VALUES (:resource, :fence, statement_timestamp())
+ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, accepted_at = excluded.accepted_at
+ WHERE seen.fence <= excluded.fence
+RETURNING fence""",
+        accepted=f"SELECT fence FROM {f} WHERE resource = :resource",
+    )
+
+
+def _sqlite(names: LeaseTableNames) -> FenceStatements:
+    from sqlalchemy.dialects import sqlite
+
+    dialect = sqlite.dialect()  # type: ignore[no-untyped-call]
+    t = _qualified(dialect, names, names.table)
+    f = _qualified(dialect, names, names.fence_table)
+    return FenceStatements(
+        check_held=f"""
+UPDATE {t} SET owner = owner
+ WHERE key = :key AND owner = :owner AND fence = :fence AND expires_at > {SQLITE_NOW_MS}
+RETURNING fence""",
+        accept_fence=f"""
+INSERT INTO {f} AS seen (resource, fence, accepted_at) VALUES (:resource, :fence, {SQLITE_NOW_MS})
+ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, accepted_at = excluded.accepted_at
+ WHERE seen.fence <= excluded.fence
+RETURNING fence""",
+        accepted=f"SELECT fence FROM {f} WHERE resource = :resource",
+    )
+
+
+@lru_cache(maxsize=64)
+def fence_statements_for(dialect_name: str, names: LeaseTableNames) -> FenceStatements:
+    """The fenced-write statements of ``names`` for ``"postgresql"`` or ``"sqlite"``."""
+    if dialect_name == "postgresql":
+        return _postgres(names)
+    if dialect_name == "sqlite":
+        return _sqlite(names)
+    raise ValueError(f"sql_lease supports postgresql and sqlite, not {dialect_name!r}")
+
+
+def validate_fence(fence: object) -> int:
+    """``fence`` if it is an ``int`` (not ``bool``) from 1 to 2**63-1, else ``TypeError``/``ValueError``."""
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(f"fence must be an int, not {type(fence).__name__}")
+    if not 1 <= fence <= MAX_FENCE:
+        raise ValueError(f"fence must be from 1 to {MAX_FENCE}, not {fence}")
+    return fence
+
+
+def validate_resource(resource: object) -> str:
+    """``resource`` if it is a non-empty ``str`` without NUL of at most 512 characters."""
+    if not isinstance(resource, str):
+        raise TypeError(f"resource must be a str, not {type(resource).__name__}")
+    if not resource or "\x00" in resource or len(resource) > MAX_RESOURCE_LENGTH:
+        raise ValueError(f"resource must be 1 to {MAX_RESOURCE_LENGTH} characters without NUL, not {resource[:40]!r}")
+    return resource
+
+
+def validate_check(key: object, owner: object, fence: object) -> dict[str, Any]:
+    """The bind parameters of ``check_held``, validated (before any SQL)."""
+    return {"key": validate_key(key), "owner": validate_owner(owner), "fence": validate_fence(fence)}
+
+
+def connection_dialect(conn: object) -> str:
+    """The dialect name of a SQLAlchemy ``Connection``/``Session`` (sync or async)."""
+    dialect = getattr(conn, "dialect", None)
+    if dialect is None and callable(getattr(conn, "get_bind", None)):
+        dialect = conn.get_bind().dialect  # type: ignore[attr-defined]
+    name = getattr(dialect, "name", None)
+    if not isinstance(name, str) or not callable(getattr(conn, "execute", None)):
+        raise TypeError(
+            "conn must be a SQLAlchemy Connection or Session (AsyncConnection or AsyncSession for the async "
+            f"provider), not {type(conn).__name__}"
+        )
+    return name
+
+
+def check_held_result(key: str, owner: str, fence: int, row: Sequence[Any] | None) -> None:
+    """Raise ``LeaseLostError`` unless ``check_held`` returned a row."""
+    if row is None:
+        raise LeaseLostError(
+            key, owner, f"the lease is not held with fence {fence} (expired, released or taken over); do not commit"
+        )
+
+
+def accept_fence_result(resource: str, fence: int, row: Sequence[Any] | None, accepted: int | None) -> int:
+    """The accepted fence, or ``StaleFenceError`` naming the larger one already accepted."""
+    if row is None:
+        raise StaleFenceError(resource, fence, accepted)
+    return int(row[0])
