@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "MAX_KEY_LENGTH",
+    "MAX_LIST_LIMIT",
     "MAX_OWNER_LENGTH",
     "MAX_TTL_MS",
     "MIN_TTL_MS",
@@ -27,6 +28,7 @@ __all__ = [
     "RenewsWithLeaseInfo",
     "is_lease_provider",
     "validate_key",
+    "validate_list",
     "validate_owner",
     "validate_seconds",
     "validate_sweep",
@@ -223,6 +225,27 @@ def _validate_identifier(value: object, what: str, max_length: int) -> str:
 def validate_key(key: object) -> str:
     """Return ``key`` if it is a valid lease key, else raise ``TypeError``/``ValueError``."""
     return _validate_identifier(key, "key", MAX_KEY_LENGTH)
+
+
+MAX_LIST_LIMIT = 100_000
+"""Most rows one ``list_leases`` call returns."""
+
+
+def validate_list(prefix: object, include_expired: object, limit: object) -> tuple[str | None, bool, int]:
+    """Validate ``list_leases`` arguments: ``prefix`` None or a str that could start a key (no NUL,
+    at most ``MAX_KEY_LENGTH`` characters; ``""`` means no prefix), ``include_expired`` a bool,
+    ``1 <= limit <= MAX_LIST_LIMIT`` (an int)."""
+    if prefix is not None:
+        empty = isinstance(prefix, str) and str.__len__(prefix) == 0
+        prefix = None if empty else _validate_identifier(prefix, "prefix", MAX_KEY_LENGTH)
+    if not isinstance(include_expired, bool):
+        raise TypeError(f"include_expired must be a bool, not {type(include_expired).__name__}")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+    limit = int.__int__(limit)
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
+    return prefix, include_expired, limit
 
 
 def validate_owner(owner: object, what: str = "owner") -> str:

@@ -14,6 +14,7 @@ from .contract import (
     LeaseInfo,
     LeaseProviderBase,
     validate_key,
+    validate_list,
     validate_owner,
     validate_sweep,
     validate_ttl_ms,
@@ -173,6 +174,28 @@ class MemoryLeases:
                 del self._tenures[key]
             return min(len(expired), size)
 
+    def list(self, prefix: object = None, include_expired: object = False, limit: object = 1000) -> list[LeaseInfo]:
+        prefix, include_expired, limit = validate_list(prefix, include_expired, limit)
+        with self._lock:
+            now = self._clock()
+            rows = [
+                LeaseInfo(key, t.owner, t.fence, self._wall(t.expires_at_ms), t.expires_at_ms - now)
+                for key, t in self._tenures.items()
+                if (prefix is None or key.startswith(prefix)) and (include_expired or t.expires_at_ms > now)
+            ]
+        rows.sort(key=lambda info: info.key)  # code point order, as SQLite's
+        return rows[:limit]
+
+    def break_(self, key: str) -> LeaseInfo | None:
+        key = validate_key(key)
+        with self._lock:
+            now = self._clock()
+            tenure = self._tenures.pop(key, None)
+            if tenure is None or tenure.expires_at_ms <= now:
+                return None
+            expires_at, remaining = self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now
+            return LeaseInfo(key, tenure.owner, tenure.fence, expires_at, remaining)
+
 
 class InMemoryLeaseProvider(LeaseProviderBase):
     """Leases in this process's memory, with exactly the SQL providers' semantics.
@@ -212,6 +235,16 @@ class InMemoryLeaseProvider(LeaseProviderBase):
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
         """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
         return self._leases.sweep(batch_size, grace_ms)
+
+    async def list_leases(
+        self, prefix: str | None = None, include_expired: bool = False, limit: int = 1000
+    ) -> list[LeaseInfo]:
+        """Leases ordered by key whose key starts with ``prefix`` (all when None), at most ``limit``."""
+        return self._leases.list(prefix, include_expired, limit)
+
+    async def break_lease(self, key: str) -> LeaseInfo | None:
+        """Forget the lease on ``key`` whoever holds it; the lease broken, or None if none was held."""
+        return self._leases.break_(key)
 
 
 class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
@@ -276,3 +309,18 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
     ) -> int:
         """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
         return self._leases.sweep(batch_size, grace_ms)
+
+    def list_leases(
+        self,
+        prefix: str | None = None,
+        include_expired: bool = False,
+        limit: int = 1000,
+        *,
+        timeout_s: float | None = None,
+    ) -> list[LeaseInfo]:
+        """Leases ordered by key whose key starts with ``prefix`` (all when None), at most ``limit``."""
+        return self._leases.list(prefix, include_expired, limit)
+
+    def break_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
+        """Forget the lease on ``key`` whoever holds it; the lease broken, or None if none was held."""
+        return self._leases.break_(key)

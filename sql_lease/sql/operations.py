@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..contract import (
+    MAX_KEY_LENGTH,
     AcquireResult,
     LeaseInfo,
     validate_key,
+    validate_list,
     validate_owner,
     validate_sweep,
     validate_ttl_ms,
@@ -27,8 +29,11 @@ __all__ = [
     "Plan",
     "Query",
     "acquire",
+    "break_lease",
     "get_lease",
     "get_owner",
+    "list_leases",
+    "prefix_upper_bound",
     "release",
     "renew",
     "run_async",
@@ -151,3 +156,45 @@ def _sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
 def _single(query: Query, decode: Callable[[Row], T], missing: Any = None) -> Plan[Any]:
     row = yield query
     return missing if row is None else decode(row)
+
+
+def list_leases(
+    s: LeaseStatements, prefix: object = None, include_expired: object = False, limit: object = 1000
+) -> Plan[list[LeaseInfo]]:
+    """Leases by key (the database's order): those starting with ``prefix`` (all if None), only
+    unexpired ones unless ``include_expired`` (an expired row has ``remaining_ms <= 0``), at most
+    ``limit``."""
+    prefix, include_expired, limit = validate_list(prefix, include_expired, limit)
+    if prefix is None:
+        query = Query(s.list_all, (include_expired, limit), many=True)
+    else:
+        query = Query(s.list_leases, (prefix, include_expired, limit, prefix_upper_bound(prefix)), many=True)
+    return _list(s, query)
+
+
+def _list(s: LeaseStatements, query: Query) -> Plan[list[LeaseInfo]]:
+    rows = yield query
+    return [s.listed(row) for row in rows]
+
+
+_LAST_CODE_POINT = 0x10FFFF
+
+
+def prefix_upper_bound(prefix: str) -> str:
+    """The least string above every string that starts with ``prefix``, in code point order (the
+    order of UTF-8 bytes): the prefix with its last character incremented (surrogates skipped; a
+    trailing U+10FFFF carried). An all-U+10FFFF prefix gets a bound longer than any key."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < _LAST_CODE_POINT:
+            following = last + 1 if last + 1 != 0xD800 else 0xE000
+            return "".join(chars) + chr(following)
+    return chr(_LAST_CODE_POINT) * (MAX_KEY_LENGTH + 1)
+
+
+def break_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
+    """Delete the lease on ``key`` whoever holds it; the lease it broke, or None if there was no
+    unexpired one (an expired row is deleted all the same)."""
+    key = validate_key(key)
+    return _single(Query(s.break_lease, (key,)), lambda row: s.lease_info(key, row) if row[4] else None)

@@ -13,6 +13,12 @@ same for both dialects:
     transfer  (key, from, to, ttl) -> (owner, fence, expires_at, remaining_ms) if transferred
     sweep     (grace, batch_size)  -> rows removed (PostgreSQL: one row with the count)
     notify_channel ()              -> (channel,) PostgreSQL only: the LISTEN channel of the table
+    list_leases (prefix, include_expired, limit, upper)
+                                   -> rows (key, owner, fence, expires_at, remaining_ms), by key,
+                                      of keys in [prefix, upper) by code point (= starting with prefix)
+    list_all  (include_expired, limit) -> the same rows, every key
+    break_lease (key,)             -> (owner, fence, expires_at, remaining_ms, was_unexpired) of the
+                                      row it deleted, whoever held it
 
 ``remaining_ms`` is ``expires_at`` minus the database's ``now()``: waiters pace themselves by it,
 never by comparing ``expires_at`` with the client's clock. ``acquire`` returns no row when it was
@@ -53,6 +59,9 @@ class LeaseStatements:
     transfer: str
     sweep: str
     notify_channel: str | None = None
+    list_leases: str = ""
+    list_all: str = ""
+    break_lease: str = ""
 
     def ttl_param(self, ttl_ms: float) -> Any:
         """The TTL as the statements expect it (milliseconds)."""
@@ -77,6 +86,10 @@ class LeaseStatements:
     def swept_count(self, rows: list[Any]) -> int:
         """How many rows ``sweep`` removed, from the rows it returned."""
         return len(rows)
+
+    def listed(self, row: Sequence[Any]) -> LeaseInfo:
+        """``(key, owner, fence, expires_at, remaining_ms)`` from list_leases and list_all."""
+        return LeaseInfo(row[0], row[1], row[2], self.to_datetime(row[3]), float(row[4]))
 
 
 def _qualified(dialect: Dialect, names: LeaseTableNames, name: str) -> str:
@@ -191,6 +204,27 @@ WITH doomed AS (
 )
 SELECT count(*), count(CASE WHEN has_waiters THEN {notify} END) FROM gone""",
             notify_channel=f"SELECT 'sql_lease_' || {table_oid}",
+            # Prefixes as a code point range (COLLATE "C": byte order of UTF-8), whatever the
+            # database's collation; rows come in the column's own order, so the primary key serves it.
+            list_leases=f"""
+SELECT key, owner, fence, expires_at, {remaining} FROM {t}
+ WHERE key COLLATE "C" >= $1::varchar AND key COLLATE "C" < $4::varchar
+   AND ($2::boolean OR {live})
+ ORDER BY key
+ LIMIT $3""",
+            list_all=f"""
+SELECT key, owner, fence, expires_at, {remaining} FROM {t}
+ WHERE $1::boolean OR {live}
+ ORDER BY key
+ LIMIT $2""",
+            # As release, for any owner: no advisory lock (deleting draws no fence) and no durability pin.
+            break_lease=f"""
+WITH gone AS (
+    DELETE FROM {t} WHERE key = $1
+    RETURNING key, owner, fence, expires_at, has_waiters
+)
+SELECT owner, fence, expires_at, {remaining}, expires_at > now(),
+       CASE WHEN has_waiters THEN {notify} END FROM gone""",
         )
 
     def swept_count(self, rows: list[Any]) -> int:
@@ -246,6 +280,20 @@ RETURNING owner, fence, expires_at, expires_at - {now}""",
 DELETE FROM {t} WHERE key IN (
     SELECT key FROM {t} WHERE expires_at <= {now} - ?1 ORDER BY expires_at LIMIT ?2
 ) RETURNING 1""",
+            # BINARY collation: [prefix, upper) is exactly the keys starting with prefix, on the index.
+            list_leases=f"""
+SELECT key, owner, fence, expires_at, expires_at - {now} FROM {t}
+ WHERE key >= ?1 AND key < ?4 AND (?2 OR expires_at > {now})
+ ORDER BY key
+ LIMIT ?3""",
+            list_all=f"""
+SELECT key, owner, fence, expires_at, expires_at - {now} FROM {t}
+ WHERE ?1 OR expires_at > {now}
+ ORDER BY key
+ LIMIT ?2""",
+            break_lease=f"""
+DELETE FROM {t} WHERE key = ?1
+RETURNING owner, fence, expires_at, expires_at - {now}, expires_at > {now}""",
         )
 
     def ttl_param(self, ttl_ms: float) -> int:

@@ -1,0 +1,210 @@
+"""Operating leases from the API (issue 11): list_leases and break_lease on every provider, both faces."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from sql_lease import LeaseInfo, SqlLeaseProvider
+from sql_lease.sql.operations import prefix_upper_bound
+from tests.support.counting import StatementCounter
+
+TTL = 60_000
+
+BAD_LIST_ARGS = [
+    ({"prefix": 1}, TypeError),
+    ({"prefix": b"job"}, TypeError),
+    ({"prefix": "a\x00b"}, ValueError),
+    ({"prefix": "x" * 513}, ValueError),
+    ({"prefix": "\ud800"}, ValueError),
+    ({"include_expired": "yes"}, TypeError),
+    ({"include_expired": 1}, TypeError),
+    ({"limit": 0}, ValueError),
+    ({"limit": 100_001}, ValueError),
+    ({"limit": True}, TypeError),
+    ({"limit": 1.5}, TypeError),
+    ({"limit": "10"}, TypeError),
+]
+BAD_BREAK_ARGS = [("", ValueError), (None, TypeError), ("a\x00", ValueError), ("k" * 513, ValueError)]
+
+
+async def _acquire(provider: Any, key: str, owner: str, ttl_ms: float = TTL) -> int:
+    result = await provider.acquire_lease(key, owner, ttl_ms)
+    assert result.acquired
+    return int(result.fence)
+
+
+# -- the asyncio face ---------------------------------------------------------------------------
+
+
+async def test_list_by_prefix_in_key_order(provider: Any, key: str) -> None:
+    fences = {}
+    for suffix, owner in [("b1", "bob"), ("a2", "ann"), ("a1", "amy"), ("c", "cid")]:
+        fences[suffix] = await _acquire(provider, f"{key}:{suffix}", owner)
+    listed = await provider.list_leases(prefix=f"{key}:a")
+    assert [info.key for info in listed] == [f"{key}:a1", f"{key}:a2"]
+    assert all(isinstance(info, LeaseInfo) for info in listed)
+    first = listed[0]
+    assert (first.owner, first.fence) == ("amy", fences["a1"])
+    assert first.expires_at.tzinfo is not None and 0 < first.remaining_ms <= TTL
+    everything = await provider.list_leases(prefix=f"{key}:")
+    assert [info.key for info in everything] == [f"{key}:{s}" for s in ("a1", "a2", "b1", "c")]
+    assert await provider.list_leases(prefix=f"{key}:zz") == []
+
+
+async def test_list_limit_and_no_prefix(provider: Any, key: str) -> None:
+    for i in range(5):
+        await _acquire(provider, f"{key}:{i}", "o")
+    limited = await provider.list_leases(prefix=key, limit=2)
+    assert [info.key for info in limited] == [f"{key}:0", f"{key}:1"]
+    unfiltered = await provider.list_leases(limit=100_000)
+    assert {f"{key}:{i}" for i in range(5)} <= {info.key for info in unfiltered}
+    keys = [info.key for info in await provider.list_leases(limit=3)]
+    assert len(keys) <= 3 and keys == sorted(keys)
+
+
+async def test_list_skips_expired_unless_asked(provider: Any, key: str) -> None:
+    await _acquire(provider, f"{key}:live", "o")
+    await _acquire(provider, f"{key}:gone", "o", ttl_ms=1)
+    await asyncio.sleep(0.05)
+    assert [info.key for info in await provider.list_leases(prefix=key)] == [f"{key}:live"]
+    both = await provider.list_leases(prefix=key, include_expired=True)
+    assert [info.key for info in both] == [f"{key}:gone", f"{key}:live"]
+    assert both[0].remaining_ms <= 0 < both[1].remaining_ms
+
+
+async def test_prefix_is_literal_not_a_pattern(provider: Any, key: str) -> None:
+    for suffix in ("abc", "a%c", "a_c", "a\\c", "A", "é", "\U0010ffff"):
+        await _acquire(provider, f"{key}:{suffix}", "o")
+    for literal in ("a%", "a_", "a\\"):
+        assert [info.key for info in await provider.list_leases(prefix=f"{key}:{literal}")] == [f"{key}:{literal}c"]
+    assert [info.key for info in await provider.list_leases(prefix=f"{key}:a")] != []
+    assert [info.key for info in await provider.list_leases(prefix=f"{key}:A")] == [f"{key}:A"]  # case counts
+    assert [info.key for info in await provider.list_leases(prefix=f"{key}:é")] == [f"{key}:é"]
+    assert [info.key for info in await provider.list_leases(prefix=f"{key}:\U0010ffff")] == [f"{key}:\U0010ffff"]
+
+
+def test_prefix_upper_bound() -> None:
+    assert prefix_upper_bound("job:") == "job;"
+    assert prefix_upper_bound("a\U0010ffff") == "b"
+    assert prefix_upper_bound("\ud7ff") == "\ue000"
+    assert prefix_upper_bound("\U0010ffff") > "\U0010ffff" * 512
+
+
+async def test_break_then_acquire_gives_a_larger_fence(provider: Any, key: str) -> None:
+    fence = await _acquire(provider, key, "stuck")
+    broken = await provider.break_lease(key)
+    assert isinstance(broken, LeaseInfo)
+    assert (broken.key, broken.owner, broken.fence) == (key, "stuck", fence)
+    assert await provider.get_lease_owner(key) is None
+    assert not await provider.renew_lease(key, "stuck", TTL)
+    assert not await provider.release_lease(key, "stuck")
+    again = await provider.acquire_lease(key, "stuck", TTL)  # even the same owner: a new tenure
+    assert again.acquired and again.fence > fence
+    assert (await provider.break_lease(key)).fence == again.fence
+    assert (await provider.acquire_lease(key, "next", TTL)).fence > again.fence
+
+
+async def test_break_of_a_free_or_expired_key_is_none(provider: Any, key: str) -> None:
+    assert await provider.break_lease(key) is None
+    await _acquire(provider, key, "o", ttl_ms=1)
+    await asyncio.sleep(0.05)
+    assert await provider.break_lease(key) is None
+    assert await provider.list_leases(prefix=key, include_expired=True) == []  # the row is gone all the same
+
+
+async def test_holder_of_a_broken_lease_sees_the_loss(provider: Any, key: str) -> None:
+    async with provider.hold(key, "worker", ttl_ms=3_000, renew_every_ms=100, on_lost="flag") as lease:
+        assert await provider.break_lease(key) is not None
+        await asyncio.wait_for(lease.lost.wait(), timeout=5)
+        assert "refused" in (lease.lost_reason or "")
+    taken = await provider.acquire_lease(key, "operator-chosen", TTL)
+    assert taken.acquired and taken.fence > lease.fence
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), BAD_LIST_ARGS)
+async def test_bad_list_arguments_send_no_sql(provider: Any, kwargs: dict[str, Any], expected: type) -> None:
+    counter = StatementCounter(provider)
+    with pytest.raises(expected):
+        await provider.list_leases(**kwargs)
+    assert counter.count == 0
+
+
+@pytest.mark.parametrize(("bad", "expected"), BAD_BREAK_ARGS)
+async def test_bad_break_key_sends_no_sql(provider: Any, bad: Any, expected: type) -> None:
+    counter = StatementCounter(provider)
+    with pytest.raises(expected):
+        await provider.break_lease(bad)
+    assert counter.count == 0
+
+
+async def test_statements_sent(sql_provider: SqlLeaseProvider, key: str) -> None:
+    seen: list[tuple[str, tuple[Any, ...]]] = []
+    sql_provider.on_statement(lambda sql, params: seen.append((sql, params)))
+    await sql_provider.list_leases(prefix=key)
+    await sql_provider.list_leases()
+    await sql_provider.break_lease(key)
+    s = sql_provider.statements
+    assert [sql for sql, _ in seen] == [s.list_leases, s.list_all, s.break_lease]
+    assert seen[0][1] == (key, False, 1000, prefix_upper_bound(key))
+
+
+@pytest.mark.postgres
+async def test_break_wakes_a_waiter_at_once(pg_schema: tuple[str, str], key: str) -> None:
+    url, schema = pg_schema
+    async with SqlLeaseProvider(url, schema=schema) as leases:
+        await _acquire(leases, key, "stuck")  # 60 s TTL: without NOTIFY the waiter would sleep
+        waiter = asyncio.ensure_future(leases.acquire_lease_wait(key, "next", TTL, timeout_s=20))
+        await asyncio.sleep(0.5)  # the waiter listens and has flagged the row
+        started = time.monotonic()
+        assert await leases.break_lease(key) is not None
+        result = await asyncio.wait_for(waiter, 10)
+        assert result.acquired and time.monotonic() - started < 2.0
+
+
+# -- the synchronous face -------------------------------------------------------------------------
+
+
+def test_sync_list_and_break(sync_provider: Any, key: str) -> None:
+    first = sync_provider.acquire_lease(f"{key}:b", "bob", TTL)
+    sync_provider.acquire_lease(f"{key}:a", "ann", TTL)
+    sync_provider.acquire_lease(f"{key}:x", "old", 1)
+    time.sleep(0.05)
+    assert [i.key for i in sync_provider.list_leases(prefix=key)] == [f"{key}:a", f"{key}:b"]
+    assert [i.key for i in sync_provider.list_leases(key, True, 2)] == [f"{key}:a", f"{key}:b"]
+    assert len(sync_provider.list_leases(key, include_expired=True)) == 3
+    broken = sync_provider.break_lease(f"{key}:b", timeout_s=5)
+    assert (broken.owner, broken.fence) == ("bob", first.fence)
+    assert sync_provider.break_lease(f"{key}:b") is None
+    assert sync_provider.acquire_lease(f"{key}:b", "bob", TTL).fence > first.fence
+
+
+def test_sync_holder_of_a_broken_lease_sees_the_loss(sync_provider: Any, key: str) -> None:
+    lost = threading.Event()
+    with sync_provider.hold(key, "worker", ttl_ms=3_000, renew_every_ms=100, on_lost="flag") as lease:
+        lease_fence = lease.fence
+        assert sync_provider.break_lease(key) is not None
+        assert lease.lost.wait(5)
+        lost.set()
+    assert lost.is_set()
+    assert sync_provider.acquire_lease(key, "next", TTL).fence > lease_fence
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), BAD_LIST_ARGS)
+def test_sync_bad_list_arguments_send_no_sql(sync_provider: Any, kwargs: dict[str, Any], expected: type) -> None:
+    counter = StatementCounter(sync_provider)
+    with pytest.raises(expected):
+        sync_provider.list_leases(**kwargs)
+    assert counter.count == 0
+
+
+@pytest.mark.parametrize(("bad", "expected"), BAD_BREAK_ARGS)
+def test_sync_bad_break_key_sends_no_sql(sync_provider: Any, bad: Any, expected: type) -> None:
+    counter = StatementCounter(sync_provider)
+    with pytest.raises(expected):
+        sync_provider.break_lease(bad)
+    assert counter.count == 0
