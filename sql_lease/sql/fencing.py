@@ -163,3 +163,58 @@ def accept_fence_result(resource: str, fence: int, row: Sequence[Any] | None, ac
     if row is None:
         raise StaleFenceError(resource, fence, accepted)
     return int(row[0])
+
+
+# -- running them on the caller's connection (the faces' check_held / accept_fence call these) -----
+
+
+def _prepare_check(
+    conn: object, names: LeaseTableNames, key: object, owner: object, fence: object
+) -> tuple[Any, dict[str, Any]]:
+    from sqlalchemy import text
+
+    params = validate_check(key, owner, fence)
+    return text(fence_statements_for(connection_dialect(conn), names).check_held), params
+
+
+def _prepare_accept(
+    conn: object, names: LeaseTableNames, resource: object, fence: object
+) -> tuple[FenceStatements, dict[str, Any]]:
+    params = {"resource": validate_resource(resource), "fence": validate_fence(fence)}
+    return fence_statements_for(connection_dialect(conn), names), params
+
+
+async def check_held_async(conn: Any, names: LeaseTableNames, key: str, owner: str, fence: int) -> None:
+    """``check_held`` on an ``AsyncConnection`` or ``AsyncSession``."""
+    statement, params = _prepare_check(conn, names, key, owner, fence)
+    check_held_result(key, owner, fence, (await conn.execute(statement, params)).first())
+
+
+def check_held_sync(conn: Any, names: LeaseTableNames, key: str, owner: str, fence: int) -> None:
+    """``check_held`` on a ``Connection`` or ``Session``."""
+    statement, params = _prepare_check(conn, names, key, owner, fence)
+    check_held_result(key, owner, fence, conn.execute(statement, params).first())
+
+
+async def accept_fence_async(conn: Any, names: LeaseTableNames, resource: str, fence: int) -> int:
+    """``accept_fence`` on an ``AsyncConnection`` or ``AsyncSession``."""
+    from sqlalchemy import text
+
+    s, params = _prepare_accept(conn, names, resource, fence)
+    row = (await conn.execute(text(s.accept_fence), params)).first()
+    accepted = None
+    if row is None:
+        accepted = (await conn.execute(text(s.accepted), {"resource": resource})).scalar()
+    return accept_fence_result(resource, fence, row, accepted)
+
+
+def accept_fence_sync(conn: Any, names: LeaseTableNames, resource: str, fence: int) -> int:
+    """``accept_fence`` on a ``Connection`` or ``Session``."""
+    from sqlalchemy import text
+
+    s, params = _prepare_accept(conn, names, resource, fence)
+    row = conn.execute(text(s.accept_fence), params).first()
+    accepted = None
+    if row is None:
+        accepted = conn.execute(text(s.accepted), {"resource": resource}).scalar()
+    return accept_fence_result(resource, fence, row, accepted)

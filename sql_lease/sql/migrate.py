@@ -30,7 +30,15 @@ from .urls import sqlite_file
 if TYPE_CHECKING:
     from alembic.config import Config
 
-__all__ = ["HEAD_REVISION", "alembic_config", "migrations_dir", "offline_sql", "upgrade_engine"]
+__all__ = [
+    "HEAD_REVISION",
+    "alembic_config",
+    "create_fence_table",
+    "fence_table_sql",
+    "migrations_dir",
+    "offline_sql",
+    "upgrade_engine",
+]
 
 NAMES_ATTRIBUTE = "sql_lease_names"
 
@@ -211,3 +219,57 @@ def offline_sql(url: str | URL, names: LeaseTableNames) -> str:
     config.output_buffer = buffer
     command.upgrade(config, "head", sql=True)
     return buffer.getvalue()
+
+
+# -- the fence table alone (`sql-lease migrate --fences-only`) ---------------------------------------
+#
+# accept_fence() may guard a resource in another database than the leases. There only the fence
+# table is needed: it is created from lease_metadata() with CREATE TABLE IF NOT EXISTS (idempotent,
+# concurrent runs are harmless), outside Alembic: that database gets no version table, and a later
+# full `migrate` of it would adopt nothing (keep the two uses in separate databases or schemas).
+
+
+def _fence_table(names: LeaseTableNames, dialect_name: str) -> sa.Table:
+    from .schema import lease_metadata
+
+    metadata = lease_metadata(names, dialect_name)
+    return metadata.tables[f"{names.schema}.{names.fence_table}" if names.schema else names.fence_table]
+
+
+def fence_table_sql(url: str | URL, names: LeaseTableNames) -> str:
+    """The DDL of the fence table alone, for a DBA (``--fences-only --sql``)."""
+    from .urls import to_async_url
+
+    async_url = to_async_url(url)
+    dialect = sa.create_mock_engine(async_url, lambda *a, **k: None).dialect
+    ddl = sa.schema.CreateTable(_fence_table(names, dialect.name), if_not_exists=True)
+    return str(ddl.compile(dialect=dialect)).strip() + ";\n"
+
+
+async def create_fence_table(url: str | URL, names: LeaseTableNames) -> str:
+    """Create only the fence table of ``names`` (and its schema) in the database at ``url``; its
+    qualified name. A missing SQLite file is created (its directory must exist)."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.pool import NullPool
+
+    from ..errors import LeaseBackendError
+    from .urls import safe_url, to_async_url
+
+    engine = create_async_engine(to_async_url(url), poolclass=NullPool)
+    try:
+        if engine.dialect.name == "sqlite":
+            await asyncio.to_thread(_create_sqlite_file, engine.url)
+        async with engine.begin() as conn:
+            if engine.dialect.name == "postgresql" and names.schema:
+                await conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{names.schema}"')
+            table = _fence_table(names, engine.dialect.name)
+            await conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+    except LeaseError:
+        raise
+    except Exception as exc:
+        raise LeaseBackendError(
+            f"creating the fence table in {safe_url(engine.url)} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        await engine.dispose()
+    return f"{names.schema}.{names.fence_table}" if names.schema else names.fence_table

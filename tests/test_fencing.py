@@ -1,0 +1,433 @@
+"""Fenced writes (issue 15): ``check_held`` and ``accept_fence`` in the application's transaction.
+
+On PostgreSQL (the session schema) and SQLite (a fresh file): a stalled holder's guarded write
+fails after a takeover (real processes), a takeover waits for an open guarded transaction, the
+holder's own renewal waits without deadlock or loss, and 16 concurrent writers never move a
+resource's recorded fence down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
+
+from sql_lease import LeaseLostError, SqlLeaseProvider, StaleFenceError, SyncSqlLeaseProvider
+from sql_lease.sql.urls import to_async_url, to_sync_url
+from tests.support.processes import json_summaries, run_scripts
+
+REPO = Path(__file__).resolve().parent.parent
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A migrated lease database and an application table ``app_writes`` beside the leases:
+    url, schema, app (the qualified table name), sync and async SQLAlchemy URLs."""
+    if request.param == "sqlite":
+        url, schema = f"sqlite:///{tmp_path}/app.db", None
+        with SyncSqlLeaseProvider(url) as provider:
+            provider.migrate()
+        ddl = "CREATE TABLE app_writes (id INTEGER PRIMARY KEY AUTOINCREMENT, writer TEXT, fence BIGINT)"
+        app = "app_writes"
+    else:
+        url, schema = request.getfixturevalue("pg_schema")
+        app = f'"{schema}".app_writes_{random.randrange(10**9)}'
+        ddl = f"CREATE TABLE {app} (id bigserial PRIMARY KEY, writer text, fence bigint)"
+    engine = sa.create_engine(to_sync_url(url))
+    with engine.begin() as conn:
+        conn.exec_driver_sql(ddl)
+    engine.dispose()
+    yield {
+        "kind": request.param,
+        "url": url,
+        "schema": schema,
+        "app": app,
+        "sync_url": to_sync_url(url).render_as_string(hide_password=False),
+        "async_url": to_async_url(url).render_as_string(hide_password=False),
+    }
+    if request.param == "postgres":
+        engine = sa.create_engine(to_sync_url(url))
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TABLE {app}")
+        engine.dispose()
+
+
+def sync_engine(db: dict[str, Any], **options: Any) -> sa.Engine:
+    if db["kind"] == "sqlite":
+        options.setdefault("connect_args", {"timeout": 30})
+    return sa.create_engine(db["sync_url"], **options)
+
+
+def writes(db: dict[str, Any]) -> list[tuple[str, int]]:
+    engine = sync_engine(db)
+    try:
+        with engine.connect() as conn:
+            return [(w, f) for w, f in conn.exec_driver_sql(f"SELECT writer, fence FROM {db['app']} ORDER BY id")]
+    finally:
+        engine.dispose()
+
+
+# -- arguments ------------------------------------------------------------------------------------
+
+
+class RecordingConnection:
+    """Looks like a sync SQLAlchemy connection; records every statement it is asked to run."""
+
+    def __init__(self) -> None:
+        self.dialect = sa.create_mock_engine("sqlite://", lambda *a, **k: None).dialect
+        self.executed: list[Any] = []
+
+    def execute(self, *args: Any) -> Any:
+        self.executed.append(args)
+        raise AssertionError("no SQL may run for bad arguments")
+
+
+@pytest.mark.parametrize(
+    ("key", "owner", "fence", "error"),
+    [
+        ("k", "o", True, TypeError),
+        ("k", "o", 1.0, TypeError),
+        ("k", "o", "1", TypeError),
+        ("k", "o", 0, ValueError),
+        ("k", "o", 2**63, ValueError),
+        ("", "o", 1, ValueError),
+        ("k", "", 1, ValueError),
+        ("k", None, 1, TypeError),
+        ("k\x00", "o", 1, ValueError),
+    ],
+)
+def test_bad_arguments_raise_before_any_sql(tmp_path: Path, key: Any, owner: Any, fence: Any, error: type) -> None:
+    conn = RecordingConnection()
+    with SyncSqlLeaseProvider(f"sqlite:///{tmp_path}/x.db") as leases:
+        with pytest.raises(error):
+            leases.check_held(conn, key, owner, fence)
+        if fence != 1:
+            with pytest.raises(error):
+                leases.accept_fence(conn, "resource", fence)
+    assert conn.executed == []
+
+
+def test_bad_resource_or_connection(tmp_path: Path) -> None:
+    conn = RecordingConnection()
+    with SyncSqlLeaseProvider(f"sqlite:///{tmp_path}/x.db") as leases:
+        for resource, error in (("", ValueError), ("x" * 513, ValueError), (b"r", TypeError), ("a\x00", ValueError)):
+            with pytest.raises(error):
+                leases.accept_fence(conn, resource, 1)
+        with pytest.raises(TypeError, match="Connection or Session"):
+            leases.check_held(object(), "k", "o", 1)
+        with pytest.raises(TypeError, match="Connection or Session"):
+            leases.accept_fence("sqlite://", "r", 1)
+    assert conn.executed == []
+
+
+# -- check_held: the rules --------------------------------------------------------------------------
+
+
+def test_check_held_accepts_only_the_holder_with_its_fence(db: dict[str, Any], key: str) -> None:
+    engine = sync_engine(db)
+    with SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
+        held = leases.acquire_lease(key, "a", 60_000)
+        with Session(engine) as session, session.begin():  # an ORM Session works as a Connection does
+            leases.check_held(session, key, "a", held.fence)
+        for owner, fence in (("b", held.fence), ("a", held.fence + 1), ("a", held.fence - 1 or 2)):
+            with engine.begin() as conn, pytest.raises(LeaseLostError) as lost:
+                leases.check_held(conn, key, owner, fence)
+            assert lost.value.key == key and lost.value.owner == owner
+        with engine.begin() as conn, pytest.raises(LeaseLostError):
+            leases.check_held(conn, "missing:" + key, "a", held.fence)
+        short = leases.acquire_lease(key + ":short", "a", 50)
+        time.sleep(0.2)
+        with engine.begin() as conn, pytest.raises(LeaseLostError):  # expired by the database's clock
+            leases.check_held(conn, key + ":short", "a", short.fence)
+        assert leases.release_lease(key, "a")
+        with engine.begin() as conn, pytest.raises(LeaseLostError):
+            leases.check_held(conn, key, "a", held.fence)
+    engine.dispose()
+
+
+async def test_async_check_held_on_connection_and_session(db: dict[str, Any], key: str) -> None:
+    engine = create_async_engine(db["async_url"])
+    try:
+        async with SqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
+            held = await leases.acquire_lease(key, "a", 60_000)
+            async with engine.begin() as conn:
+                await leases.check_held(conn, key, "a", held.fence)
+                await conn.exec_driver_sql(f"INSERT INTO {db['app']} (writer, fence) VALUES ('a', {held.fence})")
+            async with AsyncSession(engine) as session, session.begin():
+                await leases.check_held(session, key, "a", held.fence)
+                assert await leases.accept_fence(session, "res:" + key, held.fence + 1) == held.fence + 1
+            async with engine.begin() as conn:
+                with pytest.raises(LeaseLostError):
+                    await leases.check_held(conn, key, "b", held.fence)
+                with pytest.raises(StaleFenceError) as stale:
+                    await leases.accept_fence(conn, "res:" + key, held.fence)
+                assert stale.value.accepted == held.fence + 1
+    finally:
+        await engine.dispose()
+    assert writes(db) == [("a", held.fence)]
+
+
+# -- accept_fence: the rules --------------------------------------------------------------------------
+
+
+def test_accept_fence_keeps_the_highest_and_accepts_equal(db: dict[str, Any], key: str) -> None:
+    engine = sync_engine(db)
+    resource = "orders:" + key
+    with SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
+        with engine.begin() as conn:
+            assert leases.accept_fence(conn, resource, 5) == 5
+        with engine.begin() as conn:
+            assert leases.accept_fence(conn, resource, 5) == 5  # the same holder's next write
+        with engine.begin() as conn, pytest.raises(StaleFenceError) as stale:
+            leases.accept_fence(conn, resource, 4)
+        assert (stale.value.resource, stale.value.fence, stale.value.accepted) == (resource, 4, 5)
+        with engine.connect() as conn:
+            with conn.begin() as tx:
+                assert leases.accept_fence(conn, resource, 9) == 9
+                tx.rollback()  # in the caller's transaction: rolled back with it
+            with conn.begin():
+                assert leases.accept_fence(conn, resource, 6) == 6
+    engine.dispose()
+
+
+# -- a stalled holder, real processes ------------------------------------------------------------------------
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    import sqlalchemy as sa
+    from sql_lease import LeaseLostError, SyncSqlLeaseProvider
+
+    role, url, schema, sync_url, app, key = sys.argv[1:7]
+    schema = schema or None
+    engine = sa.create_engine(sync_url, **({"connect_args": {"timeout": 30}} if "sqlite" in sync_url else {}))
+    with SyncSqlLeaseProvider(url, schema=schema) as leases:
+        if role == "stalled":
+            held = leases.acquire_lease(key, "stalled", 300)
+            assert held.acquired
+            print(json.dumps({"event": "acquired", "fence": held.fence}), flush=True)
+            time.sleep(2.0)  # a GC pause, a frozen VM: past the TTL, while another owner takes over
+            outcome = "committed"
+            try:
+                with engine.begin() as conn:
+                    insert = sa.text(f"INSERT INTO {app} (writer, fence) VALUES ('stalled', :f)")
+                    conn.execute(insert, {"f": held.fence})
+                    leases.check_held(conn, key, "stalled", held.fence)
+            except LeaseLostError as exc:
+                outcome = "lost: " + str(exc)
+            print(json.dumps({"fence": held.fence, "outcome": outcome}))
+        else:
+            deadline = time.monotonic() + 10
+            while leases.get_lease(key) is None:  # until the stalled holder has it
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            held = leases.acquire_lease_wait(key, "taker", 10_000, timeout_s=10)
+            for _ in range(3):
+                with engine.begin() as conn:
+                    leases.check_held(conn, key, "taker", held.fence)
+                    conn.execute(sa.text(f"INSERT INTO {app} (writer, fence) VALUES ('taker', :f)"), {"f": held.fence})
+            leases.release_lease(key, "taker")
+            print(json.dumps({"fence": held.fence, "outcome": "committed"}))
+    engine.dispose()
+    """
+)
+
+
+def test_a_stalled_holder_cannot_commit_after_a_takeover(db: dict[str, Any], key: str, tmp_path: Path) -> None:
+    script = tmp_path / "fence_worker.py"
+    script.write_text(WORKER)
+    args = [db["url"], db["schema"] or "", db["sync_url"], db["app"], key]
+    stalled, taker = json_summaries(run_scripts(script, [["stalled", *args], ["taker", *args]], REPO, timeout_s=60))
+    assert stalled["outcome"].startswith("lost: "), stalled
+    assert taker["outcome"] == "committed" and taker["fence"] > stalled["fence"]
+    assert writes(db) == [("taker", taker["fence"])] * 3  # nothing the stalled holder wrote is visible
+
+
+# -- a takeover waits for an open guarded transaction -------------------------------------------------------
+
+
+async def test_a_takeover_waits_for_the_guarded_transaction(db: dict[str, Any], key: str) -> None:
+    engine = create_async_engine(db["async_url"])
+    try:
+        async with (
+            SqlLeaseProvider(db["url"], schema=db["schema"]) as holder,
+            SqlLeaseProvider(db["url"], schema=db["schema"]) as other,
+        ):
+            held = await holder.acquire_lease(key, "a", 400)
+            async with engine.connect() as conn:
+                await conn.begin()
+                await holder.check_held(conn, key, "a", held.fence)  # first: nothing written yet
+                await asyncio.sleep(0.6)  # the lease has expired by now, but the check still guards
+                takeover = asyncio.create_task(other.acquire_lease(key, "b", 60_000))
+                await asyncio.sleep(0.7)
+                assert not takeover.done(), "the takeover must wait for the guarded transaction"
+                await conn.exec_driver_sql(f"INSERT INTO {db['app']} (writer, fence) VALUES ('a', {held.fence})")
+                await conn.commit()
+            taken = await asyncio.wait_for(takeover, 5)
+            assert taken.acquired and taken.owner == "b" and taken.fence > held.fence
+            async with engine.begin() as conn:
+                with pytest.raises(LeaseLostError):
+                    await holder.check_held(conn, key, "a", held.fence)
+                await other.check_held(conn, key, "b", taken.fence)
+                await conn.exec_driver_sql(f"INSERT INTO {db['app']} (writer, fence) VALUES ('b', {taken.fence})")
+    finally:
+        await engine.dispose()
+    assert writes(db) == [("a", held.fence), ("b", taken.fence)]
+
+
+# -- the holder's own renewal --------------------------------------------------------------------------------
+
+
+async def test_the_holders_renewal_waits_for_its_guarded_transaction_without_deadlock(
+    db: dict[str, Any], key: str
+) -> None:
+    engine = create_async_engine(db["async_url"])
+    try:
+        async with (
+            SqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=5) as leases,
+            SqlLeaseProvider(db["url"], schema=db["schema"]) as observer,
+            leases.hold(key, ttl_ms=3_000, renew_every_ms=500) as lease,
+        ):
+            first = (await observer.get_lease(key)).expires_at  # type: ignore[union-attr]
+            async with engine.connect() as conn:
+                await conn.begin()
+                await leases.check_held(conn, key, lease.owner, lease.fence)
+                await conn.exec_driver_sql(f"INSERT INTO {db['app']} (writer, fence) VALUES ('a', {lease.fence})")
+                await asyncio.sleep(1.6)  # three renewals fall due meanwhile
+                during = (await observer.get_lease(key)).expires_at  # type: ignore[union-attr]
+                assert during == first, "a renewal must wait for the guarded transaction"
+                await conn.commit()
+            await asyncio.sleep(0.8)
+            after = await observer.get_lease(key)
+            assert after is not None and after.owner == lease.owner and after.fence == lease.fence
+            assert after.expires_at > first and not lease.lost.is_set()
+            async with engine.begin() as conn:
+                await leases.check_held(conn, key, lease.owner, lease.fence)
+    finally:
+        await engine.dispose()
+    assert writes(db) == [("a", lease.fence)]
+
+
+def test_sync_hold_renewal_waits_for_a_guarded_transaction(db: dict[str, Any], key: str) -> None:
+    engine = sync_engine(db)
+    with (
+        SyncSqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=5) as leases,
+        leases.hold(key, ttl_ms=3_000, renew_every_ms=500) as lease,
+    ):
+        first = leases.get_lease(key).expires_at  # type: ignore[union-attr]
+        with engine.begin() as conn:
+            leases.check_held(conn, key, lease.owner, lease.fence)
+            conn.exec_driver_sql(f"INSERT INTO {db['app']} (writer, fence) VALUES ('a', {lease.fence})")
+            time.sleep(1.6)
+        time.sleep(0.8)
+        lease.check()
+        assert leases.get_lease(key).expires_at > first  # type: ignore[union-attr]
+        with engine.begin() as conn:
+            leases.check_held(conn, key, lease.owner, lease.fence)
+    engine.dispose()
+    assert writes(db) == [("a", lease.fence)]
+
+
+# -- accept_fence under concurrency ------------------------------------------------------------------------
+
+
+def test_accept_fence_under_16_concurrent_writers(db: dict[str, Any], key: str) -> None:
+    resource = "orders:" + key
+    engine = sync_engine(db, pool_size=16, max_overflow=0)
+    counter = itertools.count(1)
+    counter_lock = threading.Lock()
+    refused: list[tuple[int, int | None]] = []
+    attempted: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(16)
+
+    def writer(n: int) -> None:
+        rng = random.Random(n)
+        try:
+            with SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
+                start.wait()
+                for _ in range(20):
+                    with counter_lock:
+                        fence = max(1, next(counter) - rng.randint(0, 6))  # interleaved, some stale
+                        attempted.append(fence)
+                    try:
+                        with engine.begin() as conn:
+                            leases.accept_fence(conn, resource, fence)
+                            conn.execute(
+                                sa.text(f"INSERT INTO {db['app']} (writer, fence) VALUES (:w, :f)"),
+                                {"w": f"w{n}", "f": fence},
+                            )
+                            if rng.random() < 0.3:
+                                time.sleep(0.001)  # hold the row a while: others queue behind it
+                    except StaleFenceError as exc:
+                        assert exc.fence == fence and exc.resource == resource
+                        refused.append((fence, exc.accepted))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    engine.dispose()
+    assert not errors, errors
+    log = [fence for _, fence in writes(db)]  # in commit order: every writer queued on the fence row
+    assert len(log) + len(refused) == len(attempted) == 16 * 20
+    assert log == sorted(log), "the recorded fence went down"
+    assert refused, "interleaved fences must produce stale writes"
+    assert all(accepted is not None and fence < accepted for fence, accepted in refused)
+    final = sa.create_engine(db["sync_url"])
+    with final.connect() as conn:
+        table = f'"{db["schema"]}".sql_leases_fences' if db["schema"] else "sql_leases_fences"
+        recorded = conn.execute(sa.text(f"SELECT fence FROM {table} WHERE resource = :r"), {"r": resource}).scalar()
+    final.dispose()
+    assert recorded == max(attempted) == log[-1]
+
+
+# -- the fence table elsewhere: migrate --fences-only -------------------------------------------------------
+
+
+def test_migrate_fences_only_creates_just_the_fence_table(tmp_path: Path) -> None:
+    from sql_lease.cli import cli
+
+    url = f"sqlite:///{tmp_path}/resource.db"
+    for _ in range(2):  # idempotent
+        done = CliRunner().invoke(cli, ["migrate", "--fences-only", "--url", url])
+        assert done.exit_code == 0, done.output
+        assert "fence table sql_leases_fences" in done.output
+    engine = sa.create_engine(url)
+    assert set(sa.inspect(engine).get_table_names()) == {"sql_leases_fences"}
+    with SyncSqlLeaseProvider(f"sqlite:///{tmp_path}/leases.db") as leases:  # leases elsewhere
+        with engine.begin() as conn:
+            assert leases.accept_fence(conn, "r", 3) == 3
+        with engine.begin() as conn, pytest.raises(StaleFenceError):
+            leases.accept_fence(conn, "r", 2)
+    engine.dispose()
+    sql = CliRunner().invoke(cli, ["migrate", "--fences-only", "--sql", "--url", "postgresql://u@h/d"])
+    assert sql.exit_code == 0 and "CREATE TABLE IF NOT EXISTS sql_leases_fences" in sql.output
+    assert "TIMESTAMP WITH TIME ZONE" in sql.output
+
+
+@pytest.mark.postgres
+def test_migrate_fences_only_on_postgres(pg_url: str, fresh_pg_schema: str) -> None:
+    from sql_lease.cli import cli
+
+    done = CliRunner().invoke(cli, ["migrate", "--fences-only", "--url", pg_url, "--schema", fresh_pg_schema])
+    assert done.exit_code == 0, done.output
+    engine = sa.create_engine(to_sync_url(pg_url))
+    assert sa.inspect(engine).get_table_names(schema=fresh_pg_schema) == ["sql_leases_fences"]
+    engine.dispose()
