@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -540,3 +540,23 @@ async def test_a_cancelled_acquire_never_releases_a_hold_that_started_meanwhile(
             await late
         assert await provider.get_lease_owner(key) == "me"
         assert not current.lost.is_set()
+
+
+def test_a_waiting_acquire_asks_again_until_its_refusal_flags_the_row() -> None:
+    """Regression (found with several waiting processes): after three empty answers a waiting
+    acquire read the holder without flagging the row; finding the key free (or a holder it had not
+    flagged), it slept its whole fallback timer, since no NOTIFY could come."""
+    from sql_lease.sql.operations import acquire
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import PostgresStatements
+
+    s = PostgresStatements(LeaseTableNames())
+    plan = acquire(s, "k", "waiter", 1000, waiting=True)
+    asked = [next(plan)]
+    for _ in range(6):  # the key changes hands under every attempt
+        asked.append(plan.send(None))
+    assert all(query.sql == s.acquire_waiting for query in asked)
+    refused = (False, "holder", 7, datetime.now(UTC), 500.0)
+    with pytest.raises(StopIteration) as done:
+        plan.send(refused)
+    assert done.value.value.owner == "holder" and not done.value.value.acquired

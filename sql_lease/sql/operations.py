@@ -96,16 +96,22 @@ def acquire(s: LeaseStatements, key: str, owner: str, ttl_ms: object, *, waiting
 
 
 def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], waiting: bool) -> Plan[AcquireResult]:
-    statement = s.acquire_waiting if waiting else s.acquire
     # No row: refused by a holder the statement's snapshot could not see, or the key was freed
-    # meanwhile. A waiting acquire asks again so that its refusal flags the row; a plain one
-    # reads the holder afresh (docs/statements.md).
+    # meanwhile. A waiting acquire asks again until it acquires or its refusal flags the row:
+    # any other answer (the holder read afresh, or "free" after the key changed hands under us)
+    # flags nothing, no NOTIFY ends the wait, and the waiter sleeps its whole fallback timer.
+    # Each empty answer means another transaction changed the key since the statement's
+    # snapshot, so this loop only spins while others make progress; the executor's operation
+    # timeout bounds it (docs/statements.md).
+    if waiting:
+        while True:
+            row = yield Query(s.acquire_waiting, params)
+            if row is not None:
+                return s.acquire_result(row)
     for _ in range(3):
-        row = yield Query(statement, params)
+        row = yield Query(s.acquire, params)
         if row is not None:
             return s.acquire_result(row)
-        if waiting:
-            continue
         holder = yield Query(s.holder, (key,))
         if holder is not None and holder[0] != owner:
             return s.refusal(holder)
