@@ -1,0 +1,255 @@
+"""`sql-lease list/show/break/acquire/renew/release/transfer/check` as scripts run them (issue 11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import CLI, run_cli
+
+
+@pytest.fixture(params=["sqlite-default", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_args(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+    """None (the embedded SQLite default in the working directory, migrated here) or a PostgreSQL
+    URL and the test session's schema."""
+    if request.param == "sqlite-default":
+        assert run_cli(["migrate"], tmp_path).returncode == 0
+        return []
+    url, schema = request.getfixturevalue("pg_schema")
+    return ["--url", url, "--schema", schema]
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"op-{uuid.uuid4().hex[:8]}"
+
+
+def test_scripted_lifecycle_exit_codes_and_fences(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:job"
+    first = run_cli(["acquire", key, "--owner", "a", "--ttl", "30s", *db_args], tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("fence=")
+    fence = int(first.stdout.strip().removeprefix("fence="))
+
+    refused = run_cli(["acquire", key, "--owner", "b", "--ttl", "30s", *db_args], tmp_path)
+    assert refused.returncode == 75 and "held by 'a'" in refused.stderr
+
+    again = run_cli(["acquire", key, "--owner", "a", "--json", *db_args], tmp_path)
+    assert again.returncode == 0
+    assert json.loads(again.stdout)["fence"] == fence  # the owner's retry keeps the fence
+
+    renewed = run_cli(["renew", key, "--owner", "a", "--ttl", "1m", "--json", *db_args], tmp_path)
+    body = json.loads(renewed.stdout)
+    assert renewed.returncode == 0 and body["renewed"] and body["fence"] == fence
+    assert 50_000 < body["remaining_ms"] <= 60_000
+    assert run_cli(["renew", key, "--owner", "b", *db_args], tmp_path).returncode == 75
+
+    moved = run_cli(["transfer", key, "--from", "a", "--to", "b", "--ttl", "30s", *db_args], tmp_path)
+    assert moved.returncode == 0, moved.stderr
+    assert int(moved.stdout.strip().removeprefix("fence=")) > fence
+    assert run_cli(["transfer", key, "--from", "a", "--to", "c", *db_args], tmp_path).returncode == 75
+
+    assert run_cli(["release", key, "--owner", "a", *db_args], tmp_path).returncode == 75
+    released = run_cli(["release", key, "--owner", "b", "--json", *db_args], tmp_path)
+    assert released.returncode == 0 and json.loads(released.stdout)["released"] is True
+    assert run_cli(["release", key, "--owner", "b", *db_args], tmp_path).returncode == 75
+
+
+def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    for suffix, owner in [("b", "bob"), ("a", "ann")]:
+        assert run_cli(["acquire", f"{ns}:{suffix}", "--owner", owner, *db_args], tmp_path).returncode == 0
+    assert run_cli(["acquire", f"{ns}:old", "--owner", "x", "--ttl", "1ms", *db_args], tmp_path).returncode == 0
+
+    listed = run_cli(["list", "--prefix", f"{ns}:", "--json", *db_args], tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["key"], r["owner"]) for r in rows] == [(f"{ns}:a", "ann"), (f"{ns}:b", "bob")]
+    assert set(rows[0]) == {"key", "owner", "fence", "expires_at", "remaining_ms", "expired"}
+    assert rows[0]["expired"] is False and rows[0]["remaining_ms"] > 0
+
+    with_expired = json.loads(run_cli(["list", "--prefix", ns, "--all", "--json", *db_args], tmp_path).stdout)
+    assert [r["key"] for r in with_expired] == [f"{ns}:a", f"{ns}:b", f"{ns}:old"]
+    assert with_expired[2]["expired"] is True
+
+    limited = run_cli(["list", "--prefix", ns, "--limit", "1", "--json", *db_args], tmp_path)
+    assert [r["key"] for r in json.loads(limited.stdout)] == [f"{ns}:a"]
+    assert "--limit" in limited.stderr
+
+    plain = run_cli(["list", "--prefix", ns, *db_args], tmp_path)  # piped: plain aligned text
+    lines = plain.stdout.splitlines()
+    assert lines[0].split() == ["KEY", "OWNER", "FENCE", "EXPIRES", "IN", "EXPIRES", "AT"]
+    assert lines[1].split()[:2] == [f"{ns}:a", "ann"] and lines[2].split()[:2] == [f"{ns}:b", "bob"]
+    assert lines[1].index("ann") == lines[0].index("OWNER")
+    assert "no leases" in run_cli(["list", "--prefix", f"{ns}:zz", *db_args], tmp_path).stdout
+
+
+def test_list_watch_prints_one_json_array_per_refresh(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    assert run_cli(["acquire", f"{ns}:w", "--owner", "o", *db_args], tmp_path).returncode == 0
+    with subprocess.Popen(
+        [*CLI, "list", "--prefix", ns, "--json", "--watch", "200ms", *db_args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            snapshots = [json.loads(proc.stdout.readline()) for _ in range(3)]
+        finally:
+            proc.kill()
+    assert all([r["key"] for r in snap] == [f"{ns}:w"] for snap in snapshots)
+
+
+def test_show(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:s"
+    free = run_cli(["show", key, "--json", *db_args], tmp_path)
+    assert free.returncode == 1 and json.loads(free.stdout) is None
+    assert run_cli(["show", key, *db_args], tmp_path).stdout.strip().endswith("free")
+    assert run_cli(["acquire", key, "--owner", "o", *db_args], tmp_path).returncode == 0
+    held = run_cli(["show", key, "--json", *db_args], tmp_path)
+    assert held.returncode == 0 and json.loads(held.stdout)["owner"] == "o"
+    text = run_cli(["show", key, *db_args], tmp_path)
+    assert text.returncode == 0 and "owner:      o" in text.stdout and "expires in:" in text.stdout
+
+
+def test_break(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:stuck"
+    fence = int(run_cli(["acquire", key, "--owner", "dead", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    refused = run_cli(["break", key, *db_args], tmp_path, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert run_cli(["show", key, *db_args], tmp_path).returncode == 0  # still held
+
+    broken = run_cli(["break", key, "--yes", "--json", *db_args], tmp_path, stdin=subprocess.DEVNULL)
+    assert broken.returncode == 0, broken.stderr
+    assert (json.loads(broken.stdout)["owner"], json.loads(broken.stdout)["fence"]) == ("dead", fence)
+    nothing = run_cli(["break", key, "--yes", *db_args], tmp_path)
+    assert nothing.returncode == 1 and "nothing to break" in nothing.stdout
+    after = run_cli(["acquire", key, "--owner", "next", *db_args], tmp_path)
+    assert int(after.stdout.strip().removeprefix("fence=")) > fence
+
+
+def _run_on_terminal(args: list[str], cwd: Path, answer: bytes) -> tuple[int, str]:
+    """Run the CLI with a pseudo-terminal as stdin/stdout, type ``answer``; (exit code, output)."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([*CLI, *args], cwd=cwd, stdin=terminal, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    output = b""
+    sent = False
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+        if not sent and b"[y/N]" in output:
+            os.write(controller, answer)
+            sent = True
+    os.close(controller)
+    return proc.wait(timeout=60), output.decode(errors="replace")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty behaviour checked on Linux")
+def test_break_asks_on_a_terminal(tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:ask"
+    assert run_cli(["migrate"], tmp_path).returncode == 0
+    assert run_cli(["acquire", key, "--owner", "dead"], tmp_path).returncode == 0
+    code, output = _run_on_terminal(["break", key], tmp_path, b"n\n")
+    assert code == 1 and "held by dead" in output and "not broken" in output
+    code, output = _run_on_terminal(["break", key], tmp_path, b"y\n")
+    assert code == 0 and "broke" in output
+    assert run_cli(["show", key], tmp_path).returncode == 1
+
+
+def test_control_characters_are_escaped(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key, owner = f"{ns}:\x1b[2Jkey", "evil\x1b]0;title\x07\r\nforged\u2028"
+    assert run_cli(["acquire", key, "--owner", owner, *db_args], tmp_path).returncode == 0
+    refused = run_cli(["acquire", key, "--owner", "other", *db_args], tmp_path)
+    for result in (
+        run_cli(["list", "--prefix", ns, *db_args], tmp_path),
+        run_cli(["show", key, *db_args], tmp_path),
+        refused,
+        run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path),
+        run_cli(["break", key, "--yes", *db_args], tmp_path),
+    ):
+        printed = result.stdout + result.stderr
+        assert "\x1b" not in printed and "\x07" not in printed and "\r" not in printed and "\u2028" not in printed
+        assert "forged" in printed
+    listed = run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path)
+    assert json.loads(listed.stdout) == []  # broken above
+    assert (
+        json.loads(run_cli(["acquire", key, "--owner", owner, "--json", *db_args], tmp_path).stdout)["owner"] == owner
+    )
+
+
+def test_bad_arguments_exit_2(tmp_path: Path) -> None:
+    assert run_cli(["acquire", "k", "--owner", "o", "--ttl", "0s"], tmp_path).returncode == 2
+    assert run_cli(["acquire", "", "--owner", "o"], tmp_path).returncode == 2
+    assert run_cli(["acquire", "k"], tmp_path).returncode == 2  # --owner is required
+    assert run_cli(["list", "--limit", "0"], tmp_path).returncode == 2
+    assert run_cli(["list", "--prefix", "x" * 600], tmp_path).returncode == 2
+    assert run_cli(["show", "k" * 600], tmp_path).returncode == 2
+
+
+def test_database_failure_and_missing_table_codes(tmp_path: Path) -> None:
+    down = run_cli(["acquire", "k", "--owner", "o", "--url", "postgresql://u:hunter2@127.0.0.1:1/db"], tmp_path)
+    assert down.returncode == 69 and "hunter2" not in down.stderr
+    missing = run_cli(["list", "--url", f"sqlite:///{tmp_path}/none.db"], tmp_path)
+    assert missing.returncode == 78 and "sql-lease migrate" in missing.stderr
+
+
+def test_check_on_sqlite(tmp_path: Path) -> None:
+    fresh = run_cli(["check", "--url", f"sqlite:///{tmp_path}/none.db"], tmp_path)
+    assert fresh.returncode == 78 and "sql-lease migrate" in fresh.stdout
+    assert run_cli(["migrate"], tmp_path).returncode == 0
+    good = run_cli(["check", "--json"], tmp_path)
+    assert good.returncode == 0, good.stdout
+    checks = {c["name"]: c for c in json.loads(good.stdout)}
+    assert checks["database"]["ok"] and checks["schema"]["ok"] and checks["privileges"]["ok"]
+    assert checks["clock"]["ok"] is None and "clock" in checks["clock"]["detail"]
+
+
+@pytest.mark.postgres
+def test_check_on_postgres(pg_schema: tuple[str, str], fresh_pg_schema: str, tmp_path: Path) -> None:
+    url, schema = pg_schema
+    good = run_cli(["check", "--url", url, "--schema", schema], tmp_path)
+    assert good.returncode == 0, good.stdout
+    assert "ok    privileges" in good.stdout and "at revision" in good.stdout and "clock" in good.stdout
+    missing = run_cli(["check", "--url", url, "--schema", fresh_pg_schema], tmp_path)
+    assert missing.returncode == 78
+    assert f"sql-lease migrate --url {url} --schema {fresh_pg_schema}" in missing.stdout
+
+
+@pytest.mark.postgres
+def test_check_names_missing_grants(pg_schema: tuple[str, str], tmp_path: Path) -> None:
+    url, schema = pg_schema
+    role = f"sql_lease_check_{uuid.uuid4().hex[:8]}"
+    admin = ["psql", url.replace("postgresql+asyncpg://", "postgresql://"), "-q", "-v", "ON_ERROR_STOP=1", "-c"]
+    subprocess.run(
+        [
+            *admin,
+            f'CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA "{schema}" TO {role}; '
+            f'GRANT SELECT, INSERT ON "{schema}".sql_leases TO {role};',
+        ],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        from sqlalchemy.engine import make_url
+
+        role_url = make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
+        result = run_cli(["check", "--url", role_url, "--schema", schema], tmp_path)
+        assert result.returncode == 78, result.stdout
+        assert (
+            "FAIL  privileges" in result.stdout and "UPDATE" in result.stdout and "USAGE on sequence" in result.stdout
+        )
+    finally:
+        subprocess.run([*admin, f"DROP OWNED BY {role}; DROP ROLE {role};"], check=False, capture_output=True)
