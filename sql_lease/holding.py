@@ -524,7 +524,13 @@ class HeldLease:
             await asyncio.wait({renewer})  # our own cancellation, if any, goes on from here
             if not renewer.cancelled() and renewer.exception() is not None:
                 # the renewer never raises on purpose; don't skip the release
-                log.error("renewing lease %r stopped with an unexpected error: %r", self.key, renewer.exception())
+                log.error(
+                    "renewing lease %r held by %r (fence %s) stopped with an unexpected error: %r",
+                    self.key,
+                    self.owner,
+                    self.fence,
+                    renewer.exception(),
+                )
 
     async def _release_shielded(self, limit_s: float | None) -> None:
         """Release, finishing the one statement even if cancelled meanwhile; give up after
@@ -540,10 +546,21 @@ class HeldLease:
             if not release.done():
                 release.cancel()
                 release.add_done_callback(_consume_result)
-                log.warning("releasing lease %r as %r: no answer in time; it expires by its TTL", self.key, self.owner)
+                log.warning(
+                    "releasing lease %r held by %r (fence %s): no answer in time; it expires by its TTL",
+                    self.key,
+                    self.owner,
+                    self.fence,
+                )
             elif not release.cancelled() and release.exception() is not None:
                 # the lease expires by itself; don't mask the body's outcome
-                log.warning("releasing lease %r as %r failed: %s", self.key, self.owner, release.exception())
+                log.warning(
+                    "releasing lease %r held by %r (fence %s) failed: %s",
+                    self.key,
+                    self.owner,
+                    self.fence,
+                    release.exception(),
+                )
 
     def _release_in_background(self) -> None:
         release = asyncio.ensure_future(self.provider.release_lease(self.key, self.owner))
@@ -612,7 +629,13 @@ class HeldLease:
                     exc = renewal.exception()
                     last_error = f"{type(exc).__name__}: {exc}"
                     if not isinstance(exc, LeaseError):
-                        log.error("renewing lease %r raised an unexpected error: %r", self.key, exc)
+                        log.error(
+                            "renewing lease %r held by %r (fence %s) raised an unexpected error: %r",
+                            self.key,
+                            self.owner,
+                            self.fence,
+                            exc,
+                        )
                 else:
                     renewed = renewal.result()
                 if renewed is None:
@@ -620,7 +643,13 @@ class HeldLease:
                         cause = f"last error: {last_error}" if not late else late.strip(" ()")
                         self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
                         return
-                    log.info("renewing lease %r failed, retrying: %s", self.key, last_error)
+                    log.warning(
+                        "renewing lease %r held by %r (fence %s) failed, retrying: %s",
+                        self.key,
+                        self.owner,
+                        self.fence,
+                        last_error,
+                    )
                     next_at = loop.time() + min(backoff, max(0.0, deadline - loop.time()))
                     backoff = min(backoff * 2, interval)
                     continue

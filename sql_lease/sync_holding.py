@@ -352,7 +352,7 @@ class SyncHeldLease:
         try:
             self.provider.release_lease(self.key, self.owner, **_timeout_kw(self.provider, limit_s))
         except Exception as exc:  # the lease expires by itself; don't mask the body's outcome
-            log.warning("releasing lease %r as %r failed: %s", self.key, self.owner, exc)
+            log.warning("releasing lease %r held by %r (fence %s) failed: %s", self.key, self.owner, self.fence, exc)
 
     def _release_in_background(self) -> None:
         threading.Thread(target=self._release, args=(None,), name=f"sql_lease release {self.key}", daemon=True).start()
@@ -399,7 +399,13 @@ class SyncHeldLease:
                 except Exception as exc:
                     last_error = f"{type(exc).__name__}: {exc}"
                     if not isinstance(exc, LeaseError):
-                        log.error("renewing lease %r raised an unexpected error: %r", self.key, exc)
+                        log.error(
+                            "renewing lease %r held by %r (fence %s) raised an unexpected error: %r",
+                            self.key,
+                            self.owner,
+                            self.fence,
+                            exc,
+                        )
                 if self._stop.is_set():
                     return  # the block ended meanwhile (its release may have raced this renewal)
                 if renewed is None:
@@ -407,7 +413,13 @@ class SyncHeldLease:
                         cause = f"last error: {last_error}" if not late else late.strip(" ()")
                         self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
                         return
-                    log.info("renewing lease %r failed, retrying: %s", self.key, last_error)
+                    log.warning(
+                        "renewing lease %r held by %r (fence %s) failed, retrying: %s",
+                        self.key,
+                        self.owner,
+                        self.fence,
+                        last_error,
+                    )
                     next_at = time.monotonic() + min(backoff, max(0.0, deadline - time.monotonic()))
                     backoff = min(backoff * 2, interval)
                     continue

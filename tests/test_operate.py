@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any
 
 import pytest
 
-from sql_lease import LeaseInfo, SqlLeaseProvider
+from sql_lease import InMemoryLeaseProvider, LeaseBackendError, LeaseInfo, SqlLeaseProvider, SyncInMemoryLeaseProvider
 from sql_lease.sql.operations import prefix_upper_bound
 from tests.support.counting import StatementCounter
 
@@ -208,3 +209,80 @@ def test_sync_bad_break_key_sends_no_sql(sync_provider: Any, bad: Any, expected:
     with pytest.raises(expected):
         sync_provider.break_lease(bad)
     assert counter.count == 0
+
+
+# -- logs: a lost lease, a renewal failure, a backend error: one WARNING line each, key/owner/fence --
+
+
+class _FlakyRenewals(InMemoryLeaseProvider):
+    """Renewals fail with a backend error ``failures`` times, then work."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
+        if self.failures:
+            self.failures -= 1
+            raise LeaseBackendError("renew 'k': no answer from postgresql://app:***@db/app within 10 s")
+        return await super().renew_lease_info(key, owner, ttl_ms)
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "sql_lease" and r.levelno == logging.WARNING]
+
+
+async def test_renewal_failure_and_loss_log_one_warning_each(key: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sql_lease")
+    leases = _FlakyRenewals(failures=1)
+    async with leases.hold(key, "worker-1", ttl_ms=3_000, renew_every_ms=100, on_lost="flag") as lease:
+        for _ in range(100):
+            if _warnings(caplog):
+                break
+            await asyncio.sleep(0.02)
+        (failure,) = _warnings(caplog)
+        assert key in failure and "worker-1" in failure and f"fence {lease.fence}" in failure
+        assert "LeaseBackendError" in failure and "***" in failure
+        await leases.break_lease(key)
+        await asyncio.wait_for(lease.lost.wait(), 5)
+    lost = _warnings(caplog)[1:]
+    assert len(lost) == 1 and key in lost[0] and "worker-1" in lost[0] and f"fence {lease.fence}" in lost[0]
+    assert "lost" in lost[0]
+
+
+def test_sync_renewal_failure_and_loss_log_warnings(key: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sql_lease")
+    leases = SyncInMemoryLeaseProvider()
+    real_renew = leases.renew_lease_info
+    failures = [1]
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if failures[0]:
+            failures[0] -= 1
+            raise LeaseBackendError("renew: no answer from postgresql://app:***@db/app")
+        return real_renew(*args, **kwargs)
+
+    leases.renew_lease_info = flaky  # type: ignore[method-assign]
+    with leases.hold(key, "worker-2", ttl_ms=3_000, renew_every_ms=100, on_lost="flag") as lease:
+        deadline = time.monotonic() + 2
+        while not _warnings(caplog) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        leases.break_lease(key)
+        assert lease.lost.wait(5)
+    failure, lost = _warnings(caplog)
+    for line in (failure, lost):
+        assert key in line and "worker-2" in line and f"fence {lease.fence}" in line
+    assert "retrying" in failure and "lost" in lost
+
+
+@pytest.mark.postgres
+async def test_sql_break_logs_the_broken_holder(
+    pg_schema: tuple[str, str], key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "sql_lease")
+    url, schema = pg_schema
+    async with SqlLeaseProvider(url, schema=schema) as leases:
+        fence = await _acquire(leases, key, "stuck")
+        await leases.break_lease(key)
+    (line,) = _warnings(caplog)
+    assert key in line and "stuck" in line and f"fence {fence}" in line and "broken" in line
