@@ -11,7 +11,9 @@ connection, in autocommit, within a deadline.
 
 Executors raise the driver's exceptions (the provider translates them) and ``StalledError`` when
 the deadline passed: a watchdog thread then aborted the statement (a PostgreSQL socket is shut
-down and a cancel request sent; SQLite is interrupted) and the connection is discarded.
+down and a cancel request sent; a given engine's SQLite connection is interrupted) and the
+connection is discarded. On a SQLite file, the wait for another writer's lock (the busy timeout)
+is cut to what is left of the deadline instead.
 """
 
 from __future__ import annotations
@@ -67,13 +69,12 @@ def _missing_driver(exc: ImportError) -> ImportError:
 
 
 class _Ticket:
-    __slots__ = ("abort", "aborted", "deadline", "fired")
+    __slots__ = ("abort", "aborted", "deadline")
 
     def __init__(self, deadline: float, abort: Callable[[], None]) -> None:
         self.deadline = deadline
         self.abort = abort
-        self.fired = False
-        self.aborted = threading.Event()
+        self.aborted: threading.Event | None = None  # made (under the watchdog's lock) when it fires
 
 
 class Watchdog:
@@ -82,7 +83,8 @@ class Watchdog:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # watch()/done() take it directly: cheaper than the Condition
+        self._cond = threading.Condition(self._lock)
         self._active: set[_Ticket] = set()
         self._wake_at = float("inf")
         self._thread: threading.Thread | None = None
@@ -92,7 +94,7 @@ class Watchdog:
         """Call ``abort()`` (from the watchdog's thread) if :meth:`done` is not called by ``deadline``
         (``time.monotonic()``)."""
         ticket = _Ticket(deadline, abort)
-        with self._cond:
+        with self._lock:
             self._active.add(ticket)
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
@@ -104,10 +106,11 @@ class Watchdog:
     def done(self, ticket: _Ticket) -> bool:
         """The operation ended; True if it had been aborted (the caller must then discard its
         connection). Returns only once a started abort has finished."""
-        with self._cond:
+        with self._lock:
             self._active.discard(ticket)
-        if ticket.fired:
-            ticket.aborted.wait()
+            aborted = ticket.aborted
+        if aborted is not None:
+            aborted.wait()
             return True
         return False
 
@@ -123,7 +126,7 @@ class Watchdog:
                     continue
                 for ticket in expired:
                     self._active.discard(ticket)
-                    ticket.fired = True
+                    ticket.aborted = threading.Event()
                 self._cond.release()
                 try:
                     for ticket in expired:
@@ -132,7 +135,7 @@ class Watchdog:
                         except Exception:
                             pass  # the connection is discarded anyway
                         finally:
-                            ticket.aborted.set()
+                            ticket.aborted.set()  # type: ignore[union-attr]
                 finally:
                     self._cond.acquire()
 
@@ -213,13 +216,24 @@ class ConnectError(Exception):
 
 
 def _utc_loader() -> type:
-    from psycopg.types.datetime import TimestamptzLoader
+    """A loader of ``timestamptz`` as aware UTC datetimes, whatever the session's TimeZone: the
+    driver's own (C) loader does the parsing, then the value is moved to UTC."""
+    import psycopg
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
 
-    class UtcTimestamptzLoader(TimestamptzLoader):
-        """``timestamptz`` as aware UTC datetimes, whatever the session's TimeZone."""
+    oid = psycopg.adapters.types["timestamptz"].oid
+    found = psycopg.adapters.get_loader(oid, Format.TEXT)
+    assert found is not None
+    parser: Any = found
+
+    class UtcTimestamptzLoader(Loader):
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._parse = parser(oid, context).load
 
         def load(self, data: Any) -> datetime:
-            return super().load(data).astimezone(UTC)
+            return self._parse(data).astimezone(UTC)  # type: ignore[no-any-return]
 
     return UtcTimestamptzLoader
 
@@ -325,6 +339,8 @@ class PsycopgPoolExecutor(SyncExecutor):
         loader = self._loader
 
         class Connection(psycopg.Connection[Any]):
+            sql_lease_fetch: _PgFetch | None = None  # the cursor the provider keeps on it
+
             @classmethod
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:  # type: ignore[override]
                 try:
@@ -386,7 +402,10 @@ class PsycopgPoolExecutor(SyncExecutor):
         conn = self._checkout(deadline)
         healthy = False
         try:
-            fetch = _PgFetch(conn.cursor())
+            # One cursor per connection, kept: a new cursor would look up its row loaders afresh.
+            fetch = conn.sql_lease_fetch
+            if fetch is None:
+                fetch = conn.sql_lease_fetch = _PgFetch(conn.cursor())
             result, spoiled = _guarded(
                 self._watchdog,
                 deadline,
@@ -429,42 +448,54 @@ class _SlotPool:
     """At most ``size`` connections, made by ``connect`` on demand; idle ones reused last-in first-out."""
 
     def __init__(self, size: int, connect: Callable[[], Any]) -> None:
-        self._slots = threading.BoundedSemaphore(size)
+        self._size = size
+        self._made = 0
         self._idle: list[Any] = []
         self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)
         self._connect = connect
         self._closed = False
 
     def take(self, deadline: float) -> Any:
-        if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise StalledError("no pooled connection was free in time")
         with self._lock:
-            if self._closed:
-                self._slots.release()
-                raise RuntimeError("the provider is closed")
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            try:
-                conn = self._connect()
-            except BaseException:
-                self._slots.release()
-                raise
-        return conn
+            while True:
+                if self._closed:
+                    raise RuntimeError("the provider is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._made < self._size:
+                    self._made += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StalledError("no pooled connection was free in time")
+                self._freed.wait(left)
+        try:
+            return self._connect()
+        except BaseException:
+            with self._lock:
+                self._made -= 1
+                self._freed.notify()
+            raise
 
     def give_back(self, conn: Any, healthy: bool) -> None:
         with self._lock:
             keep = healthy and not self._closed
             if keep:
                 self._idle.append(conn)
+            else:
+                self._made -= 1
+            self._freed.notify()
         if not keep:
             with contextlib.suppress(Exception):
                 conn.close()
-        self._slots.release()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            self._made -= len(idle)
+            self._freed.notify_all()
         for conn in idle:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -550,18 +581,20 @@ class SqliteFileExecutor(SyncExecutor):
         try:
             # SQLite's busy handler does not heed sqlite3_interrupt(): bound its wait by what is
             # left of the operation's time (a PRAGMA, no I/O; only when the bound changes).
-            busy_ms = max(0, min(self._busy_timeout_ms, int((deadline - time.monotonic()) * 1000)))
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            busy_ms = self._busy_timeout_ms if self._busy_timeout_ms <= left_ms + 100 else left_ms
             if self._busy.get(id(conn)) != busy_ms:
                 conn.execute(f"PRAGMA busy_timeout = {busy_ms}").fetchall()
                 self._busy[id(conn)] = busy_ms
             fetch_one, fetch_all = self._fetchers[id(conn)]
-            result, spoiled = _guarded(
-                self._watchdog, deadline, conn.interrupt, lambda: self._run_plan(plan, fetch_one, fetch_all)
-            )
-            healthy = not spoiled
+            # No watchdog here: the only wait of a lease statement on SQLite is for another
+            # writer's lock, bounded above; sqlite3_interrupt() would stop neither it nor a
+            # blocked fsync, and the hot path is cheaper without it.
+            result = self._run_plan(plan, fetch_one, fetch_all)
+            healthy = True
             return result
         except BaseException as exc:
-            healthy = not isinstance(exc, StalledError) and connection_survives(exc)
+            healthy = connection_survives(exc)
             raise
         finally:
             if not healthy:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["SyncSqlLeaseProvider"]
 
 T = TypeVar("T")
+log = logging.getLogger("sql_lease")
 _MAX_SQLITE_BUSY_TIMEOUT_MS = 2**31 - 1
 _ENGINE_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
 
@@ -187,7 +190,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         self._listener: SyncNotifyListener | None = None
         self._listener_lock = threading.Lock()
         self._in_flight = 0
-        self._idle = threading.Condition(threading.Lock())
+        self._counting = threading.Lock()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -227,8 +230,9 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         if self._closed:
             return
         self._closed = True
-        with self._idle:
-            self._idle.wait_for(lambda: self._in_flight == 0, timeout=self.operation_timeout_s + 1)
+        deadline = time.monotonic() + self.operation_timeout_s + 1
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.005)
         with self._listener_lock:
             listener, self._listener = self._listener, None
         if listener is not None:
@@ -266,7 +270,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         if self._closed:
             plan.close()
             raise ProviderClosedError(f"{what}: the provider for {self.safe_url} is closed")
-        with self._idle:
+        with self._counting:
             self._in_flight += 1
         try:
             return self._executor.run(plan, limit)
@@ -279,10 +283,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                 raise ProviderClosedError(f"{what}: the provider for {self.safe_url} was closed") from exc
             raise translate(exc, what, self.safe_url, self._schema_missing) from exc
         finally:
-            with self._idle:
+            with self._counting:
                 self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._idle.notify_all()
 
     # -- the lease operations -----------------------------------------------------------------
 
@@ -334,6 +336,49 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago, in
         one short statement; how many it removed (call again while that equals ``batch_size``)."""
         return self._run("sweep", None, operations.sweep(self.statements, batch_size, grace_ms), timeout_s)
+
+    def list_leases(
+        self,
+        prefix: str | None = None,
+        include_expired: bool = False,
+        limit: int = 1000,
+        *,
+        timeout_s: float | None = None,
+    ) -> list[LeaseInfo]:
+        """Leases ordered by key, at most ``limit`` (1 to 100,000), whose key starts with ``prefix``
+        (all when None); unexpired ones only unless ``include_expired`` (``remaining_ms <= 0``)."""
+        plan = operations.list_leases(self.statements, prefix, include_expired, limit)
+        return self._run("list", None, plan, timeout_s)
+
+    def break_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
+        """Delete the lease on ``key`` whoever holds it (for operators); the lease it broke, or None
+        if there was no unexpired one. The next acquire gets a larger fence; the holder's next
+        renewal is refused."""
+        broken = self._run("break", key, operations.break_lease(self.statements, key), timeout_s)
+        if broken is not None:
+            log.warning("lease %r held by %r (fence %s) broken by an operator", key, broken.owner, broken.fence)
+        return broken
+
+    # -- fenced writes: in the caller's transaction, on the caller's connection -------------------
+
+    def check_held(self, conn: Any, key: str, owner: str, fence: int) -> None:
+        """Raise ``LeaseLostError`` unless ``owner`` holds ``key`` with exactly ``fence``, unexpired by
+        the database's clock; run it inside your transaction (``conn``: your SQLAlchemy
+        ``Connection`` or ``Session`` on the lease table's database), before you commit.
+
+        PostgreSQL locks the lease row (``FOR SHARE``) until your transaction ends; SQLite takes the
+        write lock. Renewals, transfers and takeovers of that key wait for your transaction. See
+        :meth:`SqlLeaseProvider.check_held`."""
+        from .fencing import check_held_sync
+
+        check_held_sync(conn, self.names, key, owner, fence)
+
+    def accept_fence(self, conn: Any, resource: str, fence: int) -> int:
+        """Record ``fence`` for ``resource`` in your transaction and return it; ``StaleFenceError``
+        if a larger fence was accepted already. See :meth:`SqlLeaseProvider.accept_fence`."""
+        from .fencing import accept_fence_sync
+
+        return accept_fence_sync(conn, self.names, resource, fence)
 
     # -- waiting --------------------------------------------------------------------------------
 
