@@ -129,10 +129,18 @@ def cli() -> None:
     "[default: sql_lease_alembic_version for the default table, else TABLE_alembic_version].",
 )
 @click.option("--sql", "offline", is_flag=True, help="Print the SQL for a DBA instead of running it.")
-def migrate(url: str, table_name: str, schema: str | None, version_table: str | None, offline: bool) -> None:
+@click.option(
+    "--fences-only",
+    is_flag=True,
+    help="Create only the fence table TABLE_fences (for accept_fence on a resource in another "
+    "database): CREATE TABLE IF NOT EXISTS, no Alembic version table.",
+)
+def migrate(
+    url: str, table_name: str, schema: str | None, version_table: str | None, offline: bool, fences_only: bool
+) -> None:
     """Create or upgrade the lease table (idempotent; safe to run concurrently). A sqlite:// file
     is created if missing (its directory must exist)."""
-    from .sql.migrate import offline_sql
+    from .sql.migrate import create_fence_table, fence_table_sql, offline_sql
     from .sql.schema import LeaseTableNames
     from .sql.urls import safe_url, to_async_url
 
@@ -141,6 +149,16 @@ def migrate(url: str, table_name: str, schema: str | None, version_table: str | 
         shown_url = safe_url(to_async_url(url))
     except (TypeError, ValueError) as exc:
         _fail(EX_CONFIG, str(exc))
+    if fences_only:
+        if offline:
+            click.echo(fence_table_sql(url, names), nl=False)
+            return
+
+        async def fences() -> str:
+            return await create_fence_table(url, names)
+
+        click.echo(f"sql_lease fence table {_run(fences)} on {shown_url}")
+        return
     if offline:
         click.echo(offline_sql(url, names), nl=False)
         return
@@ -818,6 +836,553 @@ def _is_stopped(pid: int) -> bool:
 
 def _exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
+
+
+# -- operating leases: list, show, break, acquire/renew/release/transfer, check (issue 11) ----------
+#
+# Exit codes for scripts: 0 success; 1 nothing there (show: free; break: nothing to break); 2 bad
+# arguments; 75 held by another / not ours (as exec's EX_TEMPFAIL); 69 database failure; 78
+# configuration (missing table, refused role or privilege). Text from the database goes through
+# _printable(); JSON is printed with json.dumps' ASCII escapes.
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+owner_required = click.option("--owner", required=True, help="Owner id of the lease.")
+ttl_option = click.option(
+    "--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL (500ms, 30s, 5m, 1h)."
+)
+
+
+def _valid(check: Callable[[], object]) -> None:
+    """Run a validator; its ``TypeError``/``ValueError`` is a usage error (exit 2)."""
+    try:
+        check()
+    except (TypeError, ValueError) as exc:
+        _fail(2, str(exc))
+
+
+def _ttl_ms(ttl: float) -> float:
+    try:
+        return validate_ttl_ms(ttl * 1000)
+    except ValueError:
+        _fail(2, f"--ttl must be between 1ms and 365 days (8760h), got {ttl:g} s")
+
+
+def _expires_in(remaining_ms: float | None) -> str:
+    """``29.5s``, ``4m05s``, ``2h03m``, ``3d04h``; ``expired 3.0s ago`` for a lease past its expiry."""
+    if remaining_ms is None:
+        return "?"
+    seconds = remaining_ms / 1000
+    if seconds <= 0:
+        return f"expired {_span(-seconds)} ago"
+    return _span(seconds)
+
+
+def _span(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86_400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86_400}d{whole % 86_400 // 3600:02d}h"
+
+
+def _lease_json(lease: Any) -> dict[str, Any]:
+    return {
+        "key": lease.key,
+        "owner": lease.owner,
+        "fence": lease.fence,
+        "expires_at": lease.expires_at.isoformat(),
+        "remaining_ms": round(lease.remaining_ms, 3) if lease.remaining_ms is not None else None,
+        "expired": lease.remaining_ms is not None and lease.remaining_ms <= 0,
+    }
+
+
+def _print_json(value: object) -> None:
+    import json
+
+    click.echo(json.dumps(value, ensure_ascii=True))
+
+
+_LIST_COLUMNS = ("KEY", "OWNER", "FENCE", "EXPIRES IN", "EXPIRES AT")
+
+
+def _lease_cells(lease: Any) -> tuple[str, ...]:
+    expires_at = lease.expires_at.isoformat(timespec="seconds")
+    return _printable(lease.key), _printable(lease.owner), str(lease.fence), _expires_in(lease.remaining_ms), expires_at
+
+
+def _rich_console() -> Any:
+    """rich's console when rich is installed (the ``cli`` extra) and stdout is a terminal, else None."""
+    if not sys.stdout.isatty():
+        return None
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    return Console(highlight=False)
+
+
+def _render_leases(leases: list[Any], console: Any) -> None:
+    """A table of ``leases``: rich on a terminal, else plain text aligned in columns."""
+    rows = [_lease_cells(lease) for lease in leases]
+    if console is not None:
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(*_LIST_COLUMNS, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in row))  # Text: no markup is interpreted
+        console.print(table)
+        return
+    widths = [max([len(title)] + [len(row[i]) for row in rows]) for i, title in enumerate(_LIST_COLUMNS)]
+    for row in [_LIST_COLUMNS, *rows]:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+_LIST_HELP = """List leases by key: key, owner, fence, time left (by the database's clock), expiry.
+
+    A table on a terminal (rich, with `pip install 'sql-lease[cli]'`), plain aligned columns
+    when piped. --json prints one JSON array of objects (key, owner, fence, expires_at,
+    remaining_ms, expired) on one line; with --watch, one such line per refresh. How long a
+    lease has been held is not recorded, so it is not shown.
+    """
+
+
+@cli.command(name="list", help=_LIST_HELP)
+@url_option
+@table_option
+@schema_option
+@click.option("--prefix", default=None, help="Only keys starting with this text (taken literally: no wildcards).")
+@click.option("--all", "include_expired", is_flag=True, help="Include expired leases not yet swept.")
+@json_option
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 100_000), help="At most this many.")
+@click.option("--watch", default=None, type=DURATION, help="Refresh every this long (Ctrl-C ends it).")
+def list_(
+    url: str,
+    table_name: str,
+    schema: str | None,
+    prefix: str | None,
+    include_expired: bool,
+    as_json: bool,
+    limit: int,
+    watch: float | None,
+) -> None:
+    from .contract import validate_list
+
+    _valid(lambda: validate_list(prefix, include_expired, limit))
+    provider = _provider(url, table_name, schema)
+    console = None if as_json else _rich_console()
+
+    def show(leases: list[Any]) -> None:
+        if len(leases) == limit:
+            click.echo(f"sql-lease: showing the first {limit}; see more with --limit", err=True)
+        if as_json:
+            _print_json([_lease_json(lease) for lease in leases])
+            return
+        if watch is not None:
+            if console is not None:
+                console.clear()
+            elif sys.stdout.isatty():
+                click.echo("\x1b[H\x1b[2J", nl=False)
+            else:
+                click.echo("")
+        if leases:
+            _render_leases(leases, console)
+        else:
+            click.echo("no leases" + (f" starting with {_printable(prefix)!r}" if prefix else ""))
+
+    async def main() -> None:
+        async with provider:
+            while True:
+                show(await provider.list_leases(prefix, include_expired, limit))
+                if watch is None:
+                    return
+                sys.stdout.flush()
+                await asyncio.sleep(watch)
+
+    _run(main)
+
+
+def _describe(lease: Any) -> str:
+    return (
+        f"{_printable(lease.key)}: held by {_printable(lease.owner)} (fence {lease.fence}), "
+        f"expires in {_expires_in(lease.remaining_ms)} at {lease.expires_at.isoformat()}"
+    )
+
+
+@cli.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@json_option
+def show(key: str, url: str, table_name: str, schema: str | None, as_json: bool) -> None:
+    """Show the lease on KEY: owner, fence, expiry (exit 0), or that KEY is free (exit 1)."""
+    _valid(lambda: validate_key(key))
+    provider = _provider(url, table_name, schema)
+
+    async def main() -> Any:
+        async with provider:
+            return await provider.get_lease(key)
+
+    lease = _run(main)
+    if as_json:
+        _print_json(None if lease is None else _lease_json(lease))
+    elif lease is None:
+        click.echo(f"{_printable(key)}: free")
+    else:
+        for label, value in zip(
+            ("key", "owner", "fence", "expires in", "expires at"), _lease_cells(lease), strict=True
+        ):
+            click.echo(f"{label + ':':<12}{value}")
+    sys.exit(0 if lease is not None else 1)
+
+
+@cli.command(name="break")
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (required when stdin is not a terminal).")
+@json_option
+def break_(key: str, url: str, table_name: str, schema: str | None, yes: bool, as_json: bool) -> None:
+    """Delete the lease on KEY whoever holds it (exit 0), or exit 1 if nothing is held.
+
+    For a lease left behind by a holder that died (kill -9). The next acquire gets a new, larger
+    fence; the holder, if it still runs, has its next renewal refused. Asks first on a terminal;
+    without a terminal it refuses unless --yes is given.
+    """
+    _valid(lambda: validate_key(key))
+    if not yes and not sys.stdin.isatty():
+        _fail(2, f"refusing to break lease {_printable(repr(key))} without --yes: stdin is not a terminal")
+    provider = _provider(url, table_name, schema)
+
+    async def main() -> tuple[Any, bool]:
+        async with provider:
+            if not yes:
+                current = await provider.get_lease(key)
+                if current is None:
+                    return None, True
+                click.echo(_describe(current))
+                if not click.confirm("Break it? Its holder loses it at its next renewal", default=False):
+                    return None, False
+            return await provider.break_lease(key), True
+
+    broken, confirmed = _run(main)
+    if as_json:
+        _print_json(None if broken is None else _lease_json(broken))
+    elif broken is not None:
+        left = _expires_in(broken.remaining_ms)
+        click.echo(
+            f"broke {_printable(broken.key)}: it was held by {_printable(broken.owner)} "
+            f"(fence {broken.fence}, {left} left)"
+        )
+    elif confirmed:
+        click.echo(f"{_printable(key)}: free, nothing to break")
+    else:
+        click.echo("not broken")
+    sys.exit(0 if broken is not None else 1)
+
+
+def _not_ours(key: str, owner: str) -> NoReturn:
+    _fail(
+        EX_TEMPFAIL,
+        f"lease {_printable(repr(key))} is not held by {_printable(repr(owner))} "
+        "(expired, released, or held by another)",
+    )
+
+
+def _print_fence(lease: Any, as_json: bool, **extra: Any) -> None:
+    if as_json:
+        _print_json({**extra, **_lease_json(lease)})
+    else:
+        click.echo(f"fence={lease.fence}")
+
+
+@cli.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@owner_required
+@ttl_option
+@json_option
+def acquire(key: str, url: str, table_name: str, schema: str | None, owner: str, ttl: float, as_json: bool) -> None:
+    """Acquire KEY for --owner; print its fence (exit 0), or exit 75 naming the holder.
+
+    Re-acquiring a lease the same owner holds extends it and keeps the fence. A sqlite:// database
+    gets its schema on first use, as with exec.
+    """
+    from .contract import LeaseInfo
+
+    _valid(lambda: (validate_key(key), validate_owner(owner)))
+    ttl_ms = _ttl_ms(ttl)
+    provider = _provider(url, table_name, schema)
+
+    async def main() -> Any:
+        async with provider:
+            if _is_embedded_sqlite(url):
+                await provider.migrate()
+            return await provider.acquire_lease(key, owner, ttl_ms)
+
+    result = _run(main)
+    if result.acquired:
+        _print_fence(
+            LeaseInfo(key, owner, result.fence, result.expires_at, result.remaining_ms), as_json, acquired=True
+        )
+        return
+    refusal = LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at)
+    if as_json:
+        _print_json({"acquired": False, "key": key, "holder": result.owner, "fence": result.fence})
+    _fail(EX_TEMPFAIL, _printable(refusal))
+
+
+@cli.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@owner_required
+@ttl_option
+@json_option
+def renew(key: str, url: str, table_name: str, schema: str | None, owner: str, ttl: float, as_json: bool) -> None:
+    """Extend --owner's lease on KEY to now + --ttl; print its fence (exit 0), or exit 75 if it is
+    not that owner's (expired, released, or held by another)."""
+    _valid(lambda: (validate_key(key), validate_owner(owner)))
+    ttl_ms = _ttl_ms(ttl)
+    provider = _provider(url, table_name, schema)
+
+    async def main() -> Any:
+        async with provider:
+            return await provider.renew_lease_info(key, owner, ttl_ms)
+
+    lease = _run(main)
+    if lease is None:
+        _not_ours(key, owner)
+    _print_fence(lease, as_json, renewed=True)
+
+
+@cli.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@owner_required
+@json_option
+def release(key: str, url: str, table_name: str, schema: str | None, owner: str, as_json: bool) -> None:
+    """Release --owner's lease on KEY (exit 0), or exit 75 if it is not that owner's."""
+    _valid(lambda: (validate_key(key), validate_owner(owner)))
+    provider = _provider(url, table_name, schema)
+
+    async def main() -> bool:
+        async with provider:
+            return bool(await provider.release_lease(key, owner))
+
+    if not _run(main):
+        _not_ours(key, owner)
+    if as_json:
+        _print_json({"released": True, "key": key, "owner": owner})
+    else:
+        click.echo("released")
+
+
+@cli.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@click.option("--from", "from_owner", required=True, help="The current owner.")
+@click.option("--to", "to_owner", required=True, help="The next owner.")
+@ttl_option
+@json_option
+def transfer(
+    key: str, url: str, table_name: str, schema: str | None, from_owner: str, to_owner: str, ttl: float, as_json: bool
+) -> None:
+    """Hand KEY from --from to --to atomically (the key is never free in between); print the new
+    fence (exit 0), or exit 75 if --from does not hold it."""
+    _valid(lambda: (validate_key(key), validate_owner(from_owner, "--from"), validate_owner(to_owner, "--to")))
+    ttl_ms = _ttl_ms(ttl)
+    provider = _provider(url, table_name, schema)
+
+    async def main() -> tuple[bool, Any]:
+        async with provider:
+            if not await provider.transfer_lease(key, from_owner, to_owner, ttl_ms):
+                return False, None
+            return True, await provider.get_lease(key)
+
+    moved, lease = _run(main)
+    if not moved:
+        _not_ours(key, from_owner)
+    if lease is None or lease.owner != to_owner:  # released or lost in the instant since
+        _fail(
+            EX_TEMPFAIL,
+            f"lease {_printable(repr(key))} was transferred but is no longer held by {_printable(repr(to_owner))}",
+        )
+    _print_fence(lease, as_json, transferred=True)
+
+
+@dataclasses.dataclass
+class _Check:
+    name: str
+    ok: bool | None  # None: informational
+    detail: str
+
+
+async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], int]:
+    """Each check of ``sql-lease check`` and the exit code (0, 69 or 78)."""
+    import time
+
+    import sqlalchemy as sa
+
+    from .sql.migrate import HEAD_REVISION, _read_state
+    from .sql.statements import _qualified
+    from .sql.translate import translate
+    from .sql.urls import safe_url
+
+    checks: list[_Check] = []
+    postgres = provider.dialect_name == "postgresql"
+    try:
+        async with provider.engine.connect() as conn:
+            clock_sql = (
+                "SELECT extract(epoch FROM clock_timestamp())::float8, current_setting('server_version')"
+                if postgres
+                else "SELECT (julianday('now') - 2440587.5) * 86400.0, sqlite_version()"
+            )
+            before = time.time()
+            row = (await conn.exec_driver_sql(clock_sql)).one()
+            after = time.time()
+            product = "PostgreSQL" if postgres else "SQLite"
+            checks.append(_Check("database", True, f"{product} {row[1]} answers in {(after - before) * 1000:.1f} ms"))
+            offset = float(row[0]) - (before + after) / 2
+            side = "ahead of" if offset >= 0 else "behind"
+            checks.append(
+                _Check(
+                    "clock",
+                    None,
+                    f"the database's clock is {abs(offset):.3f} s {side} this machine's "
+                    f"(±{(after - before) / 2:.3f} s; informational: expiry uses the database's clock only)",
+                )
+            )
+            hint = f"run `sql-lease migrate --url {safe_url(url)}{provider._names_options()}`"
+            unreadable = await _version_table_readable(conn, names, _qualified, sa) if postgres else None
+            if unreadable is not None:
+                table_exists, versions = unreadable[0], None
+                checks.append(_Check("schema", None, unreadable[1]))
+            else:
+                table_exists, versions = await conn.run_sync(_read_state, names)
+            if unreadable is not None:
+                pass
+            elif table_exists and versions == (HEAD_REVISION,):
+                checks.append(_Check("schema", True, f"{names.table} at revision {HEAD_REVISION} (head)"))
+            elif not table_exists:
+                checks.append(_Check("schema", False, f"lease table {names.table} not found: {hint}"))
+            else:
+                at = ", ".join(versions or ()) or "unknown"
+                checks.append(
+                    _Check("schema", False, f"{names.table} at revision {at}, head is {HEAD_REVISION}: {hint}")
+                )
+            if postgres and table_exists:
+                checks.append(await _grants(conn, names, _qualified, sa))
+            elif not postgres:
+                checks.append(_sqlite_access(provider))
+    except LeaseError as exc:
+        checks.append(_Check("database", False, str(exc)))
+        return checks, EX_CONFIG if isinstance(exc, (SchemaMissingError, LeaseConfigError)) else EX_UNAVAILABLE
+    except Exception as exc:
+        error = translate(exc, "check", provider.safe_url, provider._schema_missing)
+        checks.append(_Check("database", False, str(error)))
+        return checks, EX_CONFIG if isinstance(error, (SchemaMissingError, LeaseConfigError)) else EX_UNAVAILABLE
+    return checks, 0 if all(check.ok is not False for check in checks) else EX_CONFIG
+
+
+async def _version_table_readable(conn: Any, names: Any, qualified: Any, sa: Any) -> tuple[bool, str] | None:
+    """None if this role may read the lease table's Alembic version table (or it is missing), else
+    (does the lease table exist, why its revision cannot be checked): a least-privilege role has no
+    SELECT on the version table."""
+    from sqlalchemy.dialects import postgresql
+
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    version_table = qualified(dialect, names, names.version_table)
+    row = (
+        await conn.execute(
+            sa.text("SELECT to_regclass(:v) IS NULL OR has_table_privilege(:v, 'SELECT'), to_regclass(:t) IS NOT NULL"),
+            {"v": version_table, "t": qualified(dialect, names, names.table)},
+        )
+    ).one()
+    if row[0]:
+        return None
+    where = "exists" if row[1] else "not found"
+    return bool(row[1]), (
+        f"lease table {names.table} {where}; its revision is unknown to this role (no SELECT on "
+        f"{version_table}): run `sql-lease check` as the role that migrates to see it"
+    )
+
+
+async def _grants(conn: Any, names: Any, qualified: Any, sa: Any) -> _Check:
+    from sqlalchemy.dialects import postgresql
+
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    table = qualified(dialect, names, names.table)
+    sequence = qualified(dialect, names, names.fence_sequence)
+    wanted = ("SELECT", "INSERT", "UPDATE", "DELETE")
+    columns = ", ".join(f"has_table_privilege(:t, '{p}')" for p in wanted)
+    row = (
+        await conn.execute(
+            sa.text(f"SELECT {columns}, has_sequence_privilege(:s, 'USAGE'), current_user"), {"t": table, "s": sequence}
+        )
+    ).one()
+    missing = [f"{p} on {table}" for p, has in zip(wanted, row[:4], strict=True) if not has]
+    if not row[4]:
+        missing.append(f"USAGE on sequence {sequence}")
+    role = row[5]
+    if not missing:
+        return _Check(
+            "privileges", True, f"role {role} has SELECT, INSERT, UPDATE, DELETE on {table} and USAGE on {sequence}"
+        )
+    return _Check(
+        "privileges", False, f"role {role} lacks {'; '.join(missing)} (see the README's least-privilege GRANTs)"
+    )
+
+
+def _sqlite_access(provider: Any) -> _Check:
+    path = getattr(provider, "_database_file", None)
+    if path is None:
+        return _Check("privileges", None, "no file to check (a uri=true SQLite URL)")
+    if os.access(path, os.R_OK | os.W_OK) and os.access(path.parent, os.W_OK):
+        return _Check("privileges", True, f"{path} and its directory are writable (WAL files live beside it)")
+    return _Check("privileges", False, f"{path} or its directory is not writable by this user")
+
+
+@cli.command()
+@url_option
+@table_option
+@schema_option
+@click.option("--version-table", default=None, help="Alembic version table of sql_lease, if not the default.")
+@json_option
+def check(url: str, table_name: str, schema: str | None, version_table: str | None, as_json: bool) -> None:
+    """Check the database answers, the schema is at head, and the role may use the lease table.
+
+    Also prints the offset between this machine's clock and the database's (informational: expiry
+    is decided by the database's clock alone). Exit 0 all good, 78 a missing or old schema or a
+    missing privilege (the message names the fix), 69 the database does not answer.
+    """
+    provider = _provider(url, table_name, schema, version_table)
+
+    async def main() -> tuple[list[_Check], int]:
+        async with provider:
+            return await _checks(provider, url, provider.names)
+
+    checks, code = _run(main)
+    if as_json:
+        _print_json([dataclasses.asdict(c) for c in checks])
+    else:
+        for c in checks:
+            mark = "info" if c.ok is None else ("ok" if c.ok else "FAIL")
+            click.echo(f"{mark:<5} {c.name:<11} {_printable(c.detail)}")
+    sys.exit(code)
 
 
 def main() -> None:

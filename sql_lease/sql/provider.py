@@ -358,11 +358,36 @@ class SqlLeaseProvider(LeaseProviderBase):
             f"run `sql-lease migrate --url URL{self._names_options()}` first ({exc})"
         )
 
+    # -- fenced writes: in the caller's transaction, on the caller's connection ---------------------
+
+    async def check_held(self, conn: Any, key: str, owner: str, fence: int) -> None:
+        """Raise ``LeaseLostError`` unless ``owner`` holds ``key`` with exactly ``fence``, unexpired by
+        the database's clock; run it inside your transaction (``conn``: your ``AsyncConnection`` or
+        ``AsyncSession`` on the lease table's database), before you commit your writes.
+
+        PostgreSQL locks the lease row (``FOR SHARE``) until your transaction ends, so the lease
+        cannot change hands before your writes commit; renewals, transfers and takeovers of that
+        key wait for your transaction. SQLite takes the database's write lock (a no-op ``UPDATE``)
+        for the same effect. ``TypeError``/``ValueError`` for bad arguments before any SQL; driver
+        errors are raised as SQLAlchemy raises them (your connection, your transaction).
+        """
+        from .fencing import check_held_async
+
+        await check_held_async(conn, self.names, key, owner, fence)
+
+    async def accept_fence(self, conn: Any, resource: str, fence: int) -> int:
+        """Record ``fence`` as the highest accepted for ``resource`` in your transaction (one
+        statement on the table ``<table>_fences`` of the database ``conn`` is on) and return it;
+        ``StaleFenceError`` if a larger fence was accepted already. An equal fence is accepted."""
+        from .fencing import accept_fence_async
+
+        return await accept_fence_async(conn, self.names, resource, fence)
+
     # -- running a plan ---------------------------------------------------------------------------
 
     async def _run(self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make_plan()`` within the operation timeout; errors become the library's."""
-        make_plan().close()  # validates the arguments before any I/O (and before closed-ness)
+        plan = make_plan()  # validates the arguments before any I/O (and before closed-ness)
         if self._closed:
             raise ProviderClosedError(f"{operation}: the provider for {self.safe_url} is closed")
         if self._in_flight == 0:
@@ -371,7 +396,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         what = f"{operation} {key!r}" if key is not None else operation
         try:
             async with asyncio.timeout(self.operation_timeout_s):
-                return await self._executor.run(make_plan)
+                return await self._executor.run(make_plan, plan)
         except LeaseError:
             raise
         except TimeoutError as exc:
@@ -424,3 +449,22 @@ class SqlLeaseProvider(LeaseProviderBase):
         ``batch_size``. Fences stay monotonic: they come from a per-table counter, not the rows.
         """
         return await self._run("sweep", None, lambda: operations.sweep(self.statements, batch_size, grace_ms))
+
+    async def list_leases(
+        self, prefix: str | None = None, include_expired: bool = False, limit: int = 1000
+    ) -> list[LeaseInfo]:
+        """Leases ordered by key (the database's collation), at most ``limit`` (1 to 100,000):
+        those whose key starts with ``prefix`` (all when None), unexpired ones only unless
+        ``include_expired`` (an expired lease has ``remaining_ms <= 0``). For operators: one
+        bounded read; nothing is locked."""
+        s = self.statements
+        return await self._run("list", None, lambda: operations.list_leases(s, prefix, include_expired, limit))
+
+    async def break_lease(self, key: str) -> LeaseInfo | None:
+        """Delete the lease on ``key`` whoever holds it (for operators); the lease it broke, or None
+        if there was no unexpired one. The next acquire gets a new, larger fence; the holder's next
+        renewal is refused (``hold()`` reports the loss); waiters are woken as by a release."""
+        broken = await self._run("break", key, lambda: operations.break_lease(self.statements, key))
+        if broken is not None:
+            log.warning("lease %r held by %r (fence %s) broken by an operator", key, broken.owner, broken.fence)
+        return broken
