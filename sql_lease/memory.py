@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -151,6 +151,16 @@ class MemoryLeases:
             current.expires_at_ms = now + ttl
             return LeaseInfo(key, owner, current.fence, self._wall(current.expires_at_ms), ttl)
 
+    def renew_many(self, items: object) -> dict[str, LeaseInfo]:
+        from .sql.operations import validate_renew_items
+
+        renewed: dict[str, LeaseInfo] = {}
+        for key, owner, ttl in validate_renew_items(items):
+            info = self.renew(key, owner, ttl)
+            if info is not None:
+                renewed[key] = info
+        return renewed
+
     def transfer(self, key: str, from_owner: str, to_owner: str, ttl_ms: object) -> bool:
         key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
         to_owner = validate_owner(to_owner, "to_owner")
@@ -228,6 +238,11 @@ class InMemoryLeaseProvider(LeaseProviderBase):
     async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease, or None if it was not ``owner``'s unexpired lease."""
         return self._leases.renew(key, owner, ttl_ms)
+
+    async def renew_leases(self, items: Sequence[tuple[str, str, float]]) -> dict[str, LeaseInfo]:
+        """Renew each ``(key, owner, ttl_ms)`` (keys distinct) as ``renew_lease_info``; the renewed
+        leases by key (a missing key was refused), as ``SqlLeaseProvider.renew_leases``."""
+        return self._leases.renew_many(items)
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
         return self._leases.transfer(key, from_owner, to_owner, ttl_ms)

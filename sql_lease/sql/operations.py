@@ -36,6 +36,7 @@ __all__ = [
     "prefix_upper_bound",
     "release",
     "renew",
+    "renew_many",
     "run_async",
     "run_sync",
     "sweep",
@@ -140,6 +141,46 @@ def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object) -> Plan[Leas
     key, owner = validate_key(key), validate_owner(owner)
     params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)))
     return _single(Query(s.renew, params), lambda row: s.lease_info(key, row))
+
+
+RENEW_BATCH_SIZE = 1000
+"""At most this many leases are renewed by one ``renew_many`` statement; larger batches take several."""
+
+
+def validate_renew_items(items: object) -> list[tuple[str, str, float]]:
+    """``(key, owner, ttl_ms)`` items, each checked as ``renew`` checks its arguments, keys distinct;
+    ``TypeError``/``ValueError`` else."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(f"items must be a sequence of (key, owner, ttl_ms) tuples, not {type(items).__name__}")
+    checked: list[tuple[str, str, float]] = []
+    seen: set[str] = set()
+    for item in items:
+        if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 3:
+            raise TypeError(f"each item must be a (key, owner, ttl_ms) tuple, not {item!r}")
+        key, owner, ttl = validate_key(item[0]), validate_owner(item[1]), validate_ttl_ms(item[2])
+        if key in seen:
+            raise ValueError(f"key {key!r} appears twice in one batch renewal")
+        seen.add(key)
+        checked.append((key, owner, ttl))
+    return checked
+
+
+def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
+    """Renew every ``(key, owner, ttl_ms)`` of ``items`` (keys distinct), ``RENEW_BATCH_SIZE`` per
+    statement; the renewed leases by key. A key absent from the result was refused (not that
+    owner's unexpired lease). An empty ``items`` sends nothing."""
+    checked = validate_renew_items(items)
+    return _renew_many(s, checked)
+
+
+def _renew_many(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
+    renewed: dict[str, LeaseInfo] = {}
+    for start in range(0, len(items), RENEW_BATCH_SIZE):
+        chunk = items[start : start + RENEW_BATCH_SIZE]
+        rows = yield Query(s.renew_many, s.renew_many_params(chunk), many=True)
+        for row in rows:
+            renewed[row[0]] = s.lease_info(row[0], row[1:])
+    return renewed
 
 
 def transfer(s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl_ms: object) -> Plan[bool]:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
@@ -128,6 +128,12 @@ class SqlLeaseProvider(LeaseProviderBase):
             Every lease operation is one statement in its own transaction, so nothing else
             depends on a session. Applies to engines the provider creates from a URL; configure a
             given engine the same way yourself (``connect_args={"statement_cache_size": 0}``).
+        durable_release: PostgreSQL only in effect: when False (default), a release commits with
+            ``synchronous_commit = off`` for its own transaction and does not wait for the WAL flush
+            (one disk flush less per acquire/release cycle). A release lost in a crash leaves the
+            lease held until its TTL, as if its holder had died; acquire, renew and transfer stay
+            durable, and the next durable commit flushes the release with it (docs/statements.md,
+            "Durability"). True makes releases wait for the disk like the other writes.
 
     Raises ``ValueError``/``TypeError`` for bad arguments, before connecting. Operations raise
     ``SchemaMissingError`` when the table does not exist (run ``sql-lease migrate``),
@@ -152,6 +158,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         engine_options: dict[str, Any] | None = None,
         listen_notify: bool = True,
         pgbouncer: bool = False,
+        durable_release: bool = False,
     ) -> None:
         self.names = LeaseTableNames(table_name, schema, version_table)
         if isinstance(operation_timeout_s, bool) or not isinstance(operation_timeout_s, (int, float)):
@@ -219,7 +226,8 @@ class SqlLeaseProvider(LeaseProviderBase):
             sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), _MAX_SQLITE_BUSY_TIMEOUT_MS)
         self._base_engine = base_engine
         self.dialect_name = backend
-        self.statements: LeaseStatements = statements_for(backend, self.names)
+        self.durable_release = bool(durable_release)
+        self.statements: LeaseStatements = statements_for(backend, self.names, durable_release=self.durable_release)
         self.safe_url = safe_url(base_engine.url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
         size = pool_size or 10
@@ -436,6 +444,19 @@ class SqlLeaseProvider(LeaseProviderBase):
         """Renew as ``renew_lease``; the renewed lease with the database's new ``expires_at``, or
         None if ``owner`` does not hold an unexpired lease on ``key``."""
         return await self._run("renew", key, lambda: operations.renew(self.statements, key, owner, ttl_ms))
+
+    async def renew_leases(self, items: Sequence[tuple[str, str, float]]) -> dict[str, LeaseInfo]:
+        """Renew many leases at once: each ``(key, owner, ttl_ms)`` as ``renew_lease_info`` would
+        (keys distinct), in one statement per 1000 items; the renewed leases by key. A key missing
+        from the result was refused (expired, or not ``owner``'s). ``hold()`` renews through it, so
+        a process holding thousands of leases sends a few statements per renewal interval.
+        ``TypeError``/``ValueError`` for bad items before any SQL; an empty batch sends nothing."""
+        checked = operations.validate_renew_items(items)
+        if not checked:
+            if self._closed:
+                raise ProviderClosedError(f"renew: the provider for {self.safe_url} is closed")
+            return {}
+        return await self._run("renew", None, lambda: operations.renew_many(self.statements, checked))
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
         s = self.statements

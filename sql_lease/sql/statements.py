@@ -10,6 +10,9 @@ same for both dialects:
     owner     (key,)               -> (owner,) of the unexpired lease
     release   (key, owner)         -> (was_unexpired,) if owner's row was deleted
     renew     (key, owner, ttl)    -> (owner, fence, expires_at, remaining_ms) if renewed
+    renew_many (keys, owners, ttls) -> rows (key, owner, fence, expires_at, remaining_ms) of the
+                                      leases renewed (PostgreSQL: three arrays; SQLite: one JSON
+                                      array of [key, owner, ttl]); a key without a row was refused
     transfer  (key, from, to, ttl) -> (owner, fence, expires_at, remaining_ms) if transferred
     sweep     (grace, batch_size)  -> rows removed (PostgreSQL: one row with the count)
     notify_channel ()              -> (channel,) PostgreSQL only: the LISTEN channel of the table
@@ -31,6 +34,7 @@ so the plain acquire/release cycle stays free of it).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,6 +66,15 @@ class LeaseStatements:
     list_leases: str = ""
     list_all: str = ""
     break_lease: str = ""
+    renew_many: str = ""
+
+    def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
+        """The parameters of ``renew_many`` for ``(key, owner, ttl_ms)`` items (TTLs as milliseconds)."""
+        return (
+            [key for key, _, _ in items],
+            [owner for _, owner, _ in items],
+            [float(self.ttl_param(ttl)) for _, _, ttl in items],
+        )
 
     def ttl_param(self, ttl_ms: float) -> Any:
         """The TTL as the statements expect it (milliseconds)."""
@@ -110,11 +123,16 @@ class PostgresStatements(LeaseStatements):
     - Statements that change an owner or an expiry pin ``synchronous_commit`` to at least ``on``
       for their own transaction (``set_config(..., true)``): an acknowledged acquire, renew or
       transfer survives a crash whatever the server's default, and no session state is changed.
+      Release runs with ``synchronous_commit = off`` in its own transaction (``durable_release=False``,
+      the default): a release lost in a crash leaves the lease held until its TTL, as if its holder
+      had died. ``durable_release=True`` pins it like the others.
+    - ``renew_many`` renews a batch of ``(key, owner, ttl)`` in one statement (``unnest`` of three
+      arrays), pinned like renew; a key it returns no row for was refused.
     - Expiry is tested as ``expires_at + interval '0' > now()`` where a key is looked up, so no
       plan ever walks the ``expires_at`` index instead of the primary key.
     """
 
-    def __init__(self, names: LeaseTableNames) -> None:
+    def __init__(self, names: LeaseTableNames, *, durable_release: bool = False) -> None:
         from sqlalchemy.dialects import postgresql
 
         dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
@@ -130,6 +148,8 @@ class PostgresStatements(LeaseStatements):
             "set_config('synchronous_commit', CASE current_setting('synchronous_commit') "
             "WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)"
         )
+        # A release does not wait for the disk unless asked to (docs/statements.md, "Durability").
+        release_commit = durable if durable_release else "set_config('synchronous_commit', 'off', true)"
         busy = f"""busy AS (
     SELECT owner, fence, expires_at, {remaining} AS remaining FROM {t} WHERE key = $1 AND {live} AND owner <> $2
 )"""
@@ -165,8 +185,8 @@ SELECT false, owner, fence, expires_at, {remaining} FROM waiting WHERE expires_a
             holder=f"SELECT owner, fence, expires_at, {remaining} FROM {t} WHERE key = $1 AND {live}",
             owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
             release=f"""
-WITH gone AS (
-    DELETE FROM {t} WHERE key = $1 AND owner = $2
+WITH commit_mode AS (SELECT {release_commit}), gone AS (
+    DELETE FROM {t} USING commit_mode WHERE key = $1 AND owner = $2
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
 SELECT was_unexpired, CASE WHEN has_waiters THEN {notify} END FROM gone""",
@@ -176,6 +196,12 @@ UPDATE {t} SET expires_at = {expires}
   FROM durable
  WHERE key = $1 AND owner = $2 AND {live}
 RETURNING owner, fence, expires_at, {remaining}""",
+            renew_many=f"""
+WITH durable AS (SELECT {durable})
+UPDATE {t} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
+  FROM durable, unnest($1::varchar[], $2::varchar[], $3::float8[]) AS r(key, owner, ttl)
+ WHERE l.key = r.key AND l.owner = r.owner AND l.{live}
+RETURNING l.key, l.owner, l.fence, l.expires_at, {remaining}""",
             transfer=f"""
 WITH serialised AS (SELECT {lock}, {durable}), mine AS (
     SELECT l.key, l.has_waiters FROM {t} AS l, serialised
@@ -269,6 +295,11 @@ SELECT owner, fence, expires_at, expires_at - {now} FROM {t} WHERE key = ?1 AND 
 UPDATE {t} SET expires_at = {now} + ?3
  WHERE key = ?1 AND owner = ?2 AND expires_at > {now}
 RETURNING owner, fence, expires_at, expires_at - {now}""",
+            renew_many=f"""
+UPDATE {t} SET expires_at = {now} + r.ttl
+  FROM (SELECT value ->> 0 AS k, value ->> 1 AS o, value ->> 2 AS ttl FROM json_each(?1)) AS r
+ WHERE key = r.k AND owner = r.o AND expires_at > {now}
+RETURNING key, owner, fence, expires_at, expires_at - {now}""",
             transfer=f"""
 UPDATE {t}
    SET owner = ?3,
@@ -299,14 +330,19 @@ RETURNING owner, fence, expires_at, expires_at - {now}, expires_at > {now}""",
     def ttl_param(self, ttl_ms: float) -> int:
         return math.ceil(ttl_ms)
 
+    def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
+        return (json.dumps([[key, owner, self.ttl_param(ttl)] for key, owner, ttl in items]),)
+
     def to_datetime(self, value: Any) -> datetime:
         return datetime.fromtimestamp(value / 1000.0, tz=UTC)
 
 
-def statements_for(dialect_name: str, names: LeaseTableNames) -> LeaseStatements:
-    """The statements of ``dialect_name``; ``ValueError`` for a database sql_lease does not support."""
+def statements_for(dialect_name: str, names: LeaseTableNames, *, durable_release: bool = False) -> LeaseStatements:
+    """The statements of ``dialect_name``; ``ValueError`` for a database sql_lease does not support.
+    ``durable_release``: PostgreSQL releases wait for the WAL flush as the other writes do (SQLite's
+    releases always follow its ``synchronous`` setting)."""
     if dialect_name == "postgresql":
-        return PostgresStatements(names)
+        return PostgresStatements(names, durable_release=durable_release)
     if dialect_name == "sqlite":
         return SqliteStatements(names)
     raise ValueError(f"sql_lease supports postgresql and sqlite, not {dialect_name!r}")
