@@ -384,6 +384,144 @@ def _renews_with_info(provider: LeaseProvider) -> bool:
     return callable(getattr(type(provider), "renew_lease_info", None))
 
 
+RENEW_BATCH_SIZE = 1000
+"""``hold()`` blocks renewing through one batcher send at most this many leases per statement."""
+
+
+class _RenewalRequest:
+    """One renewal a ``hold()`` block asked the batcher for: due at ``due`` (``loop.time()``), useless
+    after ``deadline``; ``sent`` is when its statement was sent (None: never sent); ``future`` gets
+    the renewed ``LeaseInfo``, False (refused), None (not sent: its deadline had passed) or the error."""
+
+    __slots__ = ("deadline", "due", "future", "interval", "lease", "sent")
+
+    def __init__(self, lease: HeldLease, due: float, deadline: float, interval: float) -> None:
+        self.lease, self.due, self.deadline, self.interval = lease, due, deadline, interval
+        self.sent: float | None = None
+        self.future: asyncio.Future[LeaseInfo | bool | None] = asyncio.get_running_loop().create_future()
+
+
+class _RenewalBatcher:
+    """Coalesced renewals of the ``hold()`` blocks on one provider in one event loop (the provider
+    has ``renew_leases``). When the earliest request falls due, one statement (per
+    ``RENEW_BATCH_SIZE``) renews every request due before the next tick (now plus the shortest
+    renewal interval waiting): a lease is renewed up to one interval early, never late. Renewed
+    together, leases stay together, so N leases with one interval cost about N / 1000 statements per
+    interval. Each request gets its own answer; each ``hold()`` judges loss by its own deadline."""
+
+    def __init__(self, provider: Any) -> None:
+        self._provider = weakref.ref(provider)
+        self._pending: set[_RenewalRequest] = set()
+        self._wake = asyncio.Event()
+        self._wake_at = float("inf")
+        self._task: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def submit(self, lease: HeldLease, due: float, deadline: float, interval: float) -> _RenewalRequest:
+        request = _RenewalRequest(lease, due, deadline, interval)
+        self._pending.add(request)
+        request.future.add_done_callback(lambda _: self._forget(request))
+        if due < self._wake_at:
+            self._wake.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="sql_lease renewal batcher")
+        return request
+
+    def _forget(self, request: _RenewalRequest) -> None:
+        self._pending.discard(request)
+        if not self._pending:
+            self._wake.set()  # nothing left: let the flusher end
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._pending:
+                now = loop.time()
+                earliest = min(request.due for request in self._pending)
+                if earliest > now:
+                    self._wake_at = earliest
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(earliest - now):
+                            await self._wake.wait()
+                    self._wake_at = float("inf")
+                    continue
+                self._flush(now)
+        finally:
+            self._task = None
+
+    def _flush(self, now: float) -> None:
+        provider = self._provider()
+        horizon = now + min(request.interval for request in self._pending)
+        due = [request for request in self._pending if request.due < horizon]
+        self._pending.difference_update(due)
+        # One item per (key, owner): nested holds of one owner share it, with the longest TTL.
+        by_holder: dict[tuple[str, str], list[_RenewalRequest]] = {}
+        for request in due:
+            if request.future.done():
+                continue
+            if now >= request.deadline or provider is None:
+                request.future.set_result(None)  # too late to renew: its hold() declares the loss
+                continue
+            by_holder.setdefault((request.lease.key, request.lease.owner), []).append(request)
+        chunks: list[dict[str, tuple[str, list[_RenewalRequest]]]] = [{}]
+        for (key, owner), requests in by_holder.items():
+            # keys are distinct within a statement: a second owner of a key goes in a later one
+            chunk = next((c for c in chunks if key not in c and len(c) < RENEW_BATCH_SIZE), None)
+            if chunk is None:
+                chunk = {}
+                chunks.append(chunk)
+            chunk[key] = (owner, requests)
+        for chunk in chunks:
+            if chunk:
+                for _, requests in chunk.values():
+                    for request in requests:
+                        request.sent = now
+                task = asyncio.get_running_loop().create_task(self._send(provider, chunk))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
+
+    async def _send(self, provider: Any, chunk: dict[str, tuple[str, list[_RenewalRequest]]]) -> None:
+        # The TTL is read now, as the per-lease path reads it at each renewal (nested holds).
+        items = [(key, owner, max(r.lease._call_ttl_ms for r in requests)) for key, (owner, requests) in chunk.items()]
+        try:
+            renewed: dict[str, LeaseInfo] = await provider.renew_leases(items)
+        except Exception as exc:
+            for _, requests in chunk.values():
+                for request in requests:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                        request.future.exception()  # its hold() may be gone: never "not retrieved"
+            return
+        for key, (owner, requests) in chunk.items():
+            info = renewed.get(key)
+            answer: LeaseInfo | bool = info if info is not None and info.owner == owner else False
+            for request in requests:
+                if not request.future.done():
+                    request.future.set_result(answer)
+
+
+_batchers: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, _RenewalBatcher]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _batcher_for(provider: LeaseProvider) -> _RenewalBatcher | None:
+    """The renewal batcher of ``provider`` in the running event loop, if the provider has
+    ``renew_leases`` (looked up on the class, as ``renew_lease_info``); else None."""
+    if not callable(getattr(type(provider), "renew_leases", None)):
+        return None
+    try:
+        per_loop = _batchers.setdefault(provider, weakref.WeakKeyDictionary())
+    except TypeError:  # not weak-referenceable: renew one by one
+        return None
+    loop = asyncio.get_running_loop()
+    batcher = per_loop.get(loop)
+    if batcher is None:
+        batcher = per_loop[loop] = _RenewalBatcher(provider)
+    return batcher
+
+
 class HeldLease:
     """A lease held for the duration of an ``async with`` block; made by :func:`hold`.
 
@@ -587,6 +725,10 @@ class HeldLease:
         return bool(await self.provider.renew_lease(self.key, self.owner, self._call_ttl_ms))
 
     async def _renew_loop(self, first_due: float) -> None:
+        batcher = _batcher_for(self.provider)
+        if batcher is not None:
+            await self._renew_loop_batched(first_due, batcher)
+            return
         loop = asyncio.get_running_loop()
         interval = self.renew_every_ms / 1000
         ttl_s = self.ttl_ms / 1000
@@ -661,6 +803,83 @@ class HeldLease:
                     self.expires_at = renewed.expires_at
                 elif self._acquired_expiry is not None:  # the database's expiry, moved on by elapsed time
                     self.expires_at = self._acquired_expiry + timedelta(seconds=sent - self._acquired_at)
+                last_error, backoff = None, min(0.05, interval)
+                next_at = sent + interval
+
+    async def _renew_loop_batched(self, first_due: float, batcher: _RenewalBatcher) -> None:
+        """``_renew_loop``'s rules with the renewals sent by ``batcher``: each request is due at
+        ``next_at`` (the batcher may send it up to one interval early, never late); the answer is
+        waited for only until this lease's own deadline; ``sent`` is when its statement was sent."""
+        loop = asyncio.get_running_loop()
+        interval = self.renew_every_ms / 1000
+        ttl_s = self.ttl_ms / 1000
+        next_at = first_due
+        backoff = min(0.05, interval)
+        last_error: str | None = None
+        while True:
+            deadline = self._valid_until - self._margin_s
+            request = batcher.submit(self, next_at, deadline, interval)
+            try:
+                await asyncio.wait({request.future}, timeout=max(0.0, deadline - loop.time()))
+            finally:
+                if not request.future.done():
+                    request.future.cancel()  # the statement, if sent, goes on for the others
+            async with self._renew_lock:
+                if self.transferred_to is not None:
+                    return
+                sent = request.sent
+                if sent is None:  # never sent before the deadline (a blocked loop, or a retry's turn)
+                    late_s = loop.time() - next_at
+                    cause = (
+                        f"the renewal ran {late_s:.2f} s late: the event loop was blocked"
+                        if late_s > self._margin_s
+                        else f"last error: {last_error or 'none'}"
+                    )
+                    self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+                    return
+                late_s = sent - next_at
+                late = (
+                    f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)"
+                    if late_s > self._margin_s
+                    else ""
+                )
+                renewed: LeaseInfo | bool | None = None
+                if request.future.cancelled():
+                    last_error = last_error or "the database did not answer in time"
+                elif request.future.exception() is not None:
+                    exc = request.future.exception()
+                    last_error = f"{type(exc).__name__}: {exc}"
+                    if not isinstance(exc, LeaseError):
+                        log.error(
+                            "renewing lease %r held by %r (fence %s) raised an unexpected error: %r",
+                            self.key,
+                            self.owner,
+                            self.fence,
+                            exc,
+                        )
+                else:
+                    renewed = request.future.result()
+                if renewed is None:
+                    if loop.time() >= deadline:
+                        cause = f"last error: {last_error}" if not late else late.strip(" ()")
+                        self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+                        return
+                    log.warning(
+                        "renewing lease %r held by %r (fence %s) failed, retrying: %s",
+                        self.key,
+                        self.owner,
+                        self.fence,
+                        last_error,
+                    )
+                    next_at = loop.time() + min(backoff, max(0.0, deadline - loop.time()))
+                    backoff = min(backoff * 2, interval)
+                    continue
+                if renewed is False:
+                    self._declare_lost(f"renewal refused: the lease expired or another owner holds it{late}")
+                    return
+                self._valid_until = sent + ttl_s
+                if isinstance(renewed, LeaseInfo):
+                    self.expires_at = renewed.expires_at
                 last_error, backoff = None, min(0.05, interval)
                 next_at = sent + interval
 
