@@ -1,0 +1,252 @@
+"""Issue 13: a release that does not wait for the disk, and coalesced renewals."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import asyncpg
+import pytest
+
+from sql_lease import SqlLeaseProvider, hold
+from sql_lease.sql.schema import LeaseTableNames
+from sql_lease.sql.statements import PostgresStatements, statements_for
+from tests.support.pgserver import throwaway_postgres
+
+
+def plain(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+class Counted:
+    """Counts the statements a SQL provider sends (memory providers send none)."""
+
+    def __init__(self, provider: Any) -> None:
+        self.sql: list[str] = []
+        hook = getattr(provider, "on_statement", None)
+        self.remove = hook(lambda sql, params: self.sql.append(sql)) if hook else (lambda: None)
+
+    def batch(self) -> int:
+        return sum("unnest" in sql or "json_each" in sql for sql in self.sql)
+
+    def single_renewals(self) -> int:
+        return sum(
+            sql.lstrip().startswith(("WITH durable", "UPDATE")) and "unnest" not in sql and "json_each" not in sql
+            for sql in self.sql
+        )
+
+
+# -- the relaxed release --------------------------------------------------------------------------
+
+
+def test_release_is_relaxed_by_default_and_durable_on_request() -> None:
+    names = LeaseTableNames()
+    relaxed, durable = PostgresStatements(names), PostgresStatements(names, durable_release=True)
+    assert "set_config('synchronous_commit', 'off', true)" in relaxed.release
+    assert "'off'" not in durable.release.replace("WHEN 'off' THEN", "")
+    assert durable.release.count("set_config") == 1
+    for s in (relaxed, durable):  # the other writes stay pinned
+        for statement in (s.acquire, s.acquire_waiting, s.renew, s.transfer, s.renew_many):
+            assert "WHEN 'off' THEN 'on'" in statement
+    assert statements_for("postgresql", names, durable_release=True).release == durable.release
+    assert statements_for("sqlite", names).release == statements_for("sqlite", names, durable_release=True).release
+
+
+@pytest.mark.postgres
+async def test_provider_release_option_chooses_the_statement(pg_schema: tuple[str, str], key: str) -> None:
+    url, schema = pg_schema
+    for durable, expected in ((False, "'off', true"), (True, "WHEN 'off' THEN 'on'")):
+        async with SqlLeaseProvider(url, schema=schema, durable_release=durable) as leases:
+            seen = Counted(leases)
+            assert (await leases.acquire_lease(key, "a", 10_000)).acquired
+            assert await leases.release_lease(key, "a")
+            assert expected in seen.sql[-1]
+            assert await leases.get_lease_owner(key) is None
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+async def test_relaxed_release_is_not_flushed_at_commit() -> None:
+    """With a long wal_writer_delay, the WAL flush position stays behind a relaxed release's commit
+    and reaches a durable release's commit."""
+    from tests.test_faults import migrate
+
+    with throwaway_postgres(log_min_messages="error", wal_writer_delay="10000") as (url, _executor):
+        await migrate(url, None)
+        raw = await asyncpg.connect(plain(url))
+        try:
+            for durable in (False, True):
+                async with SqlLeaseProvider(url, durable_release=durable) as leases:
+                    assert (await leases.acquire_lease("k", "a", 60_000)).acquired
+                    await raw.execute("CHECKPOINT")
+                    assert await leases.release_lease("k", "a")
+                    behind = await raw.fetchval(
+                        "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), pg_current_wal_flush_lsn())"
+                    )
+                    if durable:
+                        assert behind == 0, "a durable release returned before its commit was flushed"
+                    else:
+                        assert behind > 0, "a relaxed release was flushed at commit"
+        finally:
+            await raw.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+async def test_a_crash_right_after_relaxed_releases_never_hands_a_lease_to_another_owner() -> None:
+    from tests.test_faults import migrate, stop_server
+
+    with throwaway_postgres(log_min_messages="error", synchronous_commit="off", wal_writer_delay="10000") as (
+        url,
+        executor,
+    ):
+        await migrate(url, None)
+        async with SqlLeaseProvider(url) as leases:
+            held = {f"r{i}": await leases.acquire_lease(f"r{i}", f"owner{i}", 600_000) for i in range(20)}
+            early = await leases.acquire_lease("renewed", "r", 60_000)
+            assert (await leases.acquire_lease("moved", "m", 600_000)).acquired
+            raw = await asyncpg.connect(plain(url))
+            await raw.execute("CHECKPOINT")
+            await raw.close()
+            acquired = [await leases.acquire_lease(f"k{i}", "owner", 600_000) for i in range(3)]
+            assert await leases.renew_lease("renewed", "r", 600_000)
+            assert await leases.transfer_lease("moved", "m", "m2", 600_000)
+            for i in range(20):
+                assert await leases.release_lease(f"r{i}", f"owner{i}")
+            highest = max([r.fence for r in held.values()] + [r.fence for r in acquired])  # type: ignore[type-var]
+            stop_server(executor, "immediate")  # released, then the server crashes at once
+        executor.start()
+        async with SqlLeaseProvider(url) as leases:
+            for key, result in held.items():
+                lease = await leases.get_lease(key)
+                assert lease is None or (lease.owner == result.owner and lease.fence == result.fence), (
+                    f"{key}: after the crash {lease} instead of released or {result.owner}'s fence {result.fence}"
+                )
+            for i, result in enumerate(acquired):
+                lease = await leases.get_lease(f"k{i}")
+                assert lease is not None and lease.fence == result.fence, f"acquire k{i} lost in the crash"
+            assert await leases.get_lease_owner("moved") == "m2", "transfer lost in the crash"
+            renewed = await leases.get_lease("renewed")
+            assert renewed is not None and early.expires_at is not None and renewed.expires_at is not None
+            assert (renewed.expires_at - early.expires_at).total_seconds() > 60, "renewal lost in the crash"
+            fresh = await leases.acquire_lease("after-the-crash", "new", 10_000)
+            assert fresh.acquired and fresh.fence is not None and highest is not None and fresh.fence > highest
+
+
+# -- batch renewal ------------------------------------------------------------------------------------
+
+
+async def test_renew_leases_renews_owned_live_leases_and_refuses_others(provider: Any, key: str) -> None:
+    mine, theirs, short = f"{key}:mine", f"{key}:theirs", f"{key}:short"
+    assert (await provider.acquire_lease(mine, "a", 5_000)).acquired
+    assert (await provider.acquire_lease(theirs, "b", 5_000)).acquired
+    assert (await provider.acquire_lease(short, "a", 50)).acquired
+    await asyncio.sleep(0.15)
+    seen = Counted(provider)
+    renewed = await provider.renew_leases(
+        [(mine, "a", 60_000), (theirs, "a", 60_000), (short, "a", 60_000), (f"{key}:none", "a", 60_000)]
+    )
+    assert set(renewed) == {mine}
+    info = renewed[mine]
+    assert info.owner == "a" and info.remaining_ms is not None and info.remaining_ms > 50_000
+    lease = await provider.get_lease(mine)
+    assert lease is not None and lease.fence == info.fence and lease.remaining_ms > 50_000
+    assert await provider.get_lease_owner(theirs) == "b"
+    assert await provider.get_lease_owner(short) is None
+    if hasattr(provider, "on_statement"):
+        assert seen.batch() == 1
+    assert await provider.renew_leases([]) == {}
+
+
+async def test_renew_leases_refuses_bad_input_before_any_sql(provider: Any, key: str) -> None:
+    seen = Counted(provider)
+    bad: list[Any] = [
+        "abc",
+        [(key, "a")],
+        [(key, "a", -1)],
+        [(key, "", 1000)],
+        [("", "a", 1000)],
+        [(key, "a", 1000), (key, "b", 1000)],
+        [(key, "a", float("nan"))],
+        None,
+    ]
+    for items in bad:
+        with pytest.raises((TypeError, ValueError)):
+            await provider.renew_leases(items)
+    assert seen.sql == []
+
+
+async def test_renew_leases_beyond_one_statement(sql_provider: SqlLeaseProvider, key: str) -> None:
+    keys = [f"{key}:{i}" for i in range(1_500)]
+    for k in keys:
+        assert (await sql_provider.acquire_lease(k, "a", 30_000)).acquired
+    seen = Counted(sql_provider)
+    renewed = await sql_provider.renew_leases([(k, "a", 60_000) for k in keys])
+    assert set(renewed) == set(keys)
+    assert seen.batch() == 2
+
+
+async def test_200_held_leases_renew_in_a_few_statements_per_interval(provider: Any, key: str) -> None:
+    ttl_ms, every_ms = 1_500, 300
+    holds = [
+        hold(provider, f"{key}:{i}", f"owner-{i}", ttl_ms, renew_every_ms=every_ms, on_lost="flag") for i in range(200)
+    ]
+    for h in holds:
+        await h.__aenter__()
+    try:
+        seen = Counted(provider)
+        started = time.monotonic()
+        await asyncio.sleep(2.0)
+        intervals = (time.monotonic() - started) / (every_ms / 1000)
+        if hasattr(provider, "on_statement"):
+            assert seen.single_renewals() == 0
+            assert seen.batch() <= 3 * intervals, f"{seen.batch()} statements in {intervals:.1f} intervals"
+            assert seen.batch() >= intervals - 2
+        assert not any(h.lost.is_set() for h in holds)
+        for h in holds:  # every lease still has most of its TTL left by the database's clock
+            lease = await provider.get_lease(h.key)
+            assert lease is not None and lease.owner == h.owner and lease.remaining_ms > ttl_ms * 0.5
+        # one of them taken over by another owner: its hold (alone) sees the loss within the TTL
+        victim = holds[17]
+        assert await provider.transfer_lease(victim.key, victim.owner, "thief", 60_000)
+        taken = time.monotonic()
+        await asyncio.wait_for(victim.lost.wait(), ttl_ms / 1000)
+        assert time.monotonic() - taken < ttl_ms / 1000
+        assert victim.lost_reason and "refused" in victim.lost_reason
+        await asyncio.sleep(every_ms / 1000 * 2)
+        assert [h for h in holds if h.lost.is_set()] == [victim]
+    finally:
+        seen.remove()
+        for h in holds:
+            await h.__aexit__(None, None, None)
+    for h in holds[:5]:
+        assert await provider.get_lease_owner(h.key) in (None, "thief")
+
+
+async def test_batched_renewals_fail_over_to_loss_at_the_deadline(sql_provider: SqlLeaseProvider, key: str) -> None:
+    """A batch statement that never answers: each hold declares its loss by its own deadline."""
+    original = type(sql_provider).renew_leases
+
+    async def hang(self: Any, items: Any) -> Any:
+        await asyncio.sleep(3600)
+
+    async with hold(sql_provider, key, "a", 1_000, renew_every_ms=200, on_lost="flag") as lease:
+        type(sql_provider).renew_leases = hang  # type: ignore[method-assign]
+        try:
+            started = time.monotonic()
+            await asyncio.wait_for(lease.lost.wait(), 1.5)
+            assert time.monotonic() - started < 1.0
+            assert lease.lost_reason and "no renewal succeeded" in lease.lost_reason
+        finally:
+            type(sql_provider).renew_leases = original  # type: ignore[method-assign]
+
+
+async def test_nested_holds_share_one_batch_item_with_the_longest_ttl(provider: Any, key: str) -> None:
+    async with hold(provider, key, "a", 600, renew_every_ms=100) as outer:
+        async with hold(provider, key, "a", 5_000, renew_every_ms=100):
+            await asyncio.sleep(0.5)
+            lease = await provider.get_lease(key)
+            assert lease is not None and lease.remaining_ms > 1_000  # the inner TTL, not the outer's
+        await asyncio.sleep(0.3)
+        assert not outer.lost.is_set()
