@@ -444,3 +444,36 @@ def test_engines_of_other_drivers_are_refused() -> None:
 def test_json_worker_script_is_valid_python() -> None:
     compile(WORKER, "sync_worker.py", "exec")
     assert json.dumps({}) == "{}" and sys.executable
+
+
+# -- migrations -----------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_migrate_on_postgres_needs_no_asyncpg(pg_url: str, fresh_pg_schema: str) -> None:
+    import subprocess
+
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from sql_lease import SyncSqlLeaseProvider
+        with SyncSqlLeaseProvider({pg_url!r}, schema={fresh_pg_schema!r}) as leases:
+            first, again = leases.migrate(), leases.migrate()
+            assert first == again and first is not None, (first, again)
+            assert leases.acquire_lease("k", "alice", 10_000).acquired
+        assert "asyncpg" not in sys.modules, "asyncpg was imported"
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
+
+
+@pytest.mark.postgres
+def test_migrate_through_a_given_engine(pg_url: str, fresh_pg_schema: str) -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(sa.engine.make_url(pg_url).set(drivername="postgresql+psycopg"))
+    with SyncSqlLeaseProvider(engine, schema=fresh_pg_schema) as leases:
+        assert leases.migrate() is not None
+        assert leases.acquire_lease("k", "alice", 10_000).acquired
+    assert engine.pool.checkedout() == 0
+    engine.dispose()

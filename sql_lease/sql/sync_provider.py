@@ -403,14 +403,46 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     def migrate(self) -> str | None:
         """Create or upgrade the lease table to the newest schema (Alembic ``upgrade head``); the
         schema revision now in place. Idempotent, safe from several processes at once; needs DDL
-        privileges. Runs the packaged migrations on a short-lived async engine for the same
-        database (asyncpg or aiosqlite), in a thread of its own if this one runs an event loop."""
+        privileges. On PostgreSQL it runs on psycopg (a short-lived engine for a URL, or the given
+        engine); on SQLite on a short-lived aiosqlite engine (in a thread of its own if this one
+        runs an event loop), which also creates a missing database file."""
+        if self._closed:
+            raise ProviderClosedError(f"migrate: the provider for {self.safe_url} is closed")
+        try:
+            if self.dialect_name == "postgresql":
+                return self._migrate_postgres()
+            return self._migrate_sqlite()
+        except LeaseError:
+            raise
+        except Exception as exc:
+            raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _migrate_postgres(self) -> str | None:
+        # The steps of migrate.upgrade_engine, on a synchronous connection (no asyncpg needed).
+        import sqlalchemy as sa
+
+        from .migrate import _PROCESS_LOCK, HEAD_REVISION, _read_state, _upgrade_sync
+
+        engine = self._engine or sa.create_engine(self._url, poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                table_exists, versions = _read_state(conn, self.names)
+                conn.rollback()
+            if table_exists and versions == (HEAD_REVISION,):
+                return HEAD_REVISION
+            with _PROCESS_LOCK, engine.connect() as conn:
+                revision = _upgrade_sync(conn, self.names, HEAD_REVISION)
+                conn.commit()
+                return revision
+        finally:
+            if engine is not self._engine:
+                engine.dispose()
+
+    def _migrate_sqlite(self) -> str | None:
         from sqlalchemy.ext.asyncio import create_async_engine
 
         from .migrate import upgrade_engine
 
-        if self._closed:
-            raise ProviderClosedError(f"migrate: the provider for {self.safe_url} is closed")
         async_url = to_async_url(self._url)
 
         async def upgrade() -> str | None:
@@ -421,16 +453,11 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                 await engine.dispose()
 
         try:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                return asyncio.run(upgrade())
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                return pool.submit(asyncio.run, upgrade()).result()
-        except LeaseError:
-            raise
-        except Exception as exc:
-            raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(upgrade())
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, upgrade()).result()
 
     def __del__(self) -> None:
         # A provider dropped without close(): its pool threads must not keep the process alive.
