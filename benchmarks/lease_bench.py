@@ -15,7 +15,13 @@ Measurements (times are wall-clock ``time.perf_counter``; latencies in milliseco
   while W workers acquire and release; sweep time and the workers' p99 during the sweep against
   without it.
 - renewals: L leases held with ``hold()`` and renewed every 5 s (Mastra's cadence); statements per
-  second and the client's CPU share (process CPU time / wall time).
+  second and the client's CPU share (process CPU time / wall time). ``hold()`` coalesces the
+  renewals of one provider (``renew_leases``): about L / 1000 statements per interval.
+- handoffs (``--only handoffs``): 64 tasks take one key in turn with ``acquire_lease_wait``, on one
+  provider, on 8 and on 64 (standing for processes); statements per handoff.
+
+One measurement alone: ``--only renewals --leases 10000 --renew-every 5 --seconds 20``,
+``--only contention --waiters 64 --seconds 3``, ``--only handoffs --waiters 64``.
 """
 
 from __future__ import annotations
@@ -120,8 +126,59 @@ async def contention(provider: SqlLeaseProvider, workers: int = 64, seconds: flo
         "workers": workers,
         "attempts_per_s": attempts / elapsed,
         "acquisitions": acquisitions,
+        "attempts_per_acquisition": attempts / max(1, acquisitions),
         "most_holders_at_once": most_inside,
         "errors": errors,
+    }
+
+
+async def waiting_handoffs(
+    url: str, waiters: int = 64, providers: int = 1, handoffs: int = 200, **options: Any
+) -> dict[str, float]:
+    """``waiters`` tasks (spread over ``providers`` providers, each standing for a process) take one
+    key in turn with ``acquire_lease_wait``, hold it ~1 ms and release it, until ``handoffs``
+    acquisitions; statements sent per handoff (all providers together)."""
+    from sql_lease.holding import acquire_lease_wait
+
+    made = [bench_provider(url, **options) for _ in range(providers)]
+    statements = 0
+
+    def counted(sql: str, params: tuple[Any, ...]) -> None:
+        nonlocal statements
+        statements += 1
+
+    for provider in made:
+        provider.on_statement(counted)
+    key = f"handoff:{uuid.uuid4().hex}"
+    done = 0
+    inside, most_inside = 0, 0
+
+    async def worker(n: int) -> None:
+        nonlocal done, inside, most_inside
+        provider, owner = made[n % providers], f"waiter-{n}"
+        while done < handoffs:
+            await acquire_lease_wait(provider, key, owner, 5_000, timeout_s=30)
+            inside += 1
+            most_inside = max(most_inside, inside)
+            await asyncio.sleep(0.001)
+            inside -= 1
+            done += 1
+            await provider.release_lease(key, owner)
+
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(n) for n in range(waiters)))
+        elapsed = time.perf_counter() - started
+    finally:
+        for provider in made:
+            await provider.close()
+    return {
+        "waiters": waiters,
+        "providers": providers,
+        "handoffs": done,
+        "handoffs_per_s": done / elapsed,
+        "statements_per_handoff": statements / max(1, done),
+        "most_holders_at_once": most_inside,
     }
 
 
@@ -265,6 +322,7 @@ async def renewal_load(
         "expected_per_s": leases / renew_every_s,
         "client_cpu_share": cpu / wall,
         "lost": lost,
+        "batched": callable(getattr(type(provider), "renew_leases", None)),
     }
 
 
@@ -294,7 +352,8 @@ def format_results(url: str, results: dict[str, Any]) -> str:
     k = results["contention"]
     lines.append(
         f"contention, {k['workers']} workers on one key: {k['attempts_per_s']:,.0f} attempts/s, "
-        f"{k['acquisitions']} acquisitions, most holders at once {k['most_holders_at_once']}, errors {k['errors']}"
+        f"{k['acquisitions']} acquisitions ({k['attempts_per_acquisition']:,.1f} attempts each), "
+        f"most holders at once {k['most_holders_at_once']}, errors {k['errors']}"
     )
     for size, r in results["scale"].items():
         lines.append(
@@ -322,5 +381,28 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", default="sqlite:///sql_lease_bench.db")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--only", choices=("renewals", "contention", "handoffs"), help="run one measurement and print it"
+    )
+    parser.add_argument("--leases", type=int, default=10_000, help="--only renewals: leases held")
+    parser.add_argument("--renew-every", type=float, default=5.0, help="--only renewals: seconds (TTL 3x)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="--only renewals/contention: duration")
+    parser.add_argument("--waiters", type=int, default=64, help="--only contention/handoffs: workers")
     args = parser.parse_args()
-    print(format_results(args.url, asyncio.run(run_all(args.url, quick=args.quick))))
+    if args.only is None:
+        print(format_results(args.url, asyncio.run(run_all(args.url, quick=args.quick))))
+    else:
+
+        async def only() -> Any:
+            if args.only == "handoffs":
+                return [
+                    await waiting_handoffs(args.url, args.waiters, providers)
+                    for providers in (1, min(8, args.waiters), args.waiters)
+                ]
+            async with bench_provider(args.url) as provider:
+                await _reset(provider)
+                if args.only == "renewals":
+                    return await renewal_load(provider, args.leases, args.renew_every, args.seconds)
+                return await contention(provider, args.waiters, args.seconds)
+
+        print(asyncio.run(only()))

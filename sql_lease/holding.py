@@ -388,17 +388,22 @@ RENEW_BATCH_SIZE = 1000
 """``hold()`` blocks renewing through one batcher send at most this many leases per statement."""
 
 
+_NO_ANSWER = object()
+"""A batched renewal's answer when its statement had not answered by the lease's deadline."""
+
+
 class _RenewalRequest:
     """One renewal a ``hold()`` block asked the batcher for: due at ``due`` (``loop.time()``), useless
-    after ``deadline``; ``sent`` is when its statement was sent (None: never sent); ``future`` gets
-    the renewed ``LeaseInfo``, False (refused), None (not sent: its deadline had passed) or the error."""
+    after ``deadline``; ``sent`` is when its statement was sent (None: never sent). ``future`` always
+    gets a result by the deadline (never an exception): the renewed ``LeaseInfo``, False (refused),
+    None (not sent: its deadline had passed), ``_NO_ANSWER``, or the exception the statement raised."""
 
     __slots__ = ("deadline", "due", "future", "interval", "lease", "sent")
 
     def __init__(self, lease: HeldLease, due: float, deadline: float, interval: float) -> None:
         self.lease, self.due, self.deadline, self.interval = lease, due, deadline, interval
         self.sent: float | None = None
-        self.future: asyncio.Future[LeaseInfo | bool | None] = asyncio.get_running_loop().create_future()
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
 
 class _RenewalBatcher:
@@ -420,14 +425,15 @@ class _RenewalBatcher:
     def submit(self, lease: HeldLease, due: float, deadline: float, interval: float) -> _RenewalRequest:
         request = _RenewalRequest(lease, due, deadline, interval)
         self._pending.add(request)
-        request.future.add_done_callback(lambda _: self._forget(request))
         if due < self._wake_at:
             self._wake.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sql_lease renewal batcher")
         return request
 
-    def _forget(self, request: _RenewalRequest) -> None:
+    def withdraw(self, request: _RenewalRequest) -> None:
+        """``request``'s hold() no longer waits for it (cancelled); a statement in flight goes on."""
+        request.future.cancel()
         self._pending.discard(request)
         if not self._pending:
             self._wake.set()  # nothing left: let the flusher end
@@ -482,28 +488,41 @@ class _RenewalBatcher:
                 task.add_done_callback(self._sending.discard)
 
     async def _send(self, provider: Any, chunk: dict[str, tuple[str, list[_RenewalRequest]]]) -> None:
+        loop = asyncio.get_running_loop()
         # The TTL is read now, as the per-lease path reads it at each renewal (nested holds).
         items = [(key, owner, max(r.lease._call_ttl_ms for r in requests)) for key, (owner, requests) in chunk.items()]
-        try:
-            renewed: dict[str, LeaseInfo] = await provider.renew_leases(items)
-        except Exception as exc:
-            for _, requests in chunk.values():
-                for request in requests:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-                        request.future.exception()  # its hold() may be gone: never "not retrieved"
+        waiting = [request for _, requests in chunk.values() for request in requests]
+        renewal = asyncio.ensure_future(provider.renew_leases(items))
+        # Each request is answered by its own deadline: one timer per statement, not per lease.
+        while waiting:
+            await asyncio.wait({renewal}, timeout=max(0.0, min(r.deadline for r in waiting) - loop.time()))
+            if renewal.done():
+                break
+            now = loop.time()
+            for request in waiting:
+                if request.deadline <= now and not request.future.done():
+                    request.future.set_result(_NO_ANSWER)
+            waiting = [request for request in waiting if not request.future.done()]
+        if not renewal.done():  # every lease of it gave up; let the statement end on its own
+            renewal.add_done_callback(_consume_result)
             return
-        for key, (owner, requests) in chunk.items():
-            info = renewed.get(key)
-            answer: LeaseInfo | bool = info if info is not None and info.owner == owner else False
-            for request in requests:
+        exc = None if renewal.cancelled() else renewal.exception()
+        if renewal.cancelled() or exc is not None:
+            answer: Any = exc if exc is not None else _NO_ANSWER
+            for request in waiting:
                 if not request.future.done():
                     request.future.set_result(answer)
+            return
+        renewed: dict[str, LeaseInfo] = renewal.result()
+        for key, (owner, requests) in chunk.items():
+            info = renewed.get(key)
+            result: LeaseInfo | bool = info if info is not None and info.owner == owner else False
+            for request in requests:
+                if not request.future.done():
+                    request.future.set_result(result)
 
 
-_batchers: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, _RenewalBatcher]] = (
-    weakref.WeakKeyDictionary()
-)
+_batchers: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, _RenewalBatcher]] = weakref.WeakKeyDictionary()
 
 
 def _batcher_for(provider: LeaseProvider) -> _RenewalBatcher | None:
@@ -820,10 +839,10 @@ class HeldLease:
             deadline = self._valid_until - self._margin_s
             request = batcher.submit(self, next_at, deadline, interval)
             try:
-                await asyncio.wait({request.future}, timeout=max(0.0, deadline - loop.time()))
-            finally:
-                if not request.future.done():
-                    request.future.cancel()  # the statement, if sent, goes on for the others
+                answer = await request.future  # the batcher answers by the deadline
+            except asyncio.CancelledError:
+                batcher.withdraw(request)  # the statement, if sent, goes on for the others
+                raise
             async with self._renew_lock:
                 if self.transferred_to is not None:
                     return
@@ -844,10 +863,10 @@ class HeldLease:
                     else ""
                 )
                 renewed: LeaseInfo | bool | None = None
-                if request.future.cancelled():
+                if answer is _NO_ANSWER:
                     last_error = last_error or "the database did not answer in time"
-                elif request.future.exception() is not None:
-                    exc = request.future.exception()
+                elif isinstance(answer, BaseException):
+                    exc = answer
                     last_error = f"{type(exc).__name__}: {exc}"
                     if not isinstance(exc, LeaseError):
                         log.error(
@@ -858,7 +877,7 @@ class HeldLease:
                             exc,
                         )
                 else:
-                    renewed = request.future.result()
+                    renewed = answer
                 if renewed is None:
                     if loop.time() >= deadline:
                         cause = f"last error: {last_error}" if not late else late.strip(" ()")

@@ -36,6 +36,7 @@ __all__ = [
     "prefix_upper_bound",
     "release",
     "renew",
+    "renew_checked",
     "renew_many",
     "run_async",
     "run_sync",
@@ -169,11 +170,11 @@ def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
     """Renew every ``(key, owner, ttl_ms)`` of ``items`` (keys distinct), ``RENEW_BATCH_SIZE`` per
     statement; the renewed leases by key. A key absent from the result was refused (not that
     owner's unexpired lease). An empty ``items`` sends nothing."""
-    checked = validate_renew_items(items)
-    return _renew_many(s, checked)
+    return renew_checked(s, validate_renew_items(items))
 
 
-def _renew_many(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
+def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
+    """``renew_many`` for items :func:`validate_renew_items` returned (not checked again)."""
     renewed: dict[str, LeaseInfo] = {}
     for start in range(0, len(items), RENEW_BATCH_SIZE):
         chunk = items[start : start + RENEW_BATCH_SIZE]

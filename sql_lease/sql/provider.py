@@ -456,7 +456,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             if self._closed:
                 raise ProviderClosedError(f"renew: the provider for {self.safe_url} is closed")
             return {}
-        return await self._run("renew", None, lambda: operations.renew_many(self.statements, checked))
+        return await self._run("renew", None, lambda: operations.renew_checked(self.statements, checked))
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
         s = self.statements
