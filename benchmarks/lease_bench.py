@@ -18,7 +18,7 @@ Measurements (times are wall-clock ``time.perf_counter``; latencies in milliseco
   second and the client's CPU share (process CPU time / wall time). ``hold()`` coalesces the
   renewals of one provider (``renew_leases``): about L / 1000 statements per interval.
 - handoffs (``--only handoffs``): 64 tasks take one key in turn with ``acquire_lease_wait``, on one
-  provider, on 8 and on 64 (standing for processes); statements per handoff.
+  provider, on 8 and on 32 (standing for processes; 2 connections each); statements per handoff.
 
 One measurement alone: ``--only renewals --leases 10000 --renew-every 5 --seconds 20``,
 ``--only contention --waiters 64 --seconds 3``, ``--only handoffs --waiters 64``.
@@ -396,8 +396,8 @@ if __name__ == "__main__":
         async def only() -> Any:
             if args.only == "handoffs":
                 return [
-                    await waiting_handoffs(args.url, args.waiters, providers)
-                    for providers in (1, min(8, args.waiters), args.waiters)
+                    await waiting_handoffs(args.url, args.waiters, providers, pool_size=2)
+                    for providers in (1, min(8, args.waiters), min(32, args.waiters))
                 ]
             async with bench_provider(args.url) as provider:
                 await _reset(provider)
