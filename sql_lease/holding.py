@@ -503,7 +503,8 @@ class _RenewalBatcher:
                 if request.deadline <= now and not request.future.done():
                     request.future.set_result(_NO_ANSWER)
             waiting = [request for request in waiting if not request.future.done()]
-        if not renewal.done():  # every lease of it gave up; let the statement end on its own
+        if not renewal.done():  # every lease of it gave up: stop the statement (its connection is dropped)
+            renewal.cancel()
             renewal.add_done_callback(_consume_result)
             return
         exc = None if renewal.cancelled() else renewal.exception()
