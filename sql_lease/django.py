@@ -12,8 +12,20 @@ The provider keeps connections of its own (psycopg 3 in autocommit, or the stand
 lease statements never run inside Django's transaction (``ATOMIC_REQUESTS``, ``transaction.atomic``),
 so an acquire commits at once and stays done when the request's transaction rolls back.
 
-Django itself is imported only inside :func:`sql_lease_url_from_django`: importing this module
-needs no Django.
+Fenced writes with Django's ORM: :func:`check_held` and :func:`accept_fence` run the statements of
+``SyncSqlLeaseProvider.check_held``/``accept_fence`` on Django's own connection, inside your
+``transaction.atomic()`` block, so the ORM writes of that block commit only while the lease is held::
+
+    from django.db import transaction
+    from sql_lease.django import check_held
+
+    from myproject.leases import leases  # the SyncSqlLeaseProvider above
+
+    with leases.hold("invoice:42", ttl_ms=15_000) as lease, transaction.atomic():
+        check_held(lease.key, lease.owner, lease.fence)  # else LeaseLostError: the block rolls back
+        Invoice.objects.filter(pk=42).update(sent=True)
+
+Django itself is imported only inside the functions: importing this module needs no Django.
 """
 
 from __future__ import annotations
@@ -22,7 +34,17 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-__all__ = ["sql_lease_url_from_django"]
+from .sql.fencing import (
+    accept_fence_result,
+    check_held_result,
+    format_paramstyle_statement,
+    validate_check,
+    validate_fence,
+    validate_resource,
+)
+from .sql.schema import DEFAULT_TABLE_NAME, LeaseTableNames
+
+__all__ = ["accept_fence", "check_held", "sql_lease_url_from_django"]
 
 _POSTGRES_ENGINES = (
     "django.db.backends.postgresql",
@@ -99,3 +121,82 @@ def _url_from_settings_dict(db: Mapping[str, Any], alias: str) -> str:
         query=query,
     )
     return url.render_as_string(hide_password=False)
+
+
+# -- fenced writes on Django's connection ------------------------------------------------------
+
+
+def _atomic_connection(using: str, function: str) -> tuple[Any, str]:
+    """Django's connection ``using`` and its dialect; ``RuntimeError`` outside ``transaction.atomic()``."""
+    from django.db import connections  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        raise RuntimeError(
+            f"sql_lease.django.{function}() must run inside transaction.atomic(using={using!r}): in autocommit "
+            "its lock would end with the statement and guard none of your writes"
+        )
+    vendor = connection.vendor
+    if vendor not in ("postgresql", "sqlite"):
+        raise ValueError(f"DATABASES[{using!r}] is {vendor}; sql_lease supports PostgreSQL and SQLite")
+    return connection, vendor
+
+
+def check_held(
+    key: str,
+    owner: str,
+    fence: int,
+    *,
+    using: str = "default",
+    table_name: str = DEFAULT_TABLE_NAME,
+    schema: str | None = None,
+) -> None:
+    """``SyncSqlLeaseProvider.check_held`` on Django's connection ``using``, in your
+    ``transaction.atomic()`` block.
+
+    Raises ``LeaseLostError`` unless ``owner`` holds ``key`` with exactly ``fence``, unexpired by
+    the database's clock; raise it out of the ``atomic`` block and Django rolls your writes back.
+    Otherwise the lease row stays locked (PostgreSQL ``FOR SHARE``; SQLite: the write lock) until
+    the block commits, so the lease cannot change hands before your writes do. Renewals, transfers
+    and takeovers of ``key`` wait for your transaction: keep it short. ``table_name``/``schema``
+    name the lease table as the provider's do. Bad arguments raise ``TypeError``/``ValueError``
+    before any SQL; ``RuntimeError`` outside an ``atomic`` block.
+    """
+    params = validate_check(key, owner, fence)
+    names = LeaseTableNames(table_name, schema)
+    connection, vendor = _atomic_connection(using, "check_held")
+    sql, args = format_paramstyle_statement(vendor, names, "check_held", params)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, args)
+        row = cursor.fetchone()
+    check_held_result(params["key"], params["owner"], params["fence"], row)
+
+
+def accept_fence(
+    resource: str,
+    fence: int,
+    *,
+    using: str = "default",
+    table_name: str = DEFAULT_TABLE_NAME,
+    schema: str | None = None,
+) -> int:
+    """``SyncSqlLeaseProvider.accept_fence`` on Django's connection ``using``, in your
+    ``transaction.atomic()`` block: records ``fence`` as the highest accepted for ``resource`` (in
+    the table ``<table_name>_fences``) and returns it, or raises ``StaleFenceError`` (``.accepted``:
+    the larger fence on record). An equal fence is accepted. ``RuntimeError`` outside ``atomic``.
+    """
+    resource, fence = validate_resource(resource), validate_fence(fence)
+    params: dict[str, Any] = {"resource": resource, "fence": fence}
+    names = LeaseTableNames(table_name, schema)
+    connection, vendor = _atomic_connection(using, "accept_fence")
+    sql, args = format_paramstyle_statement(vendor, names, "accept_fence", params)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, args)
+        row = cursor.fetchone()
+        accepted = None
+        if row is None:
+            sql, args = format_paramstyle_statement(vendor, names, "accepted", params)
+            cursor.execute(sql, args)
+            found = cursor.fetchone()
+            accepted = None if found is None else int(found[0])
+    return accept_fence_result(resource, fence, row, accepted)

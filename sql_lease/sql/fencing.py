@@ -46,6 +46,7 @@ __all__ = [
     "check_held_result",
     "connection_dialect",
     "fence_statements_for",
+    "format_paramstyle_statement",
     "validate_fence",
     "validate_resource",
 ]
@@ -111,6 +112,30 @@ def fence_statements_for(dialect_name: str, names: LeaseTableNames) -> FenceStat
     if dialect_name == "sqlite":
         return _sqlite(names)
     raise ValueError(f"sql_lease supports postgresql and sqlite, not {dialect_name!r}")
+
+
+@lru_cache(maxsize=64)
+def _format_paramstyle(dialect_name: str, sql: str) -> tuple[str, tuple[str, ...]]:
+    from sqlalchemy import text
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    module = postgresql if dialect_name == "postgresql" else sqlite
+    compiled = text(sql).compile(dialect=module.dialect(paramstyle="format"))  # type: ignore[no-untyped-call]
+    return compiled.string, tuple(compiled.positiontup or ())
+
+
+def format_paramstyle_statement(
+    dialect_name: str, names: LeaseTableNames, statement: str, params: dict[str, Any]
+) -> tuple[str, list[Any]]:
+    """One fenced-write statement (``"check_held"``, ``"accept_fence"`` or ``"accepted"``) of
+    ``names`` for ``"postgresql"`` or ``"sqlite"``, in DB-API ``format`` paramstyle (``%s``, a
+    literal ``%`` doubled), as Django's cursors take it: the SQL text and the values of ``params``
+    in placeholder order. SQLAlchemy's compiler does the conversion; values are never put in the
+    text."""
+    if statement not in ("check_held", "accept_fence", "accepted"):
+        raise ValueError(f"no fenced-write statement {statement!r}")
+    sql, order = _format_paramstyle(dialect_name, getattr(fence_statements_for(dialect_name, names), statement))
+    return sql, [params[name] for name in order]
 
 
 def validate_fence(fence: object) -> int:
