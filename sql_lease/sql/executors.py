@@ -342,7 +342,9 @@ class EngineExecutor(AsyncExecutor):
 
     async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
         async with self._engine.connect() as conn:
-            raw = await conn.get_raw_connection()
+            raw = conn.sync_connection.connection if conn.sync_connection is not None else None  # no greenlet hop
+            if raw is None:
+                raw = await conn.get_raw_connection()
             adapter, driver_conn = raw.dbapi_connection, raw.driver_connection
             assert adapter is not None and driver_conn is not None
             if self._postgres and driver_conn.is_closed():
