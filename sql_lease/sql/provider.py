@@ -28,6 +28,7 @@ from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaM
 from . import operations
 from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor
 from .operations import Plan
+from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import LeaseStatements, statements_for
 from .translate import translate
@@ -41,7 +42,6 @@ __all__ = ["OWN_CONNECTION_SETTINGS", "SqlLeaseProvider", "to_async_url"]
 
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
-_MAX_SQLITE_BUSY_TIMEOUT_MS = 2**31 - 1  # SQLite's busy timeout is a C int: larger values wrap to 0
 
 OWN_CONNECTION_SETTINGS = {"enable_seqscan": "off"}
 """Session settings of the PostgreSQL connections the provider creates itself (never borrowed
@@ -161,27 +161,14 @@ class SqlLeaseProvider(LeaseProviderBase):
         durable_release: bool = False,
     ) -> None:
         self.names = LeaseTableNames(table_name, schema, version_table)
-        if isinstance(operation_timeout_s, bool) or not isinstance(operation_timeout_s, (int, float)):
-            raise TypeError("operation_timeout_s must be a number of seconds")
-        if not 0 < operation_timeout_s <= 86_400:
-            raise ValueError(f"operation_timeout_s must be > 0 and at most 86400 seconds, got {operation_timeout_s!r}")
-        if sqlite_synchronous not in ("FULL", "NORMAL", "EXTRA"):
-            raise ValueError("sqlite_synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
-        if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
-            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
-        if sqlite_busy_timeout_ms is not None:
-            if isinstance(sqlite_busy_timeout_ms, bool) or not isinstance(sqlite_busy_timeout_ms, (int, float)):
-                kind = type(sqlite_busy_timeout_ms).__name__
-                raise TypeError(f"sqlite_busy_timeout_ms must be a number of milliseconds, not {kind}")
-            if not 0 <= sqlite_busy_timeout_ms <= _MAX_SQLITE_BUSY_TIMEOUT_MS:
-                raise ValueError(
-                    f"sqlite_busy_timeout_ms must be 0 to {_MAX_SQLITE_BUSY_TIMEOUT_MS} milliseconds "
-                    f"(SQLite's limit, about 24.8 days), got {sqlite_busy_timeout_ms!r}"
-                )
-        self.operation_timeout_s = float(operation_timeout_s)
-        database_file = None
-
-        self.operation_timeout_s = float(operation_timeout_s)
+        checked = validate_provider_options(
+            operation_timeout_s=operation_timeout_s,
+            pool_size=pool_size,
+            sqlite_busy_timeout_ms=sqlite_busy_timeout_ms,
+            sqlite_synchronous=sqlite_synchronous,
+        )
+        pool_size, sqlite_busy_timeout_ms = checked.pool_size, checked.sqlite_busy_timeout_ms
+        self.operation_timeout_s = checked.operation_timeout_s
         self._closed = False
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -223,7 +210,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         if sqlite_busy_timeout_ms is not None and backend != "sqlite":
             raise ValueError(f"sqlite_busy_timeout_ms is only for SQLite databases, not {backend}")
         if sqlite_busy_timeout_ms is None:
-            sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), _MAX_SQLITE_BUSY_TIMEOUT_MS)
+            sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), MAX_SQLITE_BUSY_TIMEOUT_MS)
         self._base_engine = base_engine
         self.dialect_name = backend
         self.durable_release = bool(durable_release)

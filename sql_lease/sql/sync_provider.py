@@ -25,6 +25,7 @@ from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaM
 from ..sync_holding import SyncLeaseProviderBase
 from . import operations
 from .operations import Plan
+from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import LeaseStatements, statements_for
 from .sync_executors import (
@@ -45,7 +46,6 @@ __all__ = ["SyncSqlLeaseProvider"]
 
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
-_MAX_SQLITE_BUSY_TIMEOUT_MS = 2**31 - 1
 _ENGINE_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
 
 
@@ -103,24 +103,14 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     ) -> None:
         self._closed = True  # until constructed: close() and __del__ find nothing to do
         self.names = LeaseTableNames(table_name, schema, version_table)
-        if isinstance(operation_timeout_s, bool) or not isinstance(operation_timeout_s, (int, float)):
-            raise TypeError("operation_timeout_s must be a number of seconds")
-        if not 0 < operation_timeout_s <= 86_400:
-            raise ValueError(f"operation_timeout_s must be > 0 and at most 86400 seconds, got {operation_timeout_s!r}")
-        if sqlite_synchronous not in ("FULL", "NORMAL", "EXTRA"):
-            raise ValueError("sqlite_synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
-        if pool_size is not None and (isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1):
-            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
-        if sqlite_busy_timeout_ms is not None:
-            if isinstance(sqlite_busy_timeout_ms, bool) or not isinstance(sqlite_busy_timeout_ms, (int, float)):
-                kind = type(sqlite_busy_timeout_ms).__name__
-                raise TypeError(f"sqlite_busy_timeout_ms must be a number of milliseconds, not {kind}")
-            if not 0 <= sqlite_busy_timeout_ms <= _MAX_SQLITE_BUSY_TIMEOUT_MS:
-                raise ValueError(
-                    f"sqlite_busy_timeout_ms must be 0 to {_MAX_SQLITE_BUSY_TIMEOUT_MS} milliseconds "
-                    f"(SQLite's limit, about 24.8 days), got {sqlite_busy_timeout_ms!r}"
-                )
-        self.operation_timeout_s = float(operation_timeout_s)
+        checked = validate_provider_options(
+            operation_timeout_s=operation_timeout_s,
+            pool_size=pool_size,
+            sqlite_busy_timeout_ms=sqlite_busy_timeout_ms,
+            sqlite_synchronous=sqlite_synchronous,
+        )
+        pool_size, sqlite_busy_timeout_ms = checked.pool_size, checked.sqlite_busy_timeout_ms
+        self.operation_timeout_s = checked.operation_timeout_s
         self._watchdog = Watchdog("sql_lease watchdog")
         self._engine: Engine | None = None
         executor: SyncExecutor
@@ -160,7 +150,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                         "(or is not a directory); create it first"
                     )
                 if sqlite_busy_timeout_ms is None:
-                    sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), _MAX_SQLITE_BUSY_TIMEOUT_MS)
+                    sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), MAX_SQLITE_BUSY_TIMEOUT_MS)
 
                 def missing() -> SchemaMissingError:
                     return SchemaMissingError(
