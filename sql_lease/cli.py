@@ -1237,8 +1237,8 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
 
     import sqlalchemy as sa
 
-    from .sql.migrate import HEAD_REVISION, _read_state
-    from .sql.statements import _qualified
+    from .sql.migrate import HEAD_REVISION, read_state
+    from .sql.statements import qualified_name
     from .sql.translate import translate
     from .sql.urls import safe_url
 
@@ -1266,13 +1266,13 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
                     f"(±{(after - before) / 2:.3f} s; informational: expiry uses the database's clock only)",
                 )
             )
-            hint = f"run `sql-lease migrate --url {safe_url(url)}{provider._names_options()}`"
-            unreadable = await _version_table_readable(conn, names, _qualified, sa) if postgres else None
+            hint = f"run `sql-lease migrate --url {safe_url(url)}{provider.migrate_command_options()}`"
+            unreadable = await _version_table_readable(conn, names, qualified_name, sa) if postgres else None
             if unreadable is not None:
                 table_exists, versions = unreadable[0], None
                 checks.append(_Check("schema", None, unreadable[1]))
             else:
-                table_exists, versions = await conn.run_sync(_read_state, names)
+                table_exists, versions = await conn.run_sync(read_state, names)
             if unreadable is not None:
                 pass
             elif table_exists and versions == (HEAD_REVISION,):
@@ -1285,7 +1285,7 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
                     _Check("schema", False, f"{names.table} at revision {at}, head is {HEAD_REVISION}: {hint}")
                 )
             if postgres and table_exists:
-                checks.append(await _grants(conn, names, _qualified, sa))
+                checks.append(await _grants(conn, names, qualified_name, sa))
             elif not postgres:
                 checks.append(_sqlite_access(provider))
     except LeaseError as exc:
@@ -1348,7 +1348,7 @@ async def _grants(conn: Any, names: Any, qualified: Any, sa: Any) -> _Check:
 
 
 def _sqlite_access(provider: Any) -> _Check:
-    path = getattr(provider, "_database_file", None)
+    path = getattr(provider, "database_file", None)
     if path is None:
         return _Check("privileges", None, "no file to check (a uri=true SQLite URL)")
     if os.access(path, os.R_OK | os.W_OK) and os.access(path.parent, os.W_OK):

@@ -36,7 +36,7 @@ from typing import Any
 from ..contract import validate_key, validate_owner
 from ..errors import LeaseLostError, StaleFenceError
 from .schema import LeaseTableNames
-from .statements import SQLITE_NOW_MS, _qualified
+from .statements import SQLITE_NOW_MS, qualified_name
 
 __all__ = [
     "MAX_FENCE",
@@ -68,8 +68,8 @@ def _postgres(names: LeaseTableNames) -> FenceStatements:
     from sqlalchemy.dialects import postgresql
 
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-    t = _qualified(dialect, names, names.table)
-    f = _qualified(dialect, names, names.fence_table)
+    t = qualified_name(dialect, names, names.table)
+    f = qualified_name(dialect, names, names.fence_table)
     return FenceStatements(
         check_held=f"""
 SELECT fence FROM {t}
@@ -88,8 +88,8 @@ def _sqlite(names: LeaseTableNames) -> FenceStatements:
     from sqlalchemy.dialects import sqlite
 
     dialect = sqlite.dialect()  # type: ignore[no-untyped-call]
-    t = _qualified(dialect, names, names.table)
-    f = _qualified(dialect, names, names.fence_table)
+    t = qualified_name(dialect, names, names.table)
+    f = qualified_name(dialect, names, names.fence_table)
     return FenceStatements(
         check_held=f"""
 UPDATE {t} SET owner = owner

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..errors import LeaseError
@@ -37,7 +37,9 @@ __all__ = [
     "fence_table_sql",
     "migrations_dir",
     "offline_sql",
+    "read_state",
     "upgrade_engine",
+    "upgrade_sync_engine",
 ]
 
 NAMES_ATTRIBUTE = "sql_lease_names"
@@ -85,12 +87,28 @@ async def upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | N
     if engine.dialect.name == "sqlite":
         await asyncio.to_thread(_create_sqlite_file, engine.url)
     async with engine.connect() as conn:
-        table_exists, versions = await conn.run_sync(_read_state, names)
+        table_exists, versions = await conn.run_sync(read_state, names)
         await conn.rollback()
     if table_exists and versions == (head,):
         return head
     async with _locked(_PROCESS_LOCK):
         return await _upgrade_in_transaction(engine, names, head)
+
+
+def upgrade_sync_engine(engine: Engine, names: LeaseTableNames) -> str | None:
+    """:func:`upgrade_engine` on a synchronous PostgreSQL ``engine`` (no asyncpg needed); returns
+    the revision now in place. Serialised as there: this process's lock, then the advisory lock."""
+    if engine.dialect.name == "sqlite":
+        raise ValueError("upgrade_sync_engine is for PostgreSQL; SQLite databases are upgraded by upgrade_engine")
+    with engine.connect() as conn:
+        table_exists, versions = read_state(conn, names)
+        conn.rollback()
+    if table_exists and versions == (HEAD_REVISION,):
+        return HEAD_REVISION
+    with _PROCESS_LOCK, engine.connect() as conn:
+        revision = _upgrade_sync(conn, names, HEAD_REVISION)
+        conn.commit()
+        return revision
 
 
 def _create_sqlite_file(url: URL) -> None:
@@ -102,7 +120,7 @@ def _create_sqlite_file(url: URL) -> None:
     sqlite3.connect("file:" + quote(str(path), safe="/") + "?mode=rwc", uri=True).close()
 
 
-def _read_state(connection: Connection, names: LeaseTableNames) -> tuple[bool, tuple[str, ...] | None]:
+def read_state(connection: Connection, names: LeaseTableNames) -> tuple[bool, tuple[str, ...] | None]:
     """(does the lease table exist, the revisions in its version table or None if that is missing)."""
     dialect = connection.dialect
     table_exists = dialect.has_table(connection, names.table, schema=names.schema)
@@ -123,7 +141,7 @@ def _upgrade_sync(connection: Connection, names: LeaseTableNames, head: str) -> 
     if connection.dialect.name == "postgresql":
         # the same lock env.py takes (re-entrant): concurrent deploys wait here, then find head
         connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('sql_lease migrate'))"))
-    table_exists, versions = _read_state(connection, names)
+    table_exists, versions = read_state(connection, names)
     if table_exists and versions == (head,):
         return head
     where = f"{names.schema}.{names.table}" if names.schema else names.table

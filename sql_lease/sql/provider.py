@@ -36,6 +36,8 @@ from .urls import ASYNC_DRIVERS as _ASYNC_DRIVERS
 from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .notify import NotifyListener, PostgresReleaseWaiter
 
 __all__ = ["OWN_CONNECTION_SETTINGS", "SqlLeaseProvider", "to_async_url"]
@@ -246,7 +248,7 @@ class SqlLeaseProvider(LeaseProviderBase):
     def _missing_file(self) -> SchemaMissingError:
         return SchemaMissingError(
             f"lease table {self.names.table!r} not found: the SQLite database file {self._database_file} "
-            f"does not exist: run `sql-lease migrate --url URL{self._names_options()}` first"
+            f"does not exist: run `sql-lease migrate --url URL{self.migrate_command_options()}` first"
         )
 
     def __repr__(self) -> str:
@@ -257,6 +259,12 @@ class SqlLeaseProvider(LeaseProviderBase):
         """The SQLAlchemy engine: the application's when one was given, else the one
         :meth:`migrate` uses (lease statements then run on the provider's own pool)."""
         return self._base_engine
+
+    @property
+    def database_file(self) -> Path | None:
+        """The SQLite database file of a URL-built provider; None for PostgreSQL, an engine or a
+        ``uri=true`` SQLite URL."""
+        return self._database_file
 
     @property
     def closed(self) -> bool:
@@ -338,7 +346,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         except Exception as exc:
             raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
 
-    def _names_options(self) -> str:
+    def migrate_command_options(self) -> str:
         """The CLI options that name this provider's table, for hints in messages."""
         names = self.names
         options = "" if names.table == DEFAULT_TABLE_NAME else f" --table {names.table}"
@@ -350,7 +358,7 @@ class SqlLeaseProvider(LeaseProviderBase):
     def _schema_missing(self, exc: BaseException) -> SchemaMissingError:
         return SchemaMissingError(
             f"lease table {self.names.table!r} not found in {self.safe_url}: "
-            f"run `sql-lease migrate --url URL{self._names_options()}` first ({exc})"
+            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({exc})"
         )
 
     # -- fenced writes: in the caller's transaction, on the caller's connection ---------------------

@@ -46,7 +46,7 @@ from sqlalchemy.engine.interfaces import Dialect
 from ..contract import AcquireResult, LeaseInfo
 from .schema import LeaseTableNames
 
-__all__ = ["LeaseStatements", "PostgresStatements", "SqliteStatements", "statements_for"]
+__all__ = ["LeaseStatements", "PostgresStatements", "SqliteStatements", "qualified_name", "statements_for"]
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,8 @@ class LeaseStatements:
         return LeaseInfo(row[0], row[1], row[2], self.to_datetime(row[3]), float(row[4]))
 
 
-def _qualified(dialect: Dialect, names: LeaseTableNames, name: str) -> str:
+def qualified_name(dialect: Dialect, names: LeaseTableNames, name: str) -> str:
+    """``name`` (a table or sequence of ``names``) quoted for ``dialect``, with its schema if any."""
     quote = dialect.identifier_preparer.quote_identifier
     return f"{quote(names.schema)}.{quote(name)}" if names.schema else quote(name)
 
@@ -136,9 +137,9 @@ class PostgresStatements(LeaseStatements):
         from sqlalchemy.dialects import postgresql
 
         dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-        t = _qualified(dialect, names, names.table)
+        t = qualified_name(dialect, names, names.table)
         table_oid = f"'{t}'::regclass::oid"
-        seq = _qualified(dialect, names, names.fence_sequence).replace("'", "''")
+        seq = qualified_name(dialect, names, names.fence_sequence).replace("'", "''")
         expires = "now() + $3::float8 * interval '1 millisecond'"
         remaining = "(extract(epoch FROM expires_at - now()) * 1000)::float8"
         live = "expires_at + interval '0' > now()"
@@ -270,8 +271,8 @@ class SqliteStatements(LeaseStatements):
         from sqlalchemy.dialects import sqlite
 
         dialect = sqlite.dialect()  # type: ignore[no-untyped-call]
-        t = _qualified(dialect, names, names.table)
-        counter = _qualified(dialect, names, names.fence_counter)
+        t = qualified_name(dialect, names, names.table)
+        counter = qualified_name(dialect, names, names.fence_counter)
         now = SQLITE_NOW_MS
         next_fence = f"(SELECT last_fence + 1 FROM {counter})"
         acquire = f"""

@@ -155,7 +155,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                 def missing() -> SchemaMissingError:
                     return SchemaMissingError(
                         f"lease table {self.names.table!r} not found: the SQLite database file {path} "
-                        f"does not exist: run `sql-lease migrate --url URL{self._names_options()}` first"
+                        f"does not exist: run `sql-lease migrate --url URL{self.migrate_command_options()}` first"
                     )
 
                 executor = SqliteFileExecutor(
@@ -230,7 +230,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         self._executor.close(self.operation_timeout_s)
         self._watchdog.close()
 
-    def _names_options(self) -> str:
+    def migrate_command_options(self) -> str:
+        """The CLI options that name this provider's table, for hints in messages."""
         names = self.names
         options = "" if names.table == DEFAULT_TABLE_NAME else f" --table {names.table}"
         options += f" --schema {names.schema}" if names.schema else ""
@@ -241,7 +242,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     def _schema_missing(self, exc: BaseException) -> SchemaMissingError:
         return SchemaMissingError(
             f"lease table {self.names.table!r} not found in {self.safe_url}: "
-            f"run `sql-lease migrate --url URL{self._names_options()}` first ({exc})"
+            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({exc})"
         )
 
     # -- running plans ------------------------------------------------------------------------
@@ -411,19 +412,11 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         # The steps of migrate.upgrade_engine, on a synchronous connection (no asyncpg needed).
         import sqlalchemy as sa
 
-        from .migrate import _PROCESS_LOCK, HEAD_REVISION, _read_state, _upgrade_sync
+        from .migrate import upgrade_sync_engine
 
         engine = self._engine or sa.create_engine(self._url, poolclass=sa.pool.NullPool)
         try:
-            with engine.connect() as conn:
-                table_exists, versions = _read_state(conn, self.names)
-                conn.rollback()
-            if table_exists and versions == (HEAD_REVISION,):
-                return HEAD_REVISION
-            with _PROCESS_LOCK, engine.connect() as conn:
-                revision = _upgrade_sync(conn, self.names, HEAD_REVISION)
-                conn.commit()
-                return revision
+            return upgrade_sync_engine(engine, self.names)
         finally:
             if engine is not self._engine:
                 engine.dispose()
