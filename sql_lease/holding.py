@@ -16,12 +16,13 @@ import logging
 import os
 import random
 import socket
+import threading
 import uuid
 import weakref
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from .contract import (
     AcquireResult,
@@ -347,36 +348,57 @@ def _consume_result(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-_holds: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], list[HeldLease]]] = weakref.WeakKeyDictionary()
+class _Hold(Protocol):
+    @property
+    def provider(self) -> Any: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
 
 
-def _holds_of(provider: LeaseProvider, key: str, owner: str) -> list[HeldLease]:
-    """The ``hold()`` blocks of this process that hold ``key`` as ``owner`` on ``provider``."""
-    try:
-        return _holds.get(provider, {}).get((key, owner), [])
-    except TypeError:  # not weak-referenceable: nested holds cannot be recognised
-        return []
+_H = TypeVar("_H", bound=_Hold)
 
 
-def _add_hold(lease: HeldLease) -> None:
-    with contextlib.suppress(TypeError):  # not weak-referenceable: not tracked
-        _holds.setdefault(lease.provider, {}).setdefault((lease.key, lease.owner), []).append(lease)
+class HoldRegistry(Generic[_H]):
+    """The ``hold()`` blocks of this process per provider and (key, owner), safe to use from any
+    thread: nested holds of one owner keep the lease until the outermost exits, and every renewal
+    uses the longest TTL among them. A provider that is not weak-referenceable is not tracked."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holds: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], list[_H]]] = weakref.WeakKeyDictionary()
+
+    def holds_of(self, provider: Any, key: str, owner: str) -> list[_H]:
+        """The holds of ``key`` as ``owner`` on ``provider`` (a copy)."""
+        with self._lock:
+            try:
+                return list(self._holds.get(provider, {}).get((key, owner), []))
+            except TypeError:  # not weak-referenceable: nested holds cannot be recognised
+                return []
+
+    def add(self, lease: _H) -> None:
+        with self._lock, contextlib.suppress(TypeError):  # not weak-referenceable: not tracked
+            self._holds.setdefault(lease.provider, {}).setdefault((lease.key, lease.owner), []).append(lease)
+
+    def forget(self, lease: _H) -> int:
+        """Remove ``lease`` from the holds of its (provider, key, owner); how many remain."""
+        with self._lock:
+            try:
+                by_key = self._holds.get(lease.provider)
+            except TypeError:
+                return 0
+            if by_key is None:
+                return 0
+            holds = by_key.get((lease.key, lease.owner), [])
+            if lease in holds:
+                holds.remove(lease)
+            if not holds:
+                by_key.pop((lease.key, lease.owner), None)
+            return len(holds)
 
 
-def _forget_hold(lease: HeldLease) -> int:
-    """Remove ``lease`` from the holds of its (provider, key, owner); how many remain."""
-    try:
-        by_key = _holds.get(lease.provider)
-    except TypeError:
-        return 0
-    if by_key is None:
-        return 0
-    holds = by_key.get((lease.key, lease.owner), [])
-    if lease in holds:
-        holds.remove(lease)
-    if not holds:
-        by_key.pop((lease.key, lease.owner), None)
-    return len(holds)
+_holds: HoldRegistry[HeldLease] = HoldRegistry()
 
 
 def _renews_with_info(provider: LeaseProvider) -> bool:
@@ -607,7 +629,7 @@ class HeldLease:
     def _call_ttl_ms(self) -> float:
         """The TTL of every acquire and renewal: the longest of this owner's holds of the key in
         this process, so no hold's renewal cuts short what another hold counts on."""
-        return max([self.ttl_ms] + [h.ttl_ms for h in _holds_of(self.provider, self.key, self.owner)])
+        return max([self.ttl_ms] + [h.ttl_ms for h in _holds.holds_of(self.provider, self.key, self.owner)])
 
     async def __aenter__(self) -> HeldLease:
         loop = asyncio.get_running_loop()
@@ -624,7 +646,7 @@ class HeldLease:
         except BaseException as exc:
             # The acquire may have committed. Unless another hold() of this owner holds the key
             # here, release it, or the key stays taken for a whole TTL.
-            if not _holds_of(self.provider, self.key, self.owner):
+            if not _holds.holds_of(self.provider, self.key, self.owner):
                 if isinstance(exc, asyncio.CancelledError):
                     await self._release_shielded(None)
                 else:  # the database is failing: don't make the caller wait for a second timeout
@@ -632,7 +654,7 @@ class HeldLease:
             raise
         if not result.acquired:
             raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
-        _add_hold(self)
+        _holds.add(self)
         self._counted = True
         # The database set expires_at = (its time when it ran the statement) + TTL, and it ran it
         # after we sent it: counting the TTL from `sent` can only underestimate, the safe side.
@@ -663,7 +685,7 @@ class HeldLease:
         finally:  # also when cancelled while stopping the renewer
             if self._counted:
                 self._counted = False
-                left = _forget_hold(self)
+                left = _holds.forget(self)
                 if self.transferred_to is None and left == 0:  # an outer hold() of this owner keeps it
                     limit = None
                     if self.lost.is_set():  # a doomed release must not outlast the lease it could free

@@ -17,12 +17,10 @@ provider on PostgreSQL: ``LISTEN``/``NOTIFY``); without one, waiters poll with j
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -40,6 +38,7 @@ from .errors import (
 from .holding import (
     ATTEMPT_GRACE_S,
     LOSS_MARGIN,
+    HoldRegistry,
     _seconds_left,
     _validate_timeout_s,
     new_owner_id,
@@ -183,38 +182,7 @@ def _acquire_wait_timed(
 
 # The hold() blocks of this process per provider and (key, owner): nested holds of one owner keep
 # the lease until the outermost exits, and every renewal uses the longest TTL among them.
-_holds_lock = threading.Lock()
-_holds: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], list[SyncHeldLease]]] = weakref.WeakKeyDictionary()
-
-
-def _holds_of(provider: Any, key: str, owner: str) -> list[SyncHeldLease]:
-    with _holds_lock:
-        try:
-            return list(_holds.get(provider, {}).get((key, owner), []))
-        except TypeError:  # not weak-referenceable: nested holds cannot be recognised
-            return []
-
-
-def _add_hold(lease: SyncHeldLease) -> None:
-    with _holds_lock, contextlib.suppress(TypeError):  # not weak-referenceable: not tracked
-        _holds.setdefault(lease.provider, {}).setdefault((lease.key, lease.owner), []).append(lease)
-
-
-def _forget_hold(lease: SyncHeldLease) -> int:
-    """Remove ``lease`` from the holds of its (provider, key, owner); how many remain."""
-    with _holds_lock:
-        try:
-            by_key = _holds.get(lease.provider)
-        except TypeError:
-            return 0
-        if by_key is None:
-            return 0
-        holds = by_key.get((lease.key, lease.owner), [])
-        if lease in holds:
-            holds.remove(lease)
-        if not holds:
-            by_key.pop((lease.key, lease.owner), None)
-        return len(holds)
+_holds: HoldRegistry[SyncHeldLease] = HoldRegistry()  # apart from the async face's
 
 
 def _renews_with_info(provider: Any) -> bool:
@@ -284,7 +252,7 @@ class SyncHeldLease:
 
     @property
     def _call_ttl_ms(self) -> float:
-        return max([self.ttl_ms] + [h.ttl_ms for h in _holds_of(self.provider, self.key, self.owner)])
+        return max([self.ttl_ms] + [h.ttl_ms for h in _holds.holds_of(self.provider, self.key, self.owner)])
 
     def __enter__(self) -> SyncHeldLease:
         try:
@@ -300,12 +268,12 @@ class SyncHeldLease:
         except BaseException:
             # The acquire may have committed (a timeout, KeyboardInterrupt): release whatever it
             # took, in the background (the database may be failing), unless an outer hold keeps it.
-            if not _holds_of(self.provider, self.key, self.owner):
+            if not _holds.holds_of(self.provider, self.key, self.owner):
                 self._release_in_background()
             raise
         if not result.acquired:
             raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
-        _add_hold(self)
+        _holds.add(self)
         self._counted = True
         # The database counted the TTL from when it ran the statement, after `sent`: the safe side.
         self._acquired_at, self._valid_until = sent, sent + self.ttl_ms / 1000
@@ -329,7 +297,7 @@ class SyncHeldLease:
             renewer.join(timeout=0.2)
         if self._counted:
             self._counted = False
-            left = _forget_hold(self)
+            left = _holds.forget(self)
             if self.transferred_to is None and left == 0:  # an outer hold() of this owner keeps it
                 limit = None
                 if self.lost.is_set():  # a doomed release must not outlast the lease it could free
