@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -22,7 +22,6 @@ __all__ = [
     "AcquireResult",
     "LeaseInfo",
     "LeaseProvider",
-    "LeaseProviderBase",
     "ReleaseWaiter",
     "ReleaseWaiters",
     "RenewsWithLeaseInfo",
@@ -296,26 +295,3 @@ def validate_sweep(batch_size: object, grace_ms: object) -> tuple[int, float]:
 def validate_seconds(value: object, what: str) -> float:
     """A finite number of seconds >= 0 (``TypeError``/``ValueError`` otherwise)."""
     return _validate_number(value, what, "seconds", 0, 10 * 365 * 86_400, True)
-
-
-class LeaseProviderBase:
-    """Holding helpers shared by the bundled providers; they rely only on the five methods.
-
-    ``hold()`` and ``acquire_lease_wait()`` live in :mod:`sql_lease.holding` and serve any
-    ``LeaseProvider``; these methods are shortcuts to them.
-    """
-
-    def hold(self, key: str, owner: str | None = None, ttl_ms: int | float = 15_000, **options: Any) -> Any:
-        """Hold ``key`` while a block runs, renewing it; see :func:`sql_lease.holding.hold`."""
-        from .holding import hold
-
-        return hold(self, key, owner, ttl_ms, **options)  # type: ignore[arg-type]
-
-    async def acquire_lease_wait(
-        self, key: str, owner: str, ttl_ms: int | float, timeout_s: float | None = None, **options: Any
-    ) -> AcquireResult:
-        """Wait until ``key`` is acquired or ``timeout_s`` seconds pass; see
-        :func:`sql_lease.holding.acquire_lease_wait`."""
-        from .holding import acquire_lease_wait
-
-        return await acquire_lease_wait(self, key, owner, ttl_ms, timeout_s, **options)  # type: ignore[arg-type]

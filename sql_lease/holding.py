@@ -44,7 +44,7 @@ from .errors import (
     SchemaMissingError,
 )
 
-__all__ = ["ExpirySweeper", "HeldLease", "acquire_lease_wait", "hold", "new_owner_id"]
+__all__ = ["ExpirySweeper", "HeldLease", "LeaseProviderBase", "acquire_lease_wait", "hold", "new_owner_id"]
 
 log = logging.getLogger("sql_lease")
 
@@ -1058,3 +1058,22 @@ class ExpirySweeper:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+class LeaseProviderBase:
+    """Holding helpers shared by the bundled providers; they rely only on the five methods.
+
+    :func:`hold` and :func:`acquire_lease_wait` serve any ``LeaseProvider``; these methods are
+    shortcuts to them.
+    """
+
+    def hold(self, key: str, owner: str | None = None, ttl_ms: int | float = 15_000, **options: Any) -> Any:
+        """Hold ``key`` while a block runs, renewing it; see :func:`sql_lease.holding.hold`."""
+        return hold(self, key, owner, ttl_ms, **options)  # type: ignore[arg-type]
+
+    async def acquire_lease_wait(
+        self, key: str, owner: str, ttl_ms: int | float, timeout_s: float | None = None, **options: Any
+    ) -> AcquireResult:
+        """Wait until ``key`` is acquired or ``timeout_s`` seconds pass; see
+        :func:`sql_lease.holding.acquire_lease_wait`."""
+        return await acquire_lease_wait(self, key, owner, ttl_ms, timeout_s, **options)  # type: ignore[arg-type]

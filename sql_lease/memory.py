@@ -12,13 +12,13 @@ from datetime import UTC, datetime, timedelta
 from .contract import (
     AcquireResult,
     LeaseInfo,
-    LeaseProviderBase,
     validate_key,
     validate_list,
     validate_owner,
     validate_sweep,
     validate_ttl_ms,
 )
+from .holding import LeaseProviderBase
 from .sync_holding import SyncLeaseProviderBase
 
 __all__ = ["InMemoryLeaseProvider", "MemoryLeases", "NoopLeaseProvider", "SyncInMemoryLeaseProvider", "monotonic_ms"]

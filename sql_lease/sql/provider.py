@@ -23,8 +23,9 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ..contract import AcquireResult, LeaseInfo, LeaseProviderBase, validate_key
+from ..contract import AcquireResult, LeaseInfo, validate_key
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
+from ..holding import LeaseProviderBase
 from . import operations
 from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor
 from .operations import Plan
