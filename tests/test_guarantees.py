@@ -21,7 +21,7 @@ from sql_lease import (
 )
 from sql_lease.contract import validate_seconds, validate_ttl_ms
 from sql_lease.holding import ExpirySweeper
-from tests.support.pgserver import throwaway_postgres
+from tests.support.pgserver import start_again, throwaway_postgres
 
 
 def plain(url: str) -> str:
@@ -143,7 +143,7 @@ async def test_acknowledged_acquire_renew_transfer_survive_a_crash_with_synchron
             assert await leases.renew_lease("renewed", "r", 600_000)
             assert await leases.transfer_lease("moved", "m", "m2", 600_000)
             stop_server(executor, "immediate")  # acknowledged, then the server crashes at once
-        executor.start()
+        start_again(executor)
         async with SqlLeaseProvider(url) as leases:
             for i, result in enumerate(acquired):
                 lease = await leases.get_lease(f"k{i}")

@@ -12,7 +12,7 @@ import pytest
 from sql_lease import SqlLeaseProvider, hold
 from sql_lease.sql.schema import LeaseTableNames
 from sql_lease.sql.statements import PostgresStatements, statements_for
-from tests.support.pgserver import throwaway_postgres
+from tests.support.pgserver import start_again, throwaway_postgres
 
 
 def plain(url: str) -> str:
@@ -116,7 +116,7 @@ async def test_a_crash_right_after_relaxed_releases_never_hands_a_lease_to_anoth
                 assert await leases.release_lease(f"r{i}", f"owner{i}")
             highest = max([r.fence for r in held.values()] + [r.fence for r in acquired])  # type: ignore[type-var]
             stop_server(executor, "immediate")  # released, then the server crashes at once
-        executor.start()
+        start_again(executor)
         async with SqlLeaseProvider(url) as leases:
             for key, result in held.items():
                 lease = await leases.get_lease(key)

@@ -9,8 +9,10 @@ import pwd
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ENV_URL = "SQL_LEASE_TEST_POSTGRES_URL"
 PG_BINDIR = os.environ.get("SQL_LEASE_PG_BINDIR", "/usr/lib/postgresql/15/bin")
@@ -76,6 +78,21 @@ def throwaway_postgres(**server_options: str) -> Iterator[tuple[str, object]]:
         with contextlib.suppress(Exception):
             executor.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def start_again(executor: Any, attempts: int = 3) -> None:
+    """Start a throwaway cluster stopped with ``-m immediate`` (a crash); under load its first
+    start has been seen to fail, so try again a few times before giving up."""
+    for attempt in range(attempts):
+        try:
+            executor.start()
+            return
+        except Exception:
+            if attempt == attempts - 1:
+                raise
+            with contextlib.suppress(Exception):
+                executor._clear_process()  # mirakuru's handle of the launcher, so start() launches again
+            time.sleep(1.0)
 
 
 @contextlib.contextmanager
