@@ -359,8 +359,11 @@ class SyncHeldLease:
                 late_s = sent - next_at
                 late = f" (the renewal ran {late_s:.2f} s late)" if late_s > margin else ""
                 deadline = self._valid_until - margin
-                # Past the deadline it still renews at once: success proves the lease never lapsed.
-                wait_s = deadline - sent if sent < deadline else margin
+                if sent >= deadline:  # woke too late (the last retry's turn, or a stalled thread)
+                    cause = late.strip(" ()") if late else f"last error: {last_error or 'none'}"
+                    self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+                    return
+                wait_s = deadline - sent
                 renewed: LeaseInfo | bool | None = None
                 try:
                     renewed = self._renew_once(wait_s)

@@ -477,3 +477,29 @@ def test_migrate_through_a_given_engine(pg_url: str, fresh_pg_schema: str) -> No
         assert leases.acquire_lease("k", "alice", 10_000).acquired
     assert engine.pool.checkedout() == 0
     engine.dispose()
+
+
+def test_sync_loss_is_declared_at_the_deadline_not_one_margin_later(key: str) -> None:
+    """Regression (the asyncio twin was fixed earlier): when the last retry's turn came at the
+    deadline, the thread renewer still sent a renewal and waited one more margin for it, so a
+    holder cut off from the database learned of its loss only as its lease expired."""
+    import time as _time
+
+    from sql_lease import SyncInMemoryLeaseProvider
+
+    class Unreachable(SyncInMemoryLeaseProvider):
+        accepts_timeout_s = True
+
+        def renew_lease_info(self, key: str, owner: str, ttl_ms: float, *, timeout_s: float | None = None) -> Any:
+            # refused at once by a failing database, until it stops answering altogether
+            if _time.monotonic() - started > ttl_s * 0.85:
+                _time.sleep(timeout_s or 0)
+            raise LeaseBackendError("renew: the database failed")
+
+    leases = Unreachable()
+    ttl_s = 1.0
+    started = _time.monotonic()
+    with leases.hold(key, "cut-off", ttl_ms=ttl_s * 1000, on_lost="flag") as lease:
+        assert lease.lost.wait(5)
+        lost_after = _time.monotonic() - started
+    assert lost_after <= ttl_s * (1 - 0.1) + 0.05, f"loss declared {lost_after:.2f} s after the acquire"
