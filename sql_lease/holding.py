@@ -564,6 +564,70 @@ def _batcher_for(provider: LeaseProvider) -> _RenewalBatcher | None:
     return batcher
 
 
+class RenewalCourse:
+    """What a renewer does after each renewal, shared by ``hold()``'s asyncio renewers (one lease
+    at a time, or batched) and its thread renewer: retry with backoff until the lease's deadline,
+    declare the loss with its true reason, or count the lease valid again and schedule the next
+    renewal from when this one was sent. Times are the caller's monotonic clock, in seconds."""
+
+    def __init__(self, lease: Any, interval: float) -> None:
+        self.lease = lease
+        self.interval = interval
+        self.backoff = min(0.05, interval)
+        self.last_error: str | None = None
+
+    def lose_too_late(self, late: str) -> None:
+        """The renewal's turn came at or after the deadline: the loss, with why."""
+        cause = late.strip(" ()") if late else f"last error: {self.last_error or 'none'}"
+        self.lease._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+
+    def no_answer(self) -> None:
+        self.last_error = self.last_error or "the database did not answer in time"
+
+    def failed(self, exc: BaseException) -> None:
+        lease = self.lease
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, LeaseError):
+            log.error(
+                "renewing lease %r held by %r (fence %s) raised an unexpected error: %r",
+                lease.key,
+                lease.owner,
+                lease.fence,
+                exc,
+            )
+
+    def after(
+        self, renewed: LeaseInfo | bool | None, now: float, sent: float, deadline: float, late: str
+    ) -> float | None:
+        """``renewed``: the answer (None when there was none, after ``no_answer``/``failed``).
+        Returns when to renew next, or None once the lease was declared lost."""
+        lease = self.lease
+        if renewed is None:
+            if now >= deadline:
+                self.lose_too_late(late)
+                return None
+            log.warning(
+                "renewing lease %r held by %r (fence %s) failed, retrying: %s",
+                lease.key,
+                lease.owner,
+                lease.fence,
+                self.last_error,
+            )
+            next_at = now + min(self.backoff, max(0.0, deadline - now))
+            self.backoff = min(self.backoff * 2, self.interval)
+            return next_at
+        if renewed is False:
+            lease._declare_lost(f"renewal refused: the lease expired or another owner holds it{late}")
+            return None
+        lease._valid_until = sent + lease.ttl_ms / 1000
+        if isinstance(renewed, LeaseInfo):
+            lease.expires_at = renewed.expires_at
+        elif lease._acquired_expiry is not None:  # the database's expiry, moved on by elapsed time
+            lease.expires_at = lease._acquired_expiry + timedelta(seconds=sent - lease._acquired_at)
+        self.last_error, self.backoff = None, min(0.05, self.interval)
+        return sent + self.interval
+
+
 class HeldLease:
     """A lease held for the duration of an ``async with`` block; made by :func:`hold`.
 
@@ -772,34 +836,24 @@ class HeldLease:
             await self._renew_loop_batched(first_due, batcher)
             return
         loop = asyncio.get_running_loop()
-        interval = self.renew_every_ms / 1000
-        ttl_s = self.ttl_ms / 1000
-        next_at = first_due
-        backoff = min(0.05, interval)
-        last_error: str | None = None
-        while True:
+        course = RenewalCourse(self, self.renew_every_ms / 1000)
+        next_at: float | None = first_due
+        while next_at is not None:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             async with self._renew_lock:
                 if self.transferred_to is not None:
                     return
                 sent = loop.time()
-                late_s = sent - next_at
-                late = (
-                    f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)"
-                    if late_s > self._margin_s
-                    else ""
-                )
+                late = self._late(sent - next_at)
                 deadline = self._valid_until - self._margin_s
                 if sent >= deadline:  # woke too late (a blocked loop, or the last retry's turn came)
-                    cause = late.strip(" ()") if late else f"last error: {last_error or 'none'}"
-                    self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+                    course.lose_too_late(late)
                     return
                 # The renewal runs as its own task and is waited for only until the deadline, so loss
                 # is declared on time even if the provider is slow to give up on a dead connection.
-                wait_s = deadline - sent
                 renewal = asyncio.ensure_future(self._renew_once())
                 try:
-                    await asyncio.wait({renewal}, timeout=wait_s)
+                    await asyncio.wait({renewal}, timeout=deadline - sent)
                 except asyncio.CancelledError:
                     renewal.cancel()
                     renewal.add_done_callback(_consume_result)
@@ -808,45 +862,16 @@ class HeldLease:
                 if not renewal.done():
                     renewal.cancel()
                     renewal.add_done_callback(_consume_result)
-                    last_error = last_error or "the database did not answer in time"
-                elif renewal.exception() is not None:
-                    exc = renewal.exception()
-                    last_error = f"{type(exc).__name__}: {exc}"
-                    if not isinstance(exc, LeaseError):
-                        log.error(
-                            "renewing lease %r held by %r (fence %s) raised an unexpected error: %r",
-                            self.key,
-                            self.owner,
-                            self.fence,
-                            exc,
-                        )
+                    course.no_answer()
+                elif (exc := renewal.exception()) is not None:
+                    course.failed(exc)
                 else:
                     renewed = renewal.result()
-                if renewed is None:
-                    if loop.time() >= deadline:
-                        cause = f"last error: {last_error}" if not late else late.strip(" ()")
-                        self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
-                        return
-                    log.warning(
-                        "renewing lease %r held by %r (fence %s) failed, retrying: %s",
-                        self.key,
-                        self.owner,
-                        self.fence,
-                        last_error,
-                    )
-                    next_at = loop.time() + min(backoff, max(0.0, deadline - loop.time()))
-                    backoff = min(backoff * 2, interval)
-                    continue
-                if renewed is False:
-                    self._declare_lost(f"renewal refused: the lease expired or another owner holds it{late}")
-                    return
-                self._valid_until = sent + ttl_s
-                if isinstance(renewed, LeaseInfo):
-                    self.expires_at = renewed.expires_at
-                elif self._acquired_expiry is not None:  # the database's expiry, moved on by elapsed time
-                    self.expires_at = self._acquired_expiry + timedelta(seconds=sent - self._acquired_at)
-                last_error, backoff = None, min(0.05, interval)
-                next_at = sent + interval
+                next_at = course.after(renewed, loop.time(), sent, deadline, late)
+
+    def _late(self, late_s: float) -> str:
+        """The note a reason gets when a renewal ran ``late_s`` seconds late (a blocked loop)."""
+        return f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)" if late_s > self._margin_s else ""
 
     async def _renew_loop_batched(self, first_due: float, batcher: _RenewalBatcher) -> None:
         """``_renew_loop``'s rules with the renewals sent by ``batcher``: each request is due at
@@ -854,11 +879,9 @@ class HeldLease:
         waited for only until this lease's own deadline; ``sent`` is when its statement was sent."""
         loop = asyncio.get_running_loop()
         interval = self.renew_every_ms / 1000
-        ttl_s = self.ttl_ms / 1000
-        next_at = first_due
-        backoff = min(0.05, interval)
-        last_error: str | None = None
-        while True:
+        course = RenewalCourse(self, interval)
+        next_at: float | None = first_due
+        while next_at is not None:
             deadline = self._valid_until - self._margin_s
             request = batcher.submit(self, next_at, deadline, interval)
             try:
@@ -871,59 +894,17 @@ class HeldLease:
                     return
                 sent = request.sent
                 if sent is None:  # never sent before the deadline (a blocked loop, or a retry's turn)
-                    late_s = loop.time() - next_at
-                    cause = (
-                        f"the renewal ran {late_s:.2f} s late: the event loop was blocked"
-                        if late_s > self._margin_s
-                        else f"last error: {last_error or 'none'}"
-                    )
-                    self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+                    course.lose_too_late(self._late(loop.time() - next_at))
                     return
-                late_s = sent - next_at
-                late = (
-                    f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)"
-                    if late_s > self._margin_s
-                    else ""
-                )
+                late = self._late(sent - next_at)
                 renewed: LeaseInfo | bool | None = None
                 if answer is _NO_ANSWER:
-                    last_error = last_error or "the database did not answer in time"
+                    course.no_answer()
                 elif isinstance(answer, BaseException):
-                    exc = answer
-                    last_error = f"{type(exc).__name__}: {exc}"
-                    if not isinstance(exc, LeaseError):
-                        log.error(
-                            "renewing lease %r held by %r (fence %s) raised an unexpected error: %r",
-                            self.key,
-                            self.owner,
-                            self.fence,
-                            exc,
-                        )
+                    course.failed(answer)
                 else:
                     renewed = answer
-                if renewed is None:
-                    if loop.time() >= deadline:
-                        cause = f"last error: {last_error}" if not late else late.strip(" ()")
-                        self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
-                        return
-                    log.warning(
-                        "renewing lease %r held by %r (fence %s) failed, retrying: %s",
-                        self.key,
-                        self.owner,
-                        self.fence,
-                        last_error,
-                    )
-                    next_at = loop.time() + min(backoff, max(0.0, deadline - loop.time()))
-                    backoff = min(backoff * 2, interval)
-                    continue
-                if renewed is False:
-                    self._declare_lost(f"renewal refused: the lease expired or another owner holds it{late}")
-                    return
-                self._valid_until = sent + ttl_s
-                if isinstance(renewed, LeaseInfo):
-                    self.expires_at = renewed.expires_at
-                last_error, backoff = None, min(0.05, interval)
-                next_at = sent + interval
+                next_at = course.after(renewed, loop.time(), sent, deadline, late)
 
     async def transfer_to(self, next_owner: str, ttl_ms: int | float | None = None) -> bool:
         """Hand the lease to ``next_owner`` with no gap (``transfer_lease``), for ``ttl_ms``

@@ -22,14 +22,13 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from .contract import AcquireResult, LeaseInfo, validate_key, validate_owner, validate_ttl_ms
 from .errors import (
     LeaseConfigError,
-    LeaseError,
     LeaseLostError,
     LeaseNotAcquiredError,
     ProviderClosedError,
@@ -39,6 +38,7 @@ from .holding import (
     ATTEMPT_GRACE_S,
     LOSS_MARGIN,
     HoldRegistry,
+    RenewalCourse,
     _seconds_left,
     _validate_timeout_s,
     new_owner_id,
@@ -345,13 +345,10 @@ class SyncHeldLease:
         return bool(self.provider.renew_lease(self.key, self.owner, self._call_ttl_ms, **bound))
 
     def _renew_loop(self, first_due: float) -> None:
-        interval = self.renew_every_ms / 1000
-        ttl_s = self.ttl_ms / 1000
+        course = RenewalCourse(self, self.renew_every_ms / 1000)
         margin = self._margin_s
-        next_at = first_due
-        backoff = min(0.05, interval)
-        last_error: str | None = None
-        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+        next_at: float | None = first_due
+        while next_at is not None and not self._stop.wait(max(0.0, next_at - time.monotonic())):
             with self._lock:
                 if self._stop.is_set() or self.lost.is_set() or self.transferred_to is not None:
                     return
@@ -360,50 +357,16 @@ class SyncHeldLease:
                 late = f" (the renewal ran {late_s:.2f} s late)" if late_s > margin else ""
                 deadline = self._valid_until - margin
                 if sent >= deadline:  # woke too late (the last retry's turn, or a stalled thread)
-                    cause = late.strip(" ()") if late else f"last error: {last_error or 'none'}"
-                    self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+                    course.lose_too_late(late)
                     return
-                wait_s = deadline - sent
                 renewed: LeaseInfo | bool | None = None
                 try:
-                    renewed = self._renew_once(wait_s)
+                    renewed = self._renew_once(deadline - sent)
                 except Exception as exc:
-                    last_error = f"{type(exc).__name__}: {exc}"
-                    if not isinstance(exc, LeaseError):
-                        log.error(
-                            "renewing lease %r held by %r (fence %s) raised an unexpected error: %r",
-                            self.key,
-                            self.owner,
-                            self.fence,
-                            exc,
-                        )
+                    course.failed(exc)
                 if self._stop.is_set():
                     return  # the block ended meanwhile (its release may have raced this renewal)
-                if renewed is None:
-                    if time.monotonic() >= deadline:
-                        cause = f"last error: {last_error}" if not late else late.strip(" ()")
-                        self._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
-                        return
-                    log.warning(
-                        "renewing lease %r held by %r (fence %s) failed, retrying: %s",
-                        self.key,
-                        self.owner,
-                        self.fence,
-                        last_error,
-                    )
-                    next_at = time.monotonic() + min(backoff, max(0.0, deadline - time.monotonic()))
-                    backoff = min(backoff * 2, interval)
-                    continue
-                if renewed is False:
-                    self._declare_lost(f"renewal refused: the lease expired or another owner holds it{late}")
-                    return
-                self._valid_until = sent + ttl_s
-                if isinstance(renewed, LeaseInfo):
-                    self.expires_at = renewed.expires_at
-                elif self._acquired_expiry is not None:
-                    self.expires_at = self._acquired_expiry + timedelta(seconds=sent - self._acquired_at)
-                last_error, backoff = None, min(0.05, interval)
-                next_at = sent + interval
+                next_at = course.after(renewed, time.monotonic(), sent, deadline, late)
 
     def transfer_to(self, next_owner: str, ttl_ms: int | float | None = None) -> bool:
         """Hand the lease to ``next_owner`` with no gap (``transfer_lease``) for ``ttl_ms``
