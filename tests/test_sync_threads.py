@@ -374,6 +374,33 @@ def test_close_leaves_no_threads(sync_sql_provider: Any, key: str) -> None:
     assert not [t for t in threading.enumerate() if t.name.startswith("sql_lease")]
 
 
+EXITS_WITHOUT_CLOSE = textwrap.dedent(
+    """
+    import sys
+    from sql_lease import SyncSqlLeaseProvider
+    leases = SyncSqlLeaseProvider(sys.argv[1], schema=sys.argv[2] or None)  # module level, never closed
+    leases.acquire_lease("exit-without-close", sys.argv[3], 60_000)
+    """
+)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_process_that_never_closes_its_provider_exits(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, sync_sqlite_template: str
+) -> None:
+    # Regression: the provider's finaliser waited for a lock held by a daemon thread frozen by the
+    # interpreter's shutdown, and the process hung at exit (3 of 8 processes here).
+    if kind == "postgres":
+        url, schema = request.getfixturevalue("pg_schema")
+    else:
+        shutil.copyfile(sync_sqlite_template, tmp_path / "t.db")
+        url, schema = f"sqlite:///{tmp_path / 't.db'}", ""
+    script = tmp_path / "exits.py"
+    script.write_text(EXITS_WITHOUT_CLOSE)
+    results = run_scripts(script, [[url, schema, f"owner-{i}"] for i in range(12)], cwd=REPO, timeout_s=60)
+    assert [code for code, _, _ in results] == [0] * 12, [err for code, _, err in results if code]
+
+
 # -- a given Engine -------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -444,7 +445,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
 
     def __del__(self) -> None:
         # A provider dropped without close(): its pool threads must not keep the process alive.
-        if not getattr(self, "_closed", True):
+        # At interpreter exit, daemon threads are frozen, maybe holding the locks close() takes.
+        if not getattr(self, "_closed", True) and not sys.is_finalizing():
             try:
                 self._closed = True
                 self._executor.close(0.1)

@@ -4,12 +4,14 @@ cluster started from the local binaries by pytest-postgresql's executor."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pwd
 import shutil
 import socket
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,17 @@ def _free_port() -> int:
 def _docker_works() -> bool:
     try:
         import docker
-
-        docker.from_env(timeout=3).ping()
-        return True
-    except Exception:
+    except ImportError:
         return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # a failed probe leaves its socket to the GC
+        try:
+            with docker.from_env(timeout=3) as client:
+                return bool(client.ping())
+        except Exception:
+            return False
+        finally:
+            gc.collect()  # here, under this filter, not during some later test
 
 
 @contextlib.contextmanager
