@@ -204,20 +204,22 @@ def is_lease_provider(obj: object) -> bool:
 
 
 def _validate_identifier(value: object, what: str, max_length: int) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    # An exact str copy: a subclass could override len(), "in" or encode() and slip past the checks.
-    value = str.__str__(value)
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+        # An exact str copy: a subclass could override len(), "in" or encode() and slip past the checks.
+        value = str.__str__(value)
     if not value:
         raise ValueError(f"{what} must not be empty")
     if len(value) > max_length:
         raise ValueError(f"{what} is {len(value)} characters long; the limit is {max_length}")
     if "\x00" in value:
         raise ValueError(f"{what} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{what} is not valid Unicode text (lone surrogate?): {exc}") from None
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{what} is not valid Unicode text (lone surrogate?): {exc}") from None
     return value
 
 
@@ -253,17 +255,20 @@ def validate_owner(owner: object, what: str = "owner") -> str:
 
 
 def _validate_number(value: object, what: str, unit: str, low: float, high: float, low_inclusive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    number: int | float
+    if type(value) is float or type(value) is int:
+        number = value
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be an int or float number of {unit}, not {type(value).__name__}")
-    # Judge the value, not a subclass's methods: an overridden __float__ or __lt__ must not decide.
-    value = float.__float__(value) if isinstance(value, float) else int.__int__(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{what} must be finite, got {value!r}")
+    else:  # judge the value, not a subclass's methods: an overridden __float__ or __lt__ must not decide
+        number = float.__float__(value) if isinstance(value, float) else int.__int__(value)
+    if type(number) is float and not math.isfinite(number):
+        raise ValueError(f"{what} must be finite, got {number!r}")
     # Compare before converting: int(10**400) has no float.
-    if value < low or (value == low and not low_inclusive) or value > high:
+    if number < low or (number == low and not low_inclusive) or number > high:
         bound = ">=" if low_inclusive else ">"
-        raise ValueError(f"{what} must be {bound} {low:g} and <= {high:g} {unit}, got {value!r}")
-    return float(value)
+        raise ValueError(f"{what} must be {bound} {low:g} and <= {high:g} {unit}, got {number!r}")
+    return float(number)
 
 
 MIN_TTL_MS = 1

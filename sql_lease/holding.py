@@ -19,7 +19,7 @@ import socket
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -414,58 +414,71 @@ _NO_ANSWER = object()
 """A batched renewal's answer when its statement had not answered by the lease's deadline."""
 
 
-class _RenewalRequest:
-    """One renewal a ``hold()`` block asked the batcher for: due at ``due`` (``loop.time()``), useless
-    after ``deadline``; ``sent`` is when its statement was sent (None: never sent). ``future`` always
-    gets a result by the deadline (never an exception): the renewed ``LeaseInfo``, False (refused),
-    None (not sent: its deadline had passed), ``_NO_ANSWER``, or the exception the statement raised."""
+class _BatchedRenewal:
+    """The renewals of one ``hold()`` block through the batcher, for the block's whole life: the
+    next renewal is due at ``due`` (``loop.time()``) and useless after ``deadline``; ``sent`` is
+    when its statement was sent (None: not yet). ``done`` resolves when renewing ends (the lease
+    lost or transferred); cancelling it withdraws the block. The batcher judges each answer with
+    ``course`` itself, so a renewal costs no task wake-up and no new object that outlives it."""
 
-    __slots__ = ("deadline", "due", "future", "interval", "lease", "sent")
+    __slots__ = ("course", "deadline", "done", "due", "lease", "sent")
 
-    def __init__(self, lease: HeldLease, due: float, deadline: float, interval: float) -> None:
-        self.lease, self.due, self.deadline, self.interval = lease, due, deadline, interval
+    def __init__(self, lease: HeldLease, course: RenewalCourse, due: float) -> None:
+        self.lease, self.course, self.due = lease, course, due
+        self.deadline = lease._valid_until - lease._margin_s
         self.sent: float | None = None
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
 
 class _RenewalBatcher:
     """Coalesced renewals of the ``hold()`` blocks on one provider in one event loop (the provider
-    has ``renew_leases``). When the earliest request falls due, one statement (per
-    ``RENEW_BATCH_SIZE``) renews every request due before the next tick (now plus the shortest
+    has ``renew_leases``). When the earliest renewal falls due, one statement (per
+    ``RENEW_BATCH_SIZE``) renews every lease due before the next tick (now plus the shortest
     renewal interval waiting): a lease is renewed up to one interval early, never late. Renewed
     together, leases stay together, so N leases with one interval cost about N / 1000 statements per
-    interval. Each request gets its own answer; each ``hold()`` judges loss by its own deadline."""
+    interval. Each lease is judged by its own answer and its own deadline, with the rules of
+    :class:`RenewalCourse`, as the per-lease renewer judges it."""
 
     def __init__(self, provider: Any) -> None:
         self._provider = weakref.ref(provider)
-        self._pending: set[_RenewalRequest] = set()
+        self._pending: set[_BatchedRenewal] = set()
         self._wake = asyncio.Event()
         self._wake_at = float("inf")
         self._task: asyncio.Task[None] | None = None
-        self._sending: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()
 
-    def submit(self, lease: HeldLease, due: float, deadline: float, interval: float) -> _RenewalRequest:
-        request = _RenewalRequest(lease, due, deadline, interval)
-        self._pending.add(request)
-        if due < self._wake_at:
-            self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="sql_lease renewal batcher")
-        return request
+    def add(self, lease: HeldLease, first_due: float) -> _BatchedRenewal:
+        """Renew ``lease`` from ``first_due`` on, until its loss or transfer (``done``)."""
+        renewal = _BatchedRenewal(lease, RenewalCourse(lease, lease.renew_every_ms / 1000), first_due)
+        self._schedule(renewal)
+        return renewal
 
-    def withdraw(self, request: _RenewalRequest) -> None:
-        """``request``'s hold() no longer waits for it (cancelled); a statement in flight goes on."""
-        request.future.cancel()
-        self._pending.discard(request)
+    def withdraw(self, renewal: _BatchedRenewal) -> None:
+        """``renewal``'s hold() stopped renewing; a statement in flight goes on for the others."""
+        renewal.done.cancel()
+        self._pending.discard(renewal)
         if not self._pending:
             self._wake.set()  # nothing left: let the flusher end
+
+    def _schedule(self, renewal: _BatchedRenewal) -> None:
+        self._pending.add(renewal)
+        if renewal.due < self._wake_at:
+            self._wake.set()
+        if self._task is None:
+            self._task = self._spawn(self._run(), "sql_lease renewal batcher")
+
+    def _spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             while self._pending:
                 now = loop.time()
-                earliest = min(request.due for request in self._pending)
+                earliest = min(renewal.due for renewal in self._pending)
                 if earliest > now:
                     self._wake_at = earliest
                     self._wake.clear()
@@ -480,69 +493,133 @@ class _RenewalBatcher:
 
     def _flush(self, now: float) -> None:
         provider = self._provider()
-        horizon = now + min(request.interval for request in self._pending)
-        due = [request for request in self._pending if request.due < horizon]
+        horizon = now + min(renewal.course.interval for renewal in self._pending)
+        due = [renewal for renewal in self._pending if renewal.due < horizon]
         self._pending.difference_update(due)
         # One item per (key, owner): nested holds of one owner share it, with the longest TTL.
-        by_holder: dict[tuple[str, str], list[_RenewalRequest]] = {}
-        for request in due:
-            if request.future.done():
+        # (Few objects per lease: a flush's temporaries, promoted by the GC, trigger full collections.)
+        groups: dict[tuple[str, str], _BatchedRenewal | list[_BatchedRenewal]] = {}
+        for renewal in due:
+            if renewal.done.done():
                 continue
-            if now >= request.deadline or provider is None:
-                request.future.set_result(None)  # too late to renew: its hold() declares the loss
+            if now >= renewal.deadline or provider is None:
+                self._answer(renewal, None)  # too late to renew: never sent, the loss is declared
                 continue
-            by_holder.setdefault((request.lease.key, request.lease.owner), []).append(request)
-        chunks: list[dict[str, tuple[str, list[_RenewalRequest]]]] = [{}]
-        for (key, owner), requests in by_holder.items():
-            # keys are distinct within a statement: a second owner of a key goes in a later one
-            chunk = next((c for c in chunks if key not in c and len(c) < RENEW_BATCH_SIZE), None)
-            if chunk is None:
-                chunk = {}
-                chunks.append(chunk)
-            chunk[key] = (owner, requests)
-        for chunk in chunks:
-            if chunk:
-                for _, requests in chunk.values():
-                    for request in requests:
-                        request.sent = now
-                task = asyncio.get_running_loop().create_task(self._send(provider, chunk))
-                self._sending.add(task)
-                task.add_done_callback(self._sending.discard)
+            holder = (renewal.lease.key, renewal.lease.owner)
+            other = groups.get(holder)
+            if other is None:
+                groups[holder] = renewal
+            elif isinstance(other, list):
+                other.append(renewal)
+            else:
+                groups[holder] = [other, renewal]
+        for holders in _distinct_key_chunks(groups):
+            for holder in holders:
+                for renewal in _each(groups[holder]):
+                    renewal.sent = now
+            self._spawn(self._send(provider, holders, groups))
 
-    async def _send(self, provider: Any, chunk: dict[str, tuple[str, list[_RenewalRequest]]]) -> None:
+    async def _send(
+        self,
+        provider: Any,
+        holders: list[tuple[str, str]],
+        groups: dict[tuple[str, str], _BatchedRenewal | list[_BatchedRenewal]],
+    ) -> None:
         loop = asyncio.get_running_loop()
         # The TTL is read now, as the per-lease path reads it at each renewal (nested holds).
-        items = [(key, owner, max(r.lease._call_ttl_ms for r in requests)) for key, (owner, requests) in chunk.items()]
-        waiting = [request for _, requests in chunk.values() for request in requests]
-        renewal = asyncio.ensure_future(provider.renew_leases(items))
-        # Each request is answered by its own deadline: one timer per statement, not per lease.
+        items = [(key, owner, max(r.lease._call_ttl_ms for r in _each(groups[key, owner]))) for key, owner in holders]
+        waiting = [renewal for holder in holders for renewal in _each(groups[holder])]
+        statement = asyncio.ensure_future(provider.renew_leases(items))
+        # Each lease is answered by its own deadline: one timer per statement, not per lease.
         while waiting:
-            await asyncio.wait({renewal}, timeout=max(0.0, min(r.deadline for r in waiting) - loop.time()))
-            if renewal.done():
+            await asyncio.wait({statement}, timeout=max(0.0, min(r.deadline for r in waiting) - loop.time()))
+            if statement.done():
                 break
             now = loop.time()
-            for request in waiting:
-                if request.deadline <= now and not request.future.done():
-                    request.future.set_result(_NO_ANSWER)
-            waiting = [request for request in waiting if not request.future.done()]
-        if not renewal.done():  # every lease of it gave up: stop the statement (its connection is dropped)
-            renewal.cancel()
-            renewal.add_done_callback(_consume_result)
+            for renewal in waiting:
+                if renewal.deadline <= now:
+                    self._answer(renewal, _NO_ANSWER)
+            waiting = [renewal for renewal in waiting if renewal.deadline > now and not renewal.done.done()]
+        if not statement.done():  # every lease of it gave up: stop the statement (its connection is dropped)
+            statement.cancel()
+            statement.add_done_callback(_consume_result)
             return
-        exc = None if renewal.cancelled() else renewal.exception()
-        if renewal.cancelled() or exc is not None:
-            answer: Any = exc if exc is not None else _NO_ANSWER
-            for request in waiting:
-                if not request.future.done():
-                    request.future.set_result(answer)
+        exc = None if statement.cancelled() else statement.exception()
+        if statement.cancelled() or exc is not None:
+            for renewal in waiting:
+                self._answer(renewal, exc if exc is not None else _NO_ANSWER)
             return
-        renewed: dict[str, LeaseInfo] = renewal.result()
-        for key, (owner, requests) in chunk.items():
+        renewed: dict[str, LeaseInfo] = statement.result()
+        unanswered = set(waiting)
+        for key, owner in holders:
             info = renewed.get(key)
             result: LeaseInfo | bool = info if info is not None and info.owner == owner else False
-            for request in requests:
-                if not request.future.done():
-                    request.future.set_result(result)
+            for renewal in _each(groups[key, owner]):
+                if renewal in unanswered:
+                    self._answer(renewal, result)
+
+    def _answer(self, renewal: _BatchedRenewal, answer: Any) -> None:
+        """Judge ``answer`` for ``renewal``: a ``LeaseInfo``, False (refused), None (never sent),
+        ``_NO_ANSWER`` or the exception the statement raised."""
+        if renewal.done.done():
+            return  # withdrawn meanwhile
+        if renewal.lease._renew_lock.locked():  # a transfer is in flight: judge after it
+            self._spawn(self._answer_after_transfer(renewal, answer))
+            return
+        self._judge(renewal, answer)
+
+    async def _answer_after_transfer(self, renewal: _BatchedRenewal, answer: Any) -> None:
+        async with renewal.lease._renew_lock:
+            if not renewal.done.done():
+                self._judge(renewal, answer)
+
+    def _judge(self, renewal: _BatchedRenewal, answer: Any) -> None:
+        lease, course = renewal.lease, renewal.course
+        if lease.transferred_to is not None:
+            renewal.done.set_result(None)
+            return
+        now = asyncio.get_running_loop().time()
+        sent = renewal.sent
+        if sent is None:  # never sent before the deadline (a blocked loop, or a retry's turn)
+            course.lose_too_late(lease._late(now - renewal.due))
+            renewal.done.set_result(None)
+            return
+        late = lease._late(sent - renewal.due)
+        renewed: LeaseInfo | bool | None = None
+        if answer is _NO_ANSWER:
+            course.no_answer()
+        elif isinstance(answer, BaseException):
+            course.failed(answer)
+        else:
+            renewed = answer
+        next_at = course.after(renewed, now, sent, renewal.deadline, late)
+        if next_at is None:
+            renewal.done.set_result(None)
+            return
+        renewal.due, renewal.deadline, renewal.sent = next_at, lease._valid_until - lease._margin_s, None
+        self._schedule(renewal)
+
+
+def _each(group: _BatchedRenewal | list[_BatchedRenewal]) -> list[_BatchedRenewal]:
+    return group if isinstance(group, list) else [group]
+
+
+def _distinct_key_chunks(holders: Iterable[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
+    """``holders`` (key, owner) in chunks of at most ``RENEW_BATCH_SIZE`` with distinct keys: a
+    second owner of a key (rare) goes in a later chunk."""
+    rest = list(holders)
+    while rest:
+        keys: set[str] = set()
+        first, repeats = [], []
+        for holder in rest:
+            if holder[0] in keys:
+                repeats.append(holder)
+            else:
+                keys.add(holder[0])
+                first.append(holder)
+        for start in range(0, len(first), RENEW_BATCH_SIZE):
+            yield first[start : start + RENEW_BATCH_SIZE]
+        rest = repeats
 
 
 _batchers: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, _RenewalBatcher]] = weakref.WeakKeyDictionary()
@@ -874,37 +951,15 @@ class HeldLease:
         return f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)" if late_s > self._margin_s else ""
 
     async def _renew_loop_batched(self, first_due: float, batcher: _RenewalBatcher) -> None:
-        """``_renew_loop``'s rules with the renewals sent by ``batcher``: each request is due at
-        ``next_at`` (the batcher may send it up to one interval early, never late); the answer is
-        waited for only until this lease's own deadline; ``sent`` is when its statement was sent."""
-        loop = asyncio.get_running_loop()
-        interval = self.renew_every_ms / 1000
-        course = RenewalCourse(self, interval)
-        next_at: float | None = first_due
-        while next_at is not None:
-            deadline = self._valid_until - self._margin_s
-            request = batcher.submit(self, next_at, deadline, interval)
-            try:
-                answer = await request.future  # the batcher answers by the deadline
-            except asyncio.CancelledError:
-                batcher.withdraw(request)  # the statement, if sent, goes on for the others
-                raise
-            async with self._renew_lock:
-                if self.transferred_to is not None:
-                    return
-                sent = request.sent
-                if sent is None:  # never sent before the deadline (a blocked loop, or a retry's turn)
-                    course.lose_too_late(self._late(loop.time() - next_at))
-                    return
-                late = self._late(sent - next_at)
-                renewed: LeaseInfo | bool | None = None
-                if answer is _NO_ANSWER:
-                    course.no_answer()
-                elif isinstance(answer, BaseException):
-                    course.failed(answer)
-                else:
-                    renewed = answer
-                next_at = course.after(renewed, loop.time(), sent, deadline, late)
+        """``_renew_loop``'s rules with the renewals sent and judged by ``batcher``: a renewal due at
+        ``next_at`` may be sent up to one interval early, never late; its answer is waited for only
+        until this lease's own deadline."""
+        renewal = batcher.add(self, first_due)
+        try:
+            await renewal.done
+        except asyncio.CancelledError:
+            batcher.withdraw(renewal)  # the statement, if sent, goes on for the others
+            raise
 
     async def transfer_to(self, next_owner: str, ttl_ms: int | float | None = None) -> bool:
         """Hand the lease to ``next_owner`` with no gap (``transfer_lease``), for ``ttl_ms``

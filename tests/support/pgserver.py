@@ -67,19 +67,29 @@ def throwaway_postgres(**server_options: str) -> Iterator[tuple[str, object]]:
         pg_user = pwd.getpwnam("postgres")
         os.chown(workdir, pg_user.pw_uid, pg_user.pw_gid)
     options = " ".join(f"-c {name}={value}" for name, value in server_options.items())
-    port = _free_port()
-    executor = PostgreSQLExecutor(
-        executable=str(PG_CTL_AS_POSTGRES) if as_root else os.path.join(PG_BINDIR, "pg_ctl"),
-        host="127.0.0.1",
-        port=port,
-        datadir=os.path.join(workdir, "data"),
-        unixsocketdir=workdir,
-        logfile=os.path.join(workdir, "postgresql.log"),
-        startparams="-w",
-        dbname="postgres",
-        postgres_options=options,
-    )
-    executor.start()
+    for attempt in range(3):  # a free port can be taken before the server binds it (parallel suites)
+        port = _free_port()
+        executor = PostgreSQLExecutor(
+            executable=str(PG_CTL_AS_POSTGRES) if as_root else os.path.join(PG_BINDIR, "pg_ctl"),
+            host="127.0.0.1",
+            port=port,
+            datadir=os.path.join(workdir, "data"),
+            unixsocketdir=workdir,
+            logfile=os.path.join(workdir, f"postgresql-{attempt}.log"),
+            startparams="-w",
+            dbname="postgres",
+            postgres_options=options,
+        )
+        try:
+            executor.start()
+            break
+        except Exception:
+            with contextlib.suppress(Exception):
+                executor.stop()
+            if attempt == 2:
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise
+            time.sleep(1.0)
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres", executor
     finally:
