@@ -453,6 +453,7 @@ class _SlotPool:
         self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
+        self._waiting = 0  # threads in _freed.wait(): give_back notifies only when there are some
         self._connect = connect
         self._closed = False
 
@@ -469,13 +470,18 @@ class _SlotPool:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise StalledError("no pooled connection was free in time")
-                self._freed.wait(left)
+                self._waiting += 1
+                try:
+                    self._freed.wait(left)
+                finally:
+                    self._waiting -= 1
         try:
             return self._connect()
         except BaseException:
             with self._lock:
                 self._made -= 1
-                self._freed.notify()
+                if self._waiting:
+                    self._freed.notify()
             raise
 
     def give_back(self, conn: Any, healthy: bool) -> None:
@@ -485,7 +491,8 @@ class _SlotPool:
                 self._idle.append(conn)
             else:
                 self._made -= 1
-            self._freed.notify()
+            if self._waiting:
+                self._freed.notify()
         if not keep:
             with contextlib.suppress(Exception):
                 conn.close()
