@@ -156,11 +156,8 @@ def validate_renew_items(items: object) -> list[tuple[str, str, float]]:
     checked: list[tuple[str, str, float]] = []
     seen: set[str] = set()
     for item in items:
-        if (
-            type(item) is not tuple
-            and (isinstance(item, (str, bytes)) or not isinstance(item, Sequence))
-            or len(item) != 3
-        ):
+        exact = type(item) is tuple
+        if (not exact and (isinstance(item, (str, bytes)) or not isinstance(item, Sequence))) or len(item) != 3:
             raise TypeError(f"each item must be a (key, owner, ttl_ms) tuple, not {item!r}")
         key, owner, ttl = validate_key(item[0]), validate_owner(item[1]), validate_ttl_ms(item[2])
         if key in seen:

@@ -27,6 +27,7 @@ from ..contract import AcquireResult, LeaseInfo, validate_key
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
 from ..holding import LeaseProviderBase
 from . import operations
+from .deadlines import DeadlineWatch
 from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor
 from .operations import Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
@@ -174,7 +175,8 @@ class SqlLeaseProvider(LeaseProviderBase):
         self.operation_timeout_s = checked.operation_timeout_s
         self._closed = False
         self._in_flight = 0
-        self._idle = asyncio.Event()
+        self._drained: asyncio.Future[None] | None = None  # close() waits on it for calls in flight
+        self._deadlines = DeadlineWatch()
         self._listener: NotifyListener | None = None
         database_file = None
         connect_args: dict[str, Any] = {}
@@ -298,9 +300,10 @@ class SqlLeaseProvider(LeaseProviderBase):
         their next attempt. Calling it again does nothing."""
         self._closed = True
         if self._in_flight:
+            self._drained = asyncio.get_running_loop().create_future()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.operation_timeout_s + 1):
-                    await self._idle.wait()
+                    await asyncio.shield(self._drained)
         if self._listener is not None:
             await self._listener.close()
         await self._executor.close()
@@ -394,25 +397,32 @@ class SqlLeaseProvider(LeaseProviderBase):
         plan = make_plan()  # validates the arguments before any I/O (and before closed-ness)
         if self._closed:
             raise ProviderClosedError(f"{operation}: the provider for {self.safe_url} is closed")
-        if self._in_flight == 0:
-            self._idle.clear()
         self._in_flight += 1
-        what = f"{operation} {key!r}" if key is not None else operation
+        ticket = self._deadlines.start(self.operation_timeout_s)
         try:
-            async with asyncio.timeout(self.operation_timeout_s):
+            try:
                 return await self._executor.run(make_plan, plan)
+            except asyncio.CancelledError:
+                if self._deadlines.stop(ticket):  # our deadline's, as asyncio.timeout converts it
+                    raise TimeoutError from None
+                raise
         except LeaseError:
             raise
         except TimeoutError as exc:
             raise LeaseBackendError(
-                f"{what}: no answer from {self.safe_url} within {self.operation_timeout_s:g} s"
+                f"{self._what(operation, key)}: no answer from {self.safe_url} within {self.operation_timeout_s:g} s"
             ) from exc
         except Exception as exc:
-            raise translate(exc, what, self.safe_url, self._schema_missing) from exc
+            raise translate(exc, self._what(operation, key), self.safe_url, self._schema_missing) from exc
         finally:
+            self._deadlines.stop(ticket)
             self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
+            if self._in_flight == 0 and self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)
+
+    @staticmethod
+    def _what(operation: str, key: str | None) -> str:
+        return f"{operation} {key!r}" if key is not None else operation
 
     # -- the operations -----------------------------------------------------------------------------
 

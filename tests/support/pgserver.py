@@ -75,7 +75,7 @@ def throwaway_postgres(**server_options: str) -> Iterator[tuple[str, object]]:
             port=port,
             datadir=os.path.join(workdir, "data"),
             unixsocketdir=workdir,
-            logfile=os.path.join(workdir, f"postgresql-{attempt}.log"),
+            logfile=os.path.join(workdir, "postgresql.log"),
             startparams="-w",
             dbname="postgres",
             postgres_options=options,
