@@ -246,6 +246,7 @@ async def sweep_under_load(
     workers: int = 8,
     batch_size: int = 10_000,
     baseline_s: float = 3.0,
+    duty_cycle: float | None = None,
 ) -> dict[str, float]:
     """Sweep ``expired_rows`` while ``workers`` run acquire/release cycles; compare their p99."""
     await _reset(provider)
@@ -267,7 +268,10 @@ async def sweep_under_load(
     await asyncio.sleep(baseline_s)
     phase["samples"] = during
     started = time.perf_counter()
-    removed = await ExpirySweeper(provider, batch_size=batch_size).sweep_once()
+    sweeper = ExpirySweeper(provider, batch_size=batch_size)
+    if duty_cycle is not None:
+        sweeper.duty_cycle = duty_cycle
+    removed = await sweeper.sweep_once()
     sweep_s = time.perf_counter() - started
     stop.set()
     await asyncio.gather(*running)
@@ -275,6 +279,7 @@ async def sweep_under_load(
         "rows_removed": removed,
         "sweep_s": sweep_s,
         "batch_size": batch_size,
+        "duty_cycle": sweeper.duty_cycle,
         "worker_p99_ms_without_sweep": percentile(baseline, 0.99),
         "worker_p99_ms_during_sweep": percentile(during, 0.99),
         "worker_cycles_during_sweep": len(during),
