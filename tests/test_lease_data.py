@@ -5,9 +5,11 @@ migration that adds the column, under live holders (issue 11)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import math
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -242,6 +244,14 @@ def test_sync_hold_and_the_decorator_pass_data_on(sync_provider: Any, key: str) 
     assert job() == {"task": "report"}
     with pytest.raises(TypeError):
         leased(sync_provider, f"{key}:d", data={"task": ("tuple",)})
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(sync_provider.acquire_lease_wait, key, "waiter", 5_000, 10, data={"w": 1})
+        time.sleep(0.1)
+        assert not waiting.done()
+        assert sync_provider.release_lease(key, "next")
+        assert waiting.result().acquired  # woken by the release (NOTIFY on PostgreSQL)
+    assert sync_provider.get_lease(key).data == {"w": 1}
 
 
 class _OldContractProvider:

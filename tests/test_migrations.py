@@ -193,6 +193,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     assert "sql_lease/_migrations/env.py" in names
     assert "sql_lease/_migrations/versions/0001_create_lease_table.py" in names
     assert "sql_lease/_migrations/versions/0002_fence_table.py" in names
+    assert "sql_lease/_migrations/versions/0003_lease_data.py" in names
     site = tmp_path / "site"
     done = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(wheel)], tmp_path)
     assert done.returncode == 0, done.stderr
