@@ -850,6 +850,37 @@ owner_required = click.option("--owner", required=True, help="Owner id of the le
 ttl_option = click.option(
     "--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL (500ms, 30s, 5m, 1h)."
 )
+data_option = click.option(
+    "--data", "data_json", default=None, help="Lease data: a JSON object, e.g. '{\"job\": 42}' (at most 4096 bytes)."
+)
+DATA_CELL_WIDTH = 60
+"""Longest data cell in the ``list`` table, in characters (``--json`` and ``show`` print it whole)."""
+
+
+def _data(data_json: str | None) -> dict[str, Any] | None:
+    """``--data`` parsed and checked as the providers check lease data; bad JSON or data exits 2."""
+    import json
+
+    from .contract import encode_data
+
+    if data_json is None:
+        return None
+    try:
+        data = json.loads(data_json)
+    except ValueError as exc:
+        _fail(2, f"--data is not valid JSON: {exc}")
+    try:
+        encode_data(data)
+    except (TypeError, ValueError) as exc:
+        _fail(2, f"--data: {exc}")
+    return data  # type: ignore[no-any-return]
+
+
+def _data_text(data: dict[str, Any] | None) -> str:
+    """Lease data as compact JSON for people (non-ASCII kept, control characters escaped), or ``""``."""
+    import json
+
+    return "" if data is None else _printable(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
 def _valid(check: Callable[[], object]) -> None:
@@ -888,8 +919,9 @@ def _span(seconds: float) -> str:
     return f"{whole // 86_400}d{whole % 86_400 // 3600:02d}h"
 
 
-def _lease_json(lease: Any) -> dict[str, Any]:
-    return {
+def _lease_json(lease: Any, with_data: bool = True) -> dict[str, Any]:
+    """A lease for ``--json``; ``data`` only where the command read it (list, show, transfer)."""
+    fields = {
         "key": lease.key,
         "owner": lease.owner,
         "fence": lease.fence,
@@ -897,6 +929,7 @@ def _lease_json(lease: Any) -> dict[str, Any]:
         "remaining_ms": round(lease.remaining_ms, 3) if lease.remaining_ms is not None else None,
         "expired": lease.remaining_ms is not None and lease.remaining_ms <= 0,
     }
+    return {**fields, "data": lease.data} if with_data else fields
 
 
 def _print_json(value: object) -> None:
@@ -905,12 +938,16 @@ def _print_json(value: object) -> None:
     click.echo(json.dumps(value, ensure_ascii=True))
 
 
-_LIST_COLUMNS = ("KEY", "OWNER", "FENCE", "EXPIRES IN", "EXPIRES AT")
+_LIST_COLUMNS = ("KEY", "OWNER", "FENCE", "EXPIRES IN", "EXPIRES AT", "DATA")
 
 
-def _lease_cells(lease: Any) -> tuple[str, ...]:
+def _lease_cells(lease: Any, data_width: int | None = None) -> tuple[str, ...]:
     expires_at = lease.expires_at.isoformat(timespec="seconds")
-    return _printable(lease.key), _printable(lease.owner), str(lease.fence), _expires_in(lease.remaining_ms), expires_at
+    data = _data_text(lease.data)
+    if data_width is not None and len(data) > data_width:
+        data = data[: data_width - 1] + "…"
+    cells = _printable(lease.key), _printable(lease.owner), str(lease.fence), _expires_in(lease.remaining_ms)
+    return (*cells, expires_at, data)
 
 
 def _rich_console() -> Any:
@@ -926,7 +963,7 @@ def _rich_console() -> Any:
 
 def _render_leases(leases: list[Any], console: Any) -> None:
     """A table of ``leases``: rich on a terminal, else plain text aligned in columns."""
-    rows = [_lease_cells(lease) for lease in leases]
+    rows = [_lease_cells(lease, DATA_CELL_WIDTH) for lease in leases]
     if console is not None:
         from rich import box
         from rich.table import Table
@@ -942,12 +979,13 @@ def _render_leases(leases: list[Any], console: Any) -> None:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
-_LIST_HELP = """List leases by key: key, owner, fence, time left (by the database's clock), expiry.
+_LIST_HELP = """List leases by key: key, owner, fence, time left (by the database's clock), expiry, data.
 
     A table on a terminal (rich, with `pip install 'sql-lease[cli]'`), plain aligned columns
-    when piped. --json prints one JSON array of objects (key, owner, fence, expires_at,
-    remaining_ms, expired) on one line; with --watch, one such line per refresh. How long a
-    lease has been held is not recorded, so it is not shown.
+    when piped; lease data is shown as compact JSON, cut at 60 characters. --json prints one JSON
+    array of objects (key, owner, fence, expires_at, remaining_ms, expired, data) on one line;
+    with --watch, one such line per refresh. How long a lease has been held is not recorded, so
+    it is not shown.
     """
 
 
@@ -1020,7 +1058,7 @@ def _describe(lease: Any) -> str:
 @schema_option
 @json_option
 def show(key: str, url: str, table_name: str, schema: str | None, as_json: bool) -> None:
-    """Show the lease on KEY: owner, fence, expiry (exit 0), or that KEY is free (exit 1)."""
+    """Show the lease on KEY: owner, fence, expiry, data (exit 0), or that KEY is free (exit 1)."""
     _valid(lambda: validate_key(key))
     provider = _provider(url, table_name, schema)
 
@@ -1035,9 +1073,9 @@ def show(key: str, url: str, table_name: str, schema: str | None, as_json: bool)
         click.echo(f"{_printable(key)}: free")
     else:
         for label, value in zip(
-            ("key", "owner", "fence", "expires in", "expires at"), _lease_cells(lease), strict=True
+            ("key", "owner", "fence", "expires in", "expires at", "data"), _lease_cells(lease), strict=True
         ):
-            click.echo(f"{label + ':':<12}{value}")
+            click.echo(f"{label + ':':<12}{value}".rstrip())
     sys.exit(0 if lease is not None else 1)
 
 
@@ -1073,7 +1111,7 @@ def break_(key: str, url: str, table_name: str, schema: str | None, yes: bool, a
 
     broken, confirmed = _run(main)
     if as_json:
-        _print_json(None if broken is None else _lease_json(broken))
+        _print_json(None if broken is None else _lease_json(broken, with_data=False))
     elif broken is not None:
         left = _expires_in(broken.remaining_ms)
         click.echo(
@@ -1095,9 +1133,9 @@ def _not_ours(key: str, owner: str) -> NoReturn:
     )
 
 
-def _print_fence(lease: Any, as_json: bool, **extra: Any) -> None:
+def _print_fence(lease: Any, as_json: bool, with_data: bool = False, **extra: Any) -> None:
     if as_json:
-        _print_json({**extra, **_lease_json(lease)})
+        _print_json({**extra, **_lease_json(lease, with_data)})
     else:
         click.echo(f"fence={lease.fence}")
 
@@ -1109,24 +1147,35 @@ def _print_fence(lease: Any, as_json: bool, **extra: Any) -> None:
 @schema_option
 @owner_required
 @ttl_option
+@data_option
 @json_option
-def acquire(key: str, url: str, table_name: str, schema: str | None, owner: str, ttl: float, as_json: bool) -> None:
+def acquire(
+    key: str,
+    url: str,
+    table_name: str,
+    schema: str | None,
+    owner: str,
+    ttl: float,
+    data_json: str | None,
+    as_json: bool,
+) -> None:
     """Acquire KEY for --owner; print its fence (exit 0), or exit 75 naming the holder.
 
-    Re-acquiring a lease the same owner holds extends it and keeps the fence. A sqlite:// database
-    gets its schema on first use, as with exec.
+    Re-acquiring a lease the same owner holds extends it and keeps the fence (and its data, unless
+    --data replaces it). A sqlite:// database gets its schema on first use, as with exec.
     """
     from .contract import LeaseInfo
 
     _valid(lambda: (validate_key(key), validate_owner(owner)))
     ttl_ms = _ttl_ms(ttl)
+    data = _data(data_json)
     provider = _provider(url, table_name, schema)
 
     async def main() -> Any:
         async with provider:
             if _is_embedded_sqlite(url):
                 await provider.migrate()
-            return await provider.acquire_lease(key, owner, ttl_ms)
+            return await provider.acquire_lease(key, owner, ttl_ms, data=data)
 
     result = _run(main)
     if result.acquired:
@@ -1197,19 +1246,30 @@ def release(key: str, url: str, table_name: str, schema: str | None, owner: str,
 @click.option("--from", "from_owner", required=True, help="The current owner.")
 @click.option("--to", "to_owner", required=True, help="The next owner.")
 @ttl_option
+@data_option
 @json_option
 def transfer(
-    key: str, url: str, table_name: str, schema: str | None, from_owner: str, to_owner: str, ttl: float, as_json: bool
+    key: str,
+    url: str,
+    table_name: str,
+    schema: str | None,
+    from_owner: str,
+    to_owner: str,
+    ttl: float,
+    data_json: str | None,
+    as_json: bool,
 ) -> None:
     """Hand KEY from --from to --to atomically (the key is never free in between); print the new
-    fence (exit 0), or exit 75 if --from does not hold it."""
+    fence (exit 0), or exit 75 if --from does not hold it. The next owner gets --data (none
+    without it)."""
     _valid(lambda: (validate_key(key), validate_owner(from_owner, "--from"), validate_owner(to_owner, "--to")))
     ttl_ms = _ttl_ms(ttl)
+    data = _data(data_json)
     provider = _provider(url, table_name, schema)
 
     async def main() -> tuple[bool, Any]:
         async with provider:
-            if not await provider.transfer_lease(key, from_owner, to_owner, ttl_ms):
+            if not await provider.transfer_lease(key, from_owner, to_owner, ttl_ms, data=data):
                 return False, None
             return True, await provider.get_lease(key)
 
@@ -1221,7 +1281,7 @@ def transfer(
             EX_TEMPFAIL,
             f"lease {_printable(repr(key))} was transferred but is no longer held by {_printable(repr(to_owner))}",
         )
-    _print_fence(lease, as_json, transferred=True)
+    _print_fence(lease, as_json, with_data=True, transferred=True)
 
 
 @dataclasses.dataclass

@@ -8,12 +8,15 @@ in-memory providers work without SQLAlchemy or a driver installed.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "MAX_DATA_BYTES",
+    "MAX_DATA_DEPTH",
     "MAX_KEY_LENGTH",
     "MAX_LIST_LIMIT",
     "MAX_OWNER_LENGTH",
@@ -25,6 +28,8 @@ __all__ = [
     "ReleaseWaiter",
     "ReleaseWaiters",
     "RenewsWithLeaseInfo",
+    "decode_data",
+    "encode_data",
     "is_lease_provider",
     "validate_key",
     "validate_list",
@@ -85,13 +90,18 @@ class AcquireResult:
 class LeaseInfo:
     """An unexpired lease as read by ``get_lease``: its key, owner, fence and expiry (aware UTC),
     and ``remaining_ms``, the TTL left (float milliseconds, by the database's clock; not part of
-    equality)."""
+    equality).
+
+    ``data`` is the lease data given at acquire or transfer (a ``dict``, a JSON object), filled in
+    by ``get_lease`` and ``list_leases``; None when the lease has none or the call does not read it
+    (renewals, ``break_lease``). Not part of equality or hashing."""
 
     key: str
     owner: str
     fence: int
     expires_at: datetime
     remaining_ms: float | None = field(default=None, compare=False)
+    data: dict[str, Any] | None = field(default=None, compare=False)
 
 
 @runtime_checkable
@@ -123,6 +133,15 @@ class LeaseProvider(Protocol):
     ``MAX_OWNER_LENGTH`` characters. ``ttl_ms`` is a finite ``int`` or ``float`` number of
     milliseconds, ``1 <= ttl_ms <= MAX_TTL_MS`` (365 days). Invalid input raises ``TypeError`` or
     ``ValueError`` before anything is sent to the database.
+
+    Lease data (an extension: the bundled providers have it; this protocol does not require it, so
+    providers written without it still qualify, and ``hold()`` passes ``data`` only when given):
+    ``acquire_lease`` and ``transfer_lease`` take a keyword-only ``data`` (a ``dict``, checked by
+    :func:`encode_data`; default None), read back by ``get_lease`` and ``list_leases`` as
+    ``LeaseInfo.data``. Data belongs to a tenure: an acquire or transfer that starts a new tenure
+    (a new fence) stores the given ``data`` (None: none); within the same tenure (the owner's
+    idempotent re-acquire, a transfer to oneself) None keeps the stored data and a ``dict``
+    replaces it. Renewals keep it; release, expiry sweeps and ``break_lease`` remove it with the row.
     """
 
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
@@ -172,8 +191,9 @@ class ReleaseWaiter(Protocol):
 
     async def __aexit__(self, *exc_info: object) -> None: ...
 
-    async def acquire(self, owner: str, ttl_ms: int | float) -> AcquireResult:
-        """One acquire attempt; a refusal asks to be woken when the holder lets go."""
+    async def acquire(self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None) -> AcquireResult:
+        """One acquire attempt (``data``: the lease data, given only when the caller gave it); a
+        refusal asks to be woken when the holder lets go."""
         ...
 
     async def wait(self, timeout_s: float) -> bool:
@@ -247,6 +267,66 @@ def validate_list(prefix: object, include_expired: object, limit: object) -> tup
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
     return prefix, include_expired, limit
+
+
+MAX_DATA_BYTES = 4096
+"""Largest accepted lease data: its compact JSON text (as stored), in bytes of UTF-8."""
+
+MAX_DATA_DEPTH = 16
+"""Deepest accepted nesting of lease data: the object itself is depth 1."""
+
+_DATA_SCALARS = (str, int, float, type(None))
+
+
+def encode_data(data: object) -> str | None:
+    """Lease data as the JSON text stored with the lease (None stays None), or ``TypeError``/``ValueError``.
+
+    Accepts a ``dict`` (a JSON object) with ``str`` keys whose values are ``dict`` (``str`` keys),
+    ``list``, ``str``, ``int``, finite ``float``, ``bool`` or None, nested at most
+    ``MAX_DATA_DEPTH`` deep, whose compact UTF-8 JSON is at most ``MAX_DATA_BYTES`` (4096) bytes.
+    These are exactly the values that read back equal, and of the same types (no tuples, no
+    non-``str`` keys, no NaN or Infinity).
+    """
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise TypeError(f"data must be a dict (a JSON object) or None, not {type(data).__name__}")
+    pending: list[tuple[str, object, int]] = [("data", data, 1)]
+    seen = 0
+    while pending:
+        path, value, depth = pending.pop()
+        seen += 1
+        if seen > MAX_DATA_BYTES:  # every JSON value takes at least one byte
+            raise ValueError(f"data has more than {MAX_DATA_BYTES} values; the limit is {MAX_DATA_BYTES} bytes")
+        if isinstance(value, (dict, list)) and depth > MAX_DATA_DEPTH:
+            raise ValueError(f"{path} is nested deeper than {MAX_DATA_DEPTH} levels (or refers to itself)")
+        if isinstance(value, dict):
+            for name, item in value.items():
+                if not isinstance(name, str):
+                    raise TypeError(f"{path} has the {type(name).__name__} key {name!r}: JSON object keys are str")
+                pending.append((f"{path}[{name!r}]", item, depth + 1))
+        elif isinstance(value, list):
+            pending.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValueError(f"{path} is {value!r}: JSON has no NaN or Infinity")
+        elif not isinstance(value, _DATA_SCALARS):
+            raise TypeError(
+                f"{path} is a {type(value).__name__}: lease data holds dict, list, str, int, float, bool and None"
+            )
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"data is not valid Unicode text (lone surrogate?): {exc}") from None
+    if size > MAX_DATA_BYTES:
+        raise ValueError(f"data is {size} bytes as JSON (UTF-8); the limit is {MAX_DATA_BYTES}")
+    return text
+
+
+def decode_data(text: str | None) -> dict[str, Any] | None:
+    """Stored lease data (JSON text, or None for none) as the ``dict`` it encodes; a new object per call."""
+    return None if text is None else json.loads(text)  # type: ignore[no-any-return]
 
 
 def validate_owner(owner: object, what: str = "owner") -> str:

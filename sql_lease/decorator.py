@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from .contract import is_lease_provider, validate_key, validate_owner
+from .contract import encode_data, is_lease_provider, validate_key, validate_owner
 from .errors import LeaseNotAcquiredError
 from .holding import validate_hold_options
 
@@ -48,6 +48,7 @@ def leased(
     timeout_s: float | None = None,
     owner: str | None = None,
     renew_every_ms: int | float | None = None,
+    data: dict[str, Any] | None = None,
 ) -> Callable[[F], F]:
     """Decorate a function so that each call holds the lease ``key`` (renewed in the background)
     while it runs, and never runs while another owner holds it.
@@ -66,6 +67,8 @@ def leased(
             ``LeaseNotAcquiredError``; ``"raise"`` raises ``LeaseNotAcquiredError`` at once.
         timeout_s: with ``"wait"``, the longest wait in seconds.
         owner: the owner id of every call; default: a fresh unique id per call (``host:pid:random``).
+        data: lease data stored with every call's lease (a ``dict``, see ``LeaseProvider``); checked
+            when decorating, passed to the provider only when given.
 
     If the function has a parameter named ``lease``, it receives the held lease
     (``SyncHeldLease``/``HeldLease``: ``fence``, ``lost``, ``check()`` for threads, ``transfer_to``);
@@ -84,12 +87,15 @@ def leased(
     if owner is not None:
         validate_owner(owner)
     validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
+    encode_data(data)
     provider_is_async = inspect.iscoroutinefunction(provider.acquire_lease)
     options: dict[str, Any] = {
         "renew_every_ms": renew_every_ms,
         "wait": on_conflict == "wait",
         "timeout_s": timeout_s if on_conflict == "wait" else None,
     }
+    if data is not None:
+        options["data"] = data
 
     def key_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         return key if isinstance(key, str) else key(*args, **kwargs)

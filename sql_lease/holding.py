@@ -28,6 +28,7 @@ from .contract import (
     AcquireResult,
     LeaseInfo,
     LeaseProvider,
+    encode_data,
     validate_key,
     validate_owner,
     validate_seconds,
@@ -61,6 +62,11 @@ and has until ``1 - LOSS_MARGIN`` of the TTL to succeed, retries included."""
 def new_owner_id() -> str:
     """A unique owner id: ``host:pid:random``, readable in ``get_lease_owner`` output."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def data_kw(data: object) -> dict[str, Any]:
+    """``{"data": data}`` when lease data was given, else nothing: providers without ``data`` still serve."""
+    return {} if data is None else {"data": data}
 
 
 def _validate_timeout_s(timeout_s: object) -> float | None:
@@ -121,8 +127,8 @@ class _PollingWaiter:
     async def __aexit__(self, *exc_info: object) -> None:
         return None
 
-    async def acquire(self, owner: str, ttl_ms: int | float) -> AcquireResult:
-        return await self._provider.acquire_lease(self.key, owner, ttl_ms)
+    async def acquire(self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None) -> AcquireResult:
+        return await self._provider.acquire_lease(self.key, owner, ttl_ms, **data_kw(data))
 
     async def wait(self, timeout_s: float) -> bool:
         await asyncio.sleep(timeout_s)
@@ -198,9 +204,10 @@ async def acquire_lease_wait(
     poll_initial_s: float = 0.02,
     poll_max_s: float = 1.0,
     listen_max_wait_s: float = 5.0,
+    data: dict[str, Any] | None = None,
 ) -> AcquireResult:
     """Acquire ``key`` for ``owner``, waiting up to ``timeout_s`` seconds (None: no limit) while
-    another owner holds it.
+    another owner holds it; ``data``: the lease data to store (passed to the provider only when given).
 
     Returns the successful ``AcquireResult``. Raises ``LeaseNotAcquiredError`` naming the holder
     when the timeout passes, and ``LeaseBackendError`` when the database fails. ``timeout_s``
@@ -219,7 +226,7 @@ async def acquire_lease_wait(
     of them queries the database.
     """
     result, _sent = await _acquire_wait_timed(
-        provider, key, owner, ttl_ms, timeout_s, poll_initial_s, poll_max_s, listen_max_wait_s
+        provider, key, owner, ttl_ms, timeout_s, poll_initial_s, poll_max_s, listen_max_wait_s, data
     )
     return result
 
@@ -252,9 +259,11 @@ async def _acquire_wait_timed(
     poll_initial_s: float,
     poll_max_s: float,
     listen_max_wait_s: float,
+    data: dict[str, Any] | None = None,
 ) -> tuple[AcquireResult, float]:
     """``acquire_lease_wait``, also returning when (``loop.time()``) the successful attempt was sent."""
-    validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms)
+    validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms), encode_data(data)
+    given = data_kw(data)
     limit = _validate_timeout_s(timeout_s)
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -269,7 +278,7 @@ async def _acquire_wait_timed(
                     has_turn = await queue.wait_turn(nudge, deadline)
                 except TimeoutError:
                     sent = loop.time()
-                    result = await tries.run(provider.acquire_lease(key, owner, ttl_ms))  # names the holder
+                    result = await tries.run(provider.acquire_lease(key, owner, ttl_ms, **given))  # names the holder
                     if result.acquired:
                         return result, sent
                     raise LeaseNotAcquiredError(
@@ -278,7 +287,7 @@ async def _acquire_wait_timed(
                 if not has_turn:  # nudged: the lease may have been handed to us
                     nudge.clear()
                     sent = loop.time()
-                    result = await tries.run(provider.acquire_lease(key, owner, ttl_ms))
+                    result = await tries.run(provider.acquire_lease(key, owner, ttl_ms, **given))
                     if result.acquired:
                         return result, sent
                     continue
@@ -295,6 +304,7 @@ async def _acquire_wait_timed(
                     listen_max_wait_s,
                     local[0] if local else None,
                     tries,
+                    given,
                 )
             finally:
                 if has_turn and local is not None:
@@ -313,6 +323,7 @@ async def _wait_at_head(
     listen_max_wait_s: float,
     queue: _LocalQueue | None,
     tries: _Tries,
+    given: dict[str, Any],
 ) -> tuple[AcquireResult, float]:
     """The waiting loop of the one waiter (per process and key) that queries the database."""
     loop = asyncio.get_running_loop()
@@ -322,7 +333,7 @@ async def _wait_at_head(
         delay = poll_initial_s
         while True:
             sent = loop.time()
-            result = await tries.run(waiter.acquire(owner, ttl_ms))
+            result = await tries.run(waiter.acquire(owner, ttl_ms, **given))
             if result.acquired:
                 return result, sent
             if queue is not None and result.owner != owner:
@@ -711,7 +722,8 @@ class HeldLease:
     Attributes: ``key``, ``owner``, ``fence`` (the fencing token of this tenure), ``expires_at``
     (aware UTC, by the database's clock: the acquire's answer, then each renewal's; for providers
     without ``renew_lease_info``, the acquire's answer advanced by the time elapsed since), ``lost``
-    (an ``asyncio.Event`` set when the lease is lost), ``lost_reason`` and ``transferred_to``.
+    (an ``asyncio.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to`` and
+    ``data`` (the lease data given to :func:`hold`, or None).
     """
 
     def __init__(
@@ -725,8 +737,11 @@ class HeldLease:
         wait: bool = False,
         timeout_s: float | None = None,
         on_lost: OnLost = "cancel",
+        data: dict[str, Any] | None = None,
     ) -> None:
         self.provider = provider
+        encode_data(data)
+        self.data = data
         self.key = validate_key(key)
         self.owner = validate_owner(owner) if owner is not None else new_owner_id()
         self.ttl_ms, self.renew_every_ms, self.timeout_s = validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
@@ -777,11 +792,13 @@ class HeldLease:
         try:
             if self.wait:
                 result, sent = await _acquire_wait_timed(
-                    self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, 0.02, 1.0, 5.0
+                    self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, 0.02, 1.0, 5.0, self.data
                 )
             else:
                 sent = loop.time()
-                result = await self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms)
+                result = await self.provider.acquire_lease(
+                    self.key, self.owner, self._call_ttl_ms, **data_kw(self.data)
+                )
         except (LeaseNotAcquiredError, LeaseConfigError, SchemaMissingError, ProviderClosedError):
             raise  # nothing can have been acquired
         except BaseException as exc:
@@ -961,16 +978,19 @@ class HeldLease:
             batcher.withdraw(renewal)  # the statement, if sent, goes on for the others
             raise
 
-    async def transfer_to(self, next_owner: str, ttl_ms: int | float | None = None) -> bool:
+    async def transfer_to(
+        self, next_owner: str, ttl_ms: int | float | None = None, *, data: dict[str, Any] | None = None
+    ) -> bool:
         """Hand the lease to ``next_owner`` with no gap (``transfer_lease``), for ``ttl_ms``
-        milliseconds (default: this lease's TTL). On success this holder stops renewing and will
-        not release on exit. Returns False if the lease was no longer ours."""
-        validate_owner(next_owner, "next_owner")
+        milliseconds (default: this lease's TTL), with lease ``data`` for the next owner (None:
+        none). On success this holder stops renewing and will not release on exit. Returns False
+        if the lease was no longer ours."""
+        validate_owner(next_owner, "next_owner"), encode_data(data)
         ttl = self.ttl_ms if ttl_ms is None else validate_ttl_ms(ttl_ms)
         async with self._renew_lock:
             if self.transferred_to is not None or self.lost.is_set():
                 return False
-            moved = await self.provider.transfer_lease(self.key, self.owner, next_owner, ttl)
+            moved = await self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **data_kw(data))
             if moved and next_owner != self.owner:
                 self.transferred_to = next_owner
         if self.transferred_to is not None:
@@ -988,6 +1008,7 @@ def hold(
     wait: bool = False,
     timeout_s: float | None = None,
     on_lost: OnLost = "cancel",
+    data: dict[str, Any] | None = None,
 ) -> HeldLease:
     """Hold ``key`` while an ``async with`` block runs, renewing it in the background.
 
@@ -1002,6 +1023,8 @@ def hold(
         wait: wait for the key (up to ``timeout_s`` seconds; None: no limit) instead of failing.
         on_lost: ``"cancel"`` (default) cancels the block and raises ``LeaseLostError`` from the
             ``async with``; ``"flag"`` only sets ``lease.lost``.
+        data: lease data stored at the acquire (a ``dict``, see ``LeaseProvider``); passed to the
+            provider only when given, so providers without lease data serve ``hold()`` without it.
 
     Raises ``LeaseNotAcquiredError`` (naming the holder) when the key is held by another owner,
     ``LeaseBackendError`` when the database fails at acquire. A renewal that raises is retried with
@@ -1018,6 +1041,7 @@ def hold(
         wait=wait,
         timeout_s=timeout_s,
         on_lost=on_lost,
+        data=data,
     )
 
 

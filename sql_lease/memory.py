@@ -8,10 +8,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from .contract import (
     AcquireResult,
     LeaseInfo,
+    decode_data,
+    encode_data,
     validate_key,
     validate_list,
     validate_owner,
@@ -29,12 +32,15 @@ class NoopLeaseProvider(LeaseProviderBase):
 
     ``acquire_lease`` always succeeds for the caller (``fence`` and ``expires_at`` are None),
     ``get_lease_owner`` returns None, ``release_lease`` does nothing and returns True, and
-    ``renew_lease``/``transfer_lease`` return True. Input is still validated, so code that works
-    with the no-op provider does not fail when a real one is configured.
+    ``renew_lease``/``transfer_lease`` return True; lease ``data`` is checked and not kept. Input is
+    still validated, so code that works with the no-op provider does not fail when a real one is
+    configured.
     """
 
-    async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
-        validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms)
+    async def acquire_lease(
+        self, key: str, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+    ) -> AcquireResult:
+        validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms), encode_data(data)
         return AcquireResult(acquired=True, owner=owner)
 
     async def get_lease_owner(self, key: str) -> str | None:
@@ -49,9 +55,11 @@ class NoopLeaseProvider(LeaseProviderBase):
         validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms)
         return True
 
-    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
+    async def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+    ) -> bool:
         validate_key(key), validate_owner(from_owner, "from_owner")
-        validate_owner(to_owner, "to_owner"), validate_ttl_ms(ttl_ms)
+        validate_owner(to_owner, "to_owner"), validate_ttl_ms(ttl_ms), encode_data(data)
         return True
 
 
@@ -65,6 +73,7 @@ class _Tenure:
     owner: str
     fence: int
     expires_at_ms: float
+    data: str | None = None  # JSON text, decoded afresh for every reader
 
 
 class MemoryLeases:
@@ -97,9 +106,10 @@ class MemoryLeases:
         self._last_fence += 1
         return self._last_fence
 
-    def acquire(self, key: str, owner: str, ttl_ms: object) -> AcquireResult:
+    def acquire(self, key: str, owner: str, ttl_ms: object, data: object = None) -> AcquireResult:
         key, owner = validate_key(key), validate_owner(owner)
         ttl = validate_ttl_ms(ttl_ms)
+        text = encode_data(data)
         with self._lock:
             now = self._clock()
             current = self._tenures.get(key)
@@ -108,9 +118,10 @@ class MemoryLeases:
                     False, current.owner, current.fence, self._wall(current.expires_at_ms), current.expires_at_ms - now
                 )
             if current is None or current.owner != owner or current.expires_at_ms <= now:
-                current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl)
+                current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl, text)
             else:
                 current.expires_at_ms = now + ttl
+                current.data = current.data if text is None else text
             return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms), ttl)
 
     def get_owner(self, key: str) -> str | None:
@@ -126,9 +137,8 @@ class MemoryLeases:
             tenure = self._live(key, now)
             if tenure is None:
                 return None
-            return LeaseInfo(
-                key, tenure.owner, tenure.fence, self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now
-            )
+            expires_at, remaining = self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now
+            return LeaseInfo(key, tenure.owner, tenure.fence, expires_at, remaining, decode_data(tenure.data))
 
     def release(self, key: str, owner: str) -> bool:
         key, owner = validate_key(key), validate_owner(owner)
@@ -161,17 +171,20 @@ class MemoryLeases:
                 renewed[key] = info
         return renewed
 
-    def transfer(self, key: str, from_owner: str, to_owner: str, ttl_ms: object) -> bool:
+    def transfer(self, key: str, from_owner: str, to_owner: str, ttl_ms: object, data: object = None) -> bool:
         key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
         to_owner = validate_owner(to_owner, "to_owner")
         ttl = validate_ttl_ms(ttl_ms)
+        text = encode_data(data)
         with self._lock:
             now = self._clock()
             current = self._live(key, now)
             if current is None or current.owner != from_owner:
                 return False
             if to_owner != from_owner:
-                current.owner, current.fence = to_owner, self._next_fence()
+                current.owner, current.fence, current.data = to_owner, self._next_fence(), text
+            elif text is not None:
+                current.data = text
             current.expires_at_ms = now + ttl
             return True
 
@@ -189,7 +202,9 @@ class MemoryLeases:
         with self._lock:
             now = self._clock()
             rows = [
-                LeaseInfo(key, t.owner, t.fence, self._wall(t.expires_at_ms), t.expires_at_ms - now)
+                LeaseInfo(
+                    key, t.owner, t.fence, self._wall(t.expires_at_ms), t.expires_at_ms - now, decode_data(t.data)
+                )
                 for key, t in self._tenures.items()
                 if (prefix is None or key.startswith(prefix)) and (include_expired or t.expires_at_ms > now)
             ]
@@ -219,8 +234,10 @@ class InMemoryLeaseProvider(LeaseProviderBase):
     def __init__(self, *, clock: Callable[[], float] = monotonic_ms) -> None:
         self._leases = MemoryLeases(clock)
 
-    async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
-        return self._leases.acquire(key, owner, ttl_ms)
+    async def acquire_lease(
+        self, key: str, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+    ) -> AcquireResult:
+        return self._leases.acquire(key, owner, ttl_ms, data)
 
     async def get_lease_owner(self, key: str) -> str | None:
         return self._leases.get_owner(key)
@@ -244,8 +261,10 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         leases by key (a missing key was refused), as ``SqlLeaseProvider.renew_leases``."""
         return self._leases.renew_many(items)
 
-    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
-        return self._leases.transfer(key, from_owner, to_owner, ttl_ms)
+    async def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+    ) -> bool:
+        return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data)
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
         """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
@@ -286,10 +305,17 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         """Nothing to release; present so code can treat every sync provider alike."""
 
     def acquire_lease(
-        self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> AcquireResult:
-        """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``)."""
-        return self._leases.acquire(key, owner, ttl_ms)
+        """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``)
+        with lease ``data`` (see ``LeaseProvider``)."""
+        return self._leases.acquire(key, owner, ttl_ms, data)
 
     def get_lease_owner(self, key: str, *, timeout_s: float | None = None) -> str | None:
         """The owner of the unexpired lease on ``key``, or None."""
@@ -314,10 +340,18 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         return self._leases.renew(key, owner, ttl_ms)
 
     def transfer_lease(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+        self,
+        key: str,
+        from_owner: str,
+        to_owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> bool:
-        """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically."""
-        return self._leases.transfer(key, from_owner, to_owner, ttl_ms)
+        """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically, with
+        lease ``data`` (see ``LeaseProvider``)."""
+        return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data)
 
     def sweep_expired(
         self, batch_size: int = 1000, grace_ms: int | float = 0, *, timeout_s: float | None = None

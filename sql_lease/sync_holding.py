@@ -26,7 +26,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from .contract import AcquireResult, LeaseInfo, validate_key, validate_owner, validate_ttl_ms
+from .contract import AcquireResult, LeaseInfo, encode_data, validate_key, validate_owner, validate_ttl_ms
 from .errors import (
     LeaseConfigError,
     LeaseLostError,
@@ -41,6 +41,7 @@ from .holding import (
     RenewalCourse,
     _seconds_left,
     _validate_timeout_s,
+    data_kw,
     new_owner_id,
     validate_hold_options,
 )
@@ -65,8 +66,11 @@ class SyncReleaseWaiter(Protocol):
 
     def __exit__(self, *exc_info: object) -> None: ...
 
-    def acquire(self, owner: str, ttl_ms: int | float, timeout_s: float | None) -> AcquireResult:
-        """One acquire attempt, answered within ``timeout_s`` seconds (None: the provider's own limit)."""
+    def acquire(
+        self, owner: str, ttl_ms: int | float, timeout_s: float | None, *, data: dict[str, Any] | None = None
+    ) -> AcquireResult:
+        """One acquire attempt with lease ``data`` (given only when the caller gave it), answered
+        within ``timeout_s`` seconds (None: the provider's own limit)."""
         ...
 
     def wait(self, timeout_s: float) -> bool:
@@ -95,9 +99,11 @@ class _PollingWaiter:
     def __exit__(self, *exc_info: object) -> None:
         return None
 
-    def acquire(self, owner: str, ttl_ms: int | float, timeout_s: float | None) -> AcquireResult:
+    def acquire(
+        self, owner: str, ttl_ms: int | float, timeout_s: float | None, *, data: dict[str, Any] | None = None
+    ) -> AcquireResult:
         result: AcquireResult = self._provider.acquire_lease(
-            self.key, owner, ttl_ms, **_timeout_kw(self._provider, timeout_s)
+            self.key, owner, ttl_ms, **data_kw(data), **_timeout_kw(self._provider, timeout_s)
         )
         return result
 
@@ -116,10 +122,12 @@ def acquire_lease_wait(
     poll_initial_s: float = 0.02,
     poll_max_s: float = 1.0,
     listen_max_wait_s: float = 5.0,
+    data: dict[str, Any] | None = None,
 ) -> AcquireResult:
     """Acquire ``key`` for ``owner`` (``ttl_ms`` milliseconds), blocking up to ``timeout_s``
-    seconds (None: no limit) while another owner holds it. The thread twin of
-    :func:`sql_lease.holding.acquire_lease_wait`, with the same pacing.
+    seconds (None: no limit) while another owner holds it; ``data``: the lease data to store
+    (passed on only when given). The thread twin of :func:`sql_lease.holding.acquire_lease_wait`,
+    with the same pacing.
 
     Returns the successful ``AcquireResult``. Raises ``LeaseNotAcquiredError`` naming the holder
     when the timeout passes, ``LeaseBackendError`` when the database fails. ``timeout_s`` bounds
@@ -133,7 +141,7 @@ def acquire_lease_wait(
     never sleeping past the holder's expiry (its ``remaining_ms``, by the database's clock).
     """
     result, _sent = _acquire_wait_timed(
-        provider, key, owner, ttl_ms, timeout_s, poll_initial_s, poll_max_s, listen_max_wait_s
+        provider, key, owner, ttl_ms, timeout_s, poll_initial_s, poll_max_s, listen_max_wait_s, data
     )
     return result
 
@@ -147,10 +155,11 @@ def _acquire_wait_timed(
     poll_initial_s: float,
     poll_max_s: float,
     listen_max_wait_s: float,
+    data: dict[str, Any] | None = None,
 ) -> tuple[AcquireResult, float]:
     """``acquire_lease_wait``, also returning when (``time.monotonic()``) the successful attempt was sent."""
     key, owner = validate_key(key), validate_owner(owner)
-    validate_ttl_ms(ttl_ms)
+    validate_ttl_ms(ttl_ms), encode_data(data)
     limit = _validate_timeout_s(timeout_s)
     started = time.monotonic()
     deadline = None if limit is None else started + limit
@@ -161,7 +170,7 @@ def _acquire_wait_timed(
         while True:
             sent = time.monotonic()
             bound = None if deadline is None else max(deadline, sent) + ATTEMPT_GRACE_S - sent
-            result = waiter.acquire(owner, ttl_ms, bound)
+            result = waiter.acquire(owner, ttl_ms, bound, **data_kw(data))
             if result.acquired:
                 return result, sent
             now = time.monotonic()
@@ -194,7 +203,8 @@ class SyncHeldLease:
 
     Attributes: ``key``, ``owner``, ``fence`` (this tenure's fencing token), ``expires_at`` (aware
     UTC, the database's answer: from the acquire, then from each renewal), ``lost`` (a
-    ``threading.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to``.
+    ``threading.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to``, ``data``
+    (the lease data given to :func:`hold`, or None).
     Call :meth:`check` between steps of long work: it raises ``LeaseLostError`` once the lease is
     lost.
     """
@@ -210,8 +220,11 @@ class SyncHeldLease:
         wait: bool = False,
         timeout_s: float | None = None,
         on_lost: SyncOnLost = "raise",
+        data: dict[str, Any] | None = None,
     ) -> None:
         self.provider = provider
+        encode_data(data)
+        self.data = data
         self.key = validate_key(key)
         self.owner = validate_owner(owner) if owner is not None else new_owner_id()
         self.ttl_ms, self.renew_every_ms, self.timeout_s = validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
@@ -258,11 +271,11 @@ class SyncHeldLease:
         try:
             if self.wait:
                 result, sent = _acquire_wait_timed(
-                    self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, 0.02, 1.0, 5.0
+                    self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, 0.02, 1.0, 5.0, self.data
                 )
             else:
                 sent = time.monotonic()
-                result = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms)
+                result = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **data_kw(self.data))
         except (LeaseNotAcquiredError, LeaseConfigError, SchemaMissingError, ProviderClosedError):
             raise  # nothing can have been acquired
         except BaseException:
@@ -368,16 +381,19 @@ class SyncHeldLease:
                     return  # the block ended meanwhile (its release may have raced this renewal)
                 next_at = course.after(renewed, time.monotonic(), sent, deadline, late)
 
-    def transfer_to(self, next_owner: str, ttl_ms: int | float | None = None) -> bool:
+    def transfer_to(
+        self, next_owner: str, ttl_ms: int | float | None = None, *, data: dict[str, Any] | None = None
+    ) -> bool:
         """Hand the lease to ``next_owner`` with no gap (``transfer_lease``) for ``ttl_ms``
-        milliseconds (default: this lease's TTL). On success this holder stops renewing and does
-        not release on exit. Returns False if the lease was no longer ours."""
-        validate_owner(next_owner, "next_owner")
+        milliseconds (default: this lease's TTL), with lease ``data`` for the next owner (None:
+        none). On success this holder stops renewing and does not release on exit. Returns False
+        if the lease was no longer ours."""
+        validate_owner(next_owner, "next_owner"), encode_data(data)
         ttl = self.ttl_ms if ttl_ms is None else validate_ttl_ms(ttl_ms)
         with self._lock:
             if self.transferred_to is not None or self.lost.is_set():
                 return False
-            moved = bool(self.provider.transfer_lease(self.key, self.owner, next_owner, ttl))
+            moved = bool(self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **data_kw(data)))
             if moved and next_owner != self.owner:
                 self.transferred_to = next_owner
                 self._stop.set()
@@ -394,6 +410,7 @@ def hold(
     wait: bool = False,
     timeout_s: float | None = None,
     on_lost: SyncOnLost = "raise",
+    data: dict[str, Any] | None = None,
 ) -> SyncHeldLease:
     """Hold ``key`` on a synchronous provider while a ``with`` block runs, renewing it from a
     background thread.
@@ -413,6 +430,8 @@ def hold(
         on_lost: ``"raise"`` (default): leaving the block after a loss raises ``LeaseLostError``;
             ``"flag"``: only ``lease.lost`` is set; a callable: called with the lease (from the
             renewal thread) when the loss is declared, then as ``"raise"``.
+        data: lease data stored at the acquire (a ``dict``, see ``LeaseProvider``); passed to the
+            provider only when given.
 
     Raises ``LeaseNotAcquiredError`` (naming the holder) when another owner holds the key,
     ``LeaseBackendError`` when the database fails at acquire (whatever it may have taken is then
@@ -422,7 +441,15 @@ def hold(
     of the same owner in this process still holds it.
     """
     return SyncHeldLease(
-        provider, key, owner, ttl_ms, renew_every_ms=renew_every_ms, wait=wait, timeout_s=timeout_s, on_lost=on_lost
+        provider,
+        key,
+        owner,
+        ttl_ms,
+        renew_every_ms=renew_every_ms,
+        wait=wait,
+        timeout_s=timeout_s,
+        on_lost=on_lost,
+        data=data,
     )
 
 

@@ -182,7 +182,7 @@ def test_postgres_is_never_migrated_implicitly(pg_url: str, fresh_pg_schema: str
     done = run_cli(["exec", "k", *args, "--", "true"], tmp_path)
     assert done.returncode == 78 and "sql-lease migrate" in done.stderr
     migrated = run_cli(["migrate", *args], tmp_path)
-    assert migrated.returncode == 0 and "revision 0002" in migrated.stdout
+    assert migrated.returncode == 0 and "revision 0003" in migrated.stdout
     assert run_cli(["migrate", *args], tmp_path).returncode == 0  # idempotent
     assert run_cli(["exec", "k", *args, "--", "true"], tmp_path).returncode == 0
 

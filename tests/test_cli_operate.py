@@ -71,7 +71,7 @@ def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> Non
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     assert [(r["key"], r["owner"]) for r in rows] == [(f"{ns}:a", "ann"), (f"{ns}:b", "bob")]
-    assert set(rows[0]) == {"key", "owner", "fence", "expires_at", "remaining_ms", "expired"}
+    assert set(rows[0]) == {"key", "owner", "fence", "expires_at", "remaining_ms", "expired", "data"}
     assert rows[0]["expired"] is False and rows[0]["remaining_ms"] > 0
 
     with_expired = json.loads(run_cli(["list", "--prefix", ns, "--all", "--json", *db_args], tmp_path).stdout)
@@ -84,7 +84,7 @@ def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> Non
 
     plain = run_cli(["list", "--prefix", ns, *db_args], tmp_path)  # piped: plain aligned text
     lines = plain.stdout.splitlines()
-    assert lines[0].split() == ["KEY", "OWNER", "FENCE", "EXPIRES", "IN", "EXPIRES", "AT"]
+    assert lines[0].split() == ["KEY", "OWNER", "FENCE", "EXPIRES", "IN", "EXPIRES", "AT", "DATA"]
     assert lines[1].split()[:2] == [f"{ns}:a", "ann"] and lines[2].split()[:2] == [f"{ns}:b", "bob"]
     assert lines[1].index("ann") == lines[0].index("OWNER")
     assert "no leases" in run_cli(["list", "--prefix", f"{ns}:zz", *db_args], tmp_path).stdout
@@ -133,6 +133,29 @@ def test_break(db_args: list[str], tmp_path: Path, ns: str) -> None:
     assert nothing.returncode == 1 and "nothing to break" in nothing.stdout
     after = run_cli(["acquire", key, "--owner", "next", *db_args], tmp_path)
     assert int(after.stdout.strip().removeprefix("fence=")) > fence
+
+
+def test_lease_data(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:d"
+    data = {"host": "build-3", "pid": 4242, "job": "nightly-report", "note": "ü" * 70}
+    taken = run_cli(["acquire", key, "--owner", "a", "--data", json.dumps(data), *db_args], tmp_path)
+    assert taken.returncode == 0, taken.stderr
+    (row,) = json.loads(run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path).stdout)
+    assert row["data"] == data
+    text = run_cli(["show", key, *db_args], tmp_path).stdout
+    assert 'data:       {"host":"build-3","pid":4242,' in text and "ü" * 70 in text  # show prints it whole
+    header, line = run_cli(["list", "--prefix", ns, *db_args], tmp_path).stdout.splitlines()
+    cell = line[header.index("DATA") :]
+    assert cell.startswith('{"host":"build-3"') and cell.endswith("…") and len(cell) == 60
+
+    moved = run_cli(["transfer", key, "--from", "a", "--to", "b", "--data", '{"job": 2}', "--json", *db_args], tmp_path)
+    assert moved.returncode == 0 and json.loads(moved.stdout)["data"] == {"job": 2}
+    refused = run_cli(["acquire", f"{key}2", "--owner", "c", "--data", '{"job": ', *db_args], tmp_path)
+    assert refused.returncode == 2 and "--data is not valid JSON" in refused.stderr, refused.stderr
+    refused = run_cli(["transfer", key, "--from", "b", "--to", "c", "--data", '{"x": NaN}', *db_args], tmp_path)
+    assert refused.returncode == 2 and "NaN" in refused.stderr, refused.stderr
+    after = json.loads(run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path).stdout)
+    assert [(r["key"], r["owner"], r["data"]) for r in after] == [(key, "b", {"job": 2})]  # nothing written
 
 
 def _run_on_terminal(args: list[str], cwd: Path, answer: bytes) -> tuple[int, str]:

@@ -20,7 +20,9 @@ from ..contract import AcquireResult
 class Acquire(Protocol):
     """The provider's acquire; ``waiting=True`` flags a refused row so its release sends NOTIFY."""
 
-    def __call__(self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool) -> Awaitable[AcquireResult]: ...
+    def __call__(
+        self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool, data: dict[str, Any] | None = None
+    ) -> Awaitable[AcquireResult]: ...
 
 
 log = logging.getLogger("sql_lease")
@@ -133,14 +135,14 @@ class PostgresReleaseWaiter:
     async def __aexit__(self, *exc_info: object) -> None:
         self._listener.unregister(self.key, self._event)
 
-    async def acquire(self, owner: str, ttl_ms: int | float) -> AcquireResult:
-        """Try to acquire; a refusal marks the row so its release sends NOTIFY.
+    async def acquire(self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None) -> AcquireResult:
+        """Try to acquire (with lease ``data``); a refusal marks the row so its release sends NOTIFY.
 
         (Re)opens the LISTEN connection first, so a release after this attempt cannot go unheard.
         """
         listening = await self._listener.ensure_listening()
         self._event.clear()
-        return await self._acquire(self.key, owner, ttl_ms, waiting=listening)
+        return await self._acquire(self.key, owner, ttl_ms, waiting=listening, data=data)
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait until the key is released (True) or ``timeout_s`` seconds pass (False)."""

@@ -17,6 +17,7 @@ from ..contract import (
     MAX_KEY_LENGTH,
     AcquireResult,
     LeaseInfo,
+    encode_data,
     validate_key,
     validate_list,
     validate_owner,
@@ -90,10 +91,13 @@ def run_sync(
             return done.value  # type: ignore[no-any-return]
 
 
-def acquire(s: LeaseStatements, key: str, owner: str, ttl_ms: object, *, waiting: bool = False) -> Plan[AcquireResult]:
-    """Acquire; ``waiting`` marks a refused row so that its release sends NOTIFY (PostgreSQL)."""
+def acquire(
+    s: LeaseStatements, key: str, owner: str, ttl_ms: object, *, waiting: bool = False, data: object = None
+) -> Plan[AcquireResult]:
+    """Acquire with lease ``data`` (a dict or None); ``waiting`` marks a refused row so that its
+    release sends NOTIFY (PostgreSQL)."""
     key, owner = validate_key(key), validate_owner(owner)
-    params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)))
+    params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data))
     return _acquire(s, key, owner, params, waiting)
 
 
@@ -130,7 +134,7 @@ def get_owner(s: LeaseStatements, key: str) -> Plan[str | None]:
 
 def get_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
     key = validate_key(key)
-    return _single(Query(s.holder, (key,)), lambda row: s.lease_info(key, row))
+    return _single(Query(s.holder, (key,)), lambda row: s.held(key, row))
 
 
 def release(s: LeaseStatements, key: str, owner: str) -> Plan[bool]:
@@ -185,10 +189,12 @@ def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Pl
     return renewed
 
 
-def transfer(s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl_ms: object) -> Plan[bool]:
+def transfer(
+    s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl_ms: object, data: object = None
+) -> Plan[bool]:
     key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
     to_owner = validate_owner(to_owner, "to_owner")
-    params = (key, from_owner, to_owner, s.ttl_param(validate_ttl_ms(ttl_ms)))
+    params = (key, from_owner, to_owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data))
     return _single(Query(s.transfer, params), lambda row: True, missing=False)
 
 

@@ -33,7 +33,7 @@ from .operations import Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import LeaseStatements, statements_for
-from .translate import translate
+from .translate import schema_outdated, translate
 from .urls import ASYNC_DRIVERS as _ASYNC_DRIVERS
 from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
 
@@ -360,8 +360,9 @@ class SqlLeaseProvider(LeaseProviderBase):
         return options
 
     def _schema_missing(self, exc: BaseException) -> SchemaMissingError:
+        problem = "is older than this sql_lease" if schema_outdated(exc) else "not found"
         return SchemaMissingError(
-            f"lease table {self.names.table!r} not found in {self.safe_url}: "
+            f"lease table {self.names.table!r} {problem} in {self.safe_url}: "
             f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({exc})"
         )
 
@@ -426,18 +427,27 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     # -- the operations -----------------------------------------------------------------------------
 
-    async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
-        return await self._acquire(key, owner, ttl_ms, waiting=False)
+    async def acquire_lease(
+        self, key: str, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+    ) -> AcquireResult:
+        """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``),
+        storing lease ``data`` (a JSON object, at most ``MAX_DATA_BYTES``; None: none, or within the
+        owner's unexpired tenure: keep what is stored). ``TypeError``/``ValueError`` before any SQL."""
+        return await self._acquire(key, owner, ttl_ms, waiting=False, data=data)
 
-    async def _acquire(self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool) -> AcquireResult:
+    async def _acquire(
+        self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool, data: dict[str, Any] | None = None
+    ) -> AcquireResult:
         s = self.statements
-        return await self._run("acquire", key, lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting))
+        return await self._run(
+            "acquire", key, lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data)
+        )
 
     async def get_lease_owner(self, key: str) -> str | None:
         return await self._run("get owner of", key, lambda: operations.get_owner(self.statements, key))
 
     async def get_lease(self, key: str) -> LeaseInfo | None:
-        """The unexpired lease on ``key`` (owner, fence, expiry, remaining TTL), or None."""
+        """The unexpired lease on ``key`` (owner, fence, expiry, remaining TTL, data), or None."""
         return await self._run("read", key, lambda: operations.get_lease(self.statements, key))
 
     async def release_lease(self, key: str, owner: str) -> bool:
@@ -464,9 +474,13 @@ class SqlLeaseProvider(LeaseProviderBase):
             return {}
         return await self._run("renew", None, lambda: operations.renew_checked(self.statements, checked))
 
-    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
+    async def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+    ) -> bool:
+        """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8),
+        with lease ``data`` (None: none for a new owner; ``to_owner == from_owner`` keeps it)."""
         s = self.statements
-        return await self._run("transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms))
+        return await self._run("transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms, data))
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
         """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago.
@@ -482,8 +496,8 @@ class SqlLeaseProvider(LeaseProviderBase):
     ) -> list[LeaseInfo]:
         """Leases ordered by key (the database's collation), at most ``limit`` (1 to 100,000):
         those whose key starts with ``prefix`` (all when None), unexpired ones only unless
-        ``include_expired`` (an expired lease has ``remaining_ms <= 0``). For operators: one
-        bounded read; nothing is locked."""
+        ``include_expired`` (an expired lease has ``remaining_ms <= 0``), each with its ``data``.
+        For operators: one bounded read; nothing is locked."""
         s = self.statements
         return await self._run("list", None, lambda: operations.list_leases(s, prefix, include_expired, limit))
 

@@ -9,6 +9,7 @@ One row per held (or expired, not yet swept) lease::
                 bigint                   SQLite: Unix epoch milliseconds by SQLite's own clock
     has_waiters boolean       not null   set by a refused waiting acquire; releases, transfers
                                          and sweeps of such rows send NOTIFY (PostgreSQL)
+    data        json          null       lease data, a JSON object (migration 0003; SQLite: text)
 
 Fences come from one counter per table, so they increase across keys, releases, sweeps and
 restarts: on PostgreSQL the sequence ``<table>_fence_seq``; on SQLite the one-row table
@@ -38,8 +39,10 @@ from sqlalchemy import (
     Sequence,
     String,
     Table,
+    Text,
     false,
 )
+from sqlalchemy.dialects.postgresql import JSON
 
 from ..contract import MAX_KEY_LENGTH, MAX_OWNER_LENGTH
 
@@ -146,9 +149,10 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
     metadata = MetaData(schema=names.schema)
     if dialect_name == "postgresql":
         expires_at_type: DateTime | BigInteger = DateTime(timezone=True)
+        data_type: JSON | Text = JSON()
         Sequence(names.fence_sequence, metadata=metadata)
     elif dialect_name == "sqlite":
-        expires_at_type = BigInteger()
+        expires_at_type, data_type = BigInteger(), Text()
         Table(
             names.fence_counter,
             metadata,
@@ -165,6 +169,7 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
         Column("fence", BigInteger, nullable=False),
         Column("expires_at", expires_at_type, nullable=False),
         Column("has_waiters", Boolean, nullable=False, server_default=false()),
+        Column("data", data_type, nullable=True),
         Index(names.expires_at_index, "expires_at"),
         sqlite_with_rowid=False,
     )

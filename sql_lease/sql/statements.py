@@ -4,24 +4,29 @@ Every operation is one statement that checks and acts, run on its own (autocommi
 caller's transaction); time comes from the database's clock. Parameters are positional and the
 same for both dialects:
 
-    acquire   (key, owner, ttl)    -> (acquired, owner, fence, expires_at, remaining_ms) or no row
+    acquire   (key, owner, ttl, data) -> (acquired, owner, fence, expires_at, remaining_ms) or no row
     acquire_waiting                -> the same; a refusal also marks the row has_waiters
-    holder    (key,)               -> (owner, fence, expires_at, remaining_ms) of the unexpired lease
+    holder    (key,)               -> (owner, fence, expires_at, remaining_ms, data) of the unexpired lease
     owner     (key,)               -> (owner,) of the unexpired lease
     release   (key, owner)         -> (was_unexpired,) if owner's row was deleted
     renew     (key, owner, ttl)    -> (owner, fence, expires_at, remaining_ms) if renewed
     renew_many (keys, owners, ttls) -> rows (key, owner, fence, expires_at, remaining_ms) of the
                                       leases renewed (PostgreSQL: three arrays; SQLite: one JSON
                                       array of [key, owner, ttl]); a key without a row was refused
-    transfer  (key, from, to, ttl) -> (owner, fence, expires_at, remaining_ms) if transferred
+    transfer  (key, from, to, ttl, data) -> (owner, fence, expires_at, remaining_ms) if transferred
     sweep     (grace, batch_size)  -> rows removed (PostgreSQL: one row with the count)
     notify_channel ()              -> (channel,) PostgreSQL only: the LISTEN channel of the table
     list_leases (prefix, include_expired, limit, upper)
-                                   -> rows (key, owner, fence, expires_at, remaining_ms), by key,
+                                   -> rows (key, owner, fence, expires_at, remaining_ms, data), by key,
                                       of keys in [prefix, upper) by code point (= starting with prefix)
     list_all  (include_expired, limit) -> the same rows, every key
     break_lease (key,)             -> (owner, fence, expires_at, remaining_ms, was_unexpired) of the
                                       row it deleted, whoever held it
+
+``data`` goes in as JSON text or NULL (:func:`sql_lease.contract.encode_data`) and comes out as
+text (PostgreSQL: ``data::text`` of a ``json`` column, kept verbatim; SQLite: ``TEXT``), decoded by
+:meth:`LeaseStatements.lease_data` for both faces. A new tenure stores the given data; the same
+tenure keeps the stored data when given NULL (docs/statements.md, "Lease data").
 
 ``remaining_ms`` is ``expires_at`` minus the database's ``now()``: waiters pace themselves by it,
 never by comparing ``expires_at`` with the client's clock. ``acquire`` returns no row when it was
@@ -43,7 +48,7 @@ from typing import Any
 
 from sqlalchemy.engine.interfaces import Dialect
 
-from ..contract import AcquireResult, LeaseInfo
+from ..contract import AcquireResult, LeaseInfo, decode_data
 from .schema import LeaseTableNames
 
 __all__ = ["LeaseStatements", "PostgresStatements", "SqliteStatements", "qualified_name", "statements_for"]
@@ -93,16 +98,24 @@ class LeaseStatements:
         return AcquireResult(False, row[0], row[1], self.to_datetime(row[2]), float(row[3]))
 
     def lease_info(self, key: str, row: Sequence[Any]) -> LeaseInfo:
-        """``(owner, fence, expires_at, remaining_ms)`` from holder, renew and transfer."""
+        """``(owner, fence, expires_at, remaining_ms)`` from renew and transfer (no data read)."""
         return LeaseInfo(key, row[0], row[1], self.to_datetime(row[2]), float(row[3]))
+
+    def lease_data(self, value: str | None) -> dict[str, Any] | None:
+        """The lease data of a row: its JSON text decoded (None for a row without data)."""
+        return decode_data(value)
+
+    def held(self, key: str, row: Sequence[Any]) -> LeaseInfo:
+        """``(owner, fence, expires_at, remaining_ms, data)`` from holder."""
+        return LeaseInfo(key, row[0], row[1], self.to_datetime(row[2]), float(row[3]), self.lease_data(row[4]))
 
     def swept_count(self, rows: list[Any]) -> int:
         """How many rows ``sweep`` removed, from the rows it returned."""
         return len(rows)
 
     def listed(self, row: Sequence[Any]) -> LeaseInfo:
-        """``(key, owner, fence, expires_at, remaining_ms)`` from list_leases and list_all."""
-        return LeaseInfo(row[0], row[1], row[2], self.to_datetime(row[3]), float(row[4]))
+        """``(key, owner, fence, expires_at, remaining_ms, data)`` from list_leases and list_all."""
+        return LeaseInfo(row[0], row[1], row[2], self.to_datetime(row[3]), float(row[4]), self.lease_data(row[5]))
 
 
 def qualified_name(dialect: Dialect, names: LeaseTableNames, name: str) -> str:
@@ -155,13 +168,15 @@ class PostgresStatements(LeaseStatements):
     SELECT owner, fence, expires_at, {remaining} AS remaining FROM {t} WHERE key = $1 AND {live} AND owner <> $2
 )"""
         upsert = f"""
-    INSERT INTO {t} AS held (key, owner, fence, expires_at)
-    SELECT $1, $2, nextval('{seq}'), {expires} FROM serialised
+    INSERT INTO {t} AS held (key, owner, fence, expires_at, data)
+    SELECT $1, $2, nextval('{seq}'), {expires}, $4::json FROM serialised
     ON CONFLICT (key) DO UPDATE
        SET owner = excluded.owner,
            expires_at = excluded.expires_at,
            fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
                         THEN held.fence ELSE excluded.fence END,
+           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
+                       THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            has_waiters = held.has_waiters AND held.owner = excluded.owner
      WHERE held.owner = excluded.owner OR held.expires_at <= now()
     RETURNING held.owner, held.fence, held.expires_at"""
@@ -183,7 +198,7 @@ SELECT false, owner, fence, expires_at, remaining FROM busy""",
 SELECT true, owner, fence, expires_at, {remaining} FROM attempt
 UNION ALL
 SELECT false, owner, fence, expires_at, {remaining} FROM waiting WHERE expires_at > now() AND owner <> $2""",
-            holder=f"SELECT owner, fence, expires_at, {remaining} FROM {t} WHERE key = $1 AND {live}",
+            holder=f"SELECT owner, fence, expires_at, {remaining}, data::text FROM {t} WHERE key = $1 AND {live}",
             owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
             release=f"""
 WITH commit_mode AS (SELECT {release_commit}), gone AS (
@@ -213,6 +228,7 @@ WITH serialised AS (SELECT {lock}, {durable}), mine AS (
        SET owner = $3::varchar,
            expires_at = now() + $4::float8 * interval '1 millisecond',
            fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval('{seq}') END,
+           data = CASE WHEN l.owner = $3::varchar THEN coalesce($5::json, l.data) ELSE $5::json END,
            has_waiters = l.has_waiters AND l.owner = $3::varchar
       FROM mine
      WHERE l.key = mine.key
@@ -234,13 +250,13 @@ SELECT count(*), count(CASE WHEN has_waiters THEN {notify} END) FROM gone""",
             # Prefixes as a code point range (COLLATE "C": byte order of UTF-8), whatever the
             # database's collation; rows come in the column's own order, so the primary key serves it.
             list_leases=f"""
-SELECT key, owner, fence, expires_at, {remaining} FROM {t}
+SELECT key, owner, fence, expires_at, {remaining}, data::text FROM {t}
  WHERE key COLLATE "C" >= $1::varchar AND key COLLATE "C" < $4::varchar
    AND ($2::boolean OR {live})
  ORDER BY key
  LIMIT $3""",
             list_all=f"""
-SELECT key, owner, fence, expires_at, {remaining} FROM {t}
+SELECT key, owner, fence, expires_at, {remaining}, data::text FROM {t}
  WHERE $1::boolean OR {live}
  ORDER BY key
  LIMIT $2""",
@@ -276,20 +292,22 @@ class SqliteStatements(LeaseStatements):
         now = SQLITE_NOW_MS
         next_fence = f"(SELECT last_fence + 1 FROM {counter})"
         acquire = f"""
-INSERT INTO {t} AS held (key, owner, fence, expires_at)
-VALUES (?1, ?2, {next_fence}, {now} + ?3)
+INSERT INTO {t} AS held (key, owner, fence, expires_at, data)
+VALUES (?1, ?2, {next_fence}, {now} + ?3, ?4)
 ON CONFLICT (key) DO UPDATE
    SET owner = excluded.owner,
        expires_at = excluded.expires_at,
        fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > {now}
-                    THEN held.fence ELSE excluded.fence END
+                    THEN held.fence ELSE excluded.fence END,
+       data = CASE WHEN held.owner = excluded.owner AND held.expires_at > {now}
+                   THEN coalesce(excluded.data, held.data) ELSE excluded.data END
  WHERE held.owner = excluded.owner OR held.expires_at <= {now}
 RETURNING 1, owner, fence, expires_at, expires_at - {now}"""
         super().__init__(
             acquire=acquire,
             acquire_waiting=acquire,  # no NOTIFY on SQLite: waiters poll
             holder=f"""
-SELECT owner, fence, expires_at, expires_at - {now} FROM {t} WHERE key = ?1 AND expires_at > {now}""",
+SELECT owner, fence, expires_at, expires_at - {now}, data FROM {t} WHERE key = ?1 AND expires_at > {now}""",
             owner=f"SELECT owner FROM {t} WHERE key = ?1 AND expires_at > {now}",
             release=f"DELETE FROM {t} WHERE key = ?1 AND owner = ?2 RETURNING expires_at > {now}",
             renew=f"""
@@ -305,7 +323,8 @@ RETURNING key, owner, fence, expires_at, expires_at - {now}""",
 UPDATE {t}
    SET owner = ?3,
        expires_at = {now} + ?4,
-       fence = CASE WHEN owner = ?3 THEN fence ELSE {next_fence} END
+       fence = CASE WHEN owner = ?3 THEN fence ELSE {next_fence} END,
+       data = CASE WHEN owner = ?3 THEN coalesce(?5, data) ELSE ?5 END
  WHERE key = ?1 AND owner = ?2 AND expires_at > {now}
 RETURNING owner, fence, expires_at, expires_at - {now}""",
             sweep=f"""
@@ -314,12 +333,12 @@ DELETE FROM {t} WHERE key IN (
 ) RETURNING 1""",
             # BINARY collation: [prefix, upper) is exactly the keys starting with prefix, on the index.
             list_leases=f"""
-SELECT key, owner, fence, expires_at, expires_at - {now} FROM {t}
+SELECT key, owner, fence, expires_at, expires_at - {now}, data FROM {t}
  WHERE key >= ?1 AND key < ?4 AND (?2 OR expires_at > {now})
  ORDER BY key
  LIMIT ?3""",
             list_all=f"""
-SELECT key, owner, fence, expires_at, expires_at - {now} FROM {t}
+SELECT key, owner, fence, expires_at, expires_at - {now}, data FROM {t}
  WHERE ?1 OR expires_at > {now}
  ORDER BY key
  LIMIT ?2""",

@@ -153,12 +153,15 @@ class SyncPostgresReleaseWaiter:
     def __exit__(self, *exc_info: object) -> None:
         self._listener.unregister(self.key, self._event)
 
-    def acquire(self, owner: str, ttl_ms: int | float, timeout_s: float | None) -> AcquireResult:
-        """Try to acquire within ``timeout_s`` seconds; a refusal marks the row so that its release
-        sends NOTIFY. (Re)opens the LISTEN connection first, so no release after it goes unheard."""
+    def acquire(
+        self, owner: str, ttl_ms: int | float, timeout_s: float | None, *, data: dict[str, Any] | None = None
+    ) -> AcquireResult:
+        """Try to acquire (with lease ``data``) within ``timeout_s`` seconds; a refusal marks the row
+        so that its release sends NOTIFY. (Re)opens the LISTEN connection first, so no release after
+        it goes unheard."""
         listening = self._listener.ensure_listening()
         self._event.clear()
-        return self._provider._acquire(self.key, owner, ttl_ms, waiting=listening, timeout_s=timeout_s)
+        return self._provider._acquire(self.key, owner, ttl_ms, waiting=listening, data=data, timeout_s=timeout_s)
 
     def wait(self, timeout_s: float) -> bool:
         """Block until the key is released (True) or ``timeout_s`` seconds pass (False)."""

@@ -37,7 +37,7 @@ from .sync_executors import (
     Watchdog,
     psycopg_conninfo,
 )
-from .translate import translate
+from .translate import schema_outdated, translate
 from .urls import safe_url, sqlite_file, to_async_url, to_sync_url
 
 if TYPE_CHECKING:
@@ -241,8 +241,9 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         return options
 
     def _schema_missing(self, exc: BaseException) -> SchemaMissingError:
+        problem = "is older than this sql_lease" if schema_outdated(exc) else "not found"
         return SchemaMissingError(
-            f"lease table {self.names.table!r} not found in {self.safe_url}: "
+            f"lease table {self.names.table!r} {problem} in {self.safe_url}: "
             f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({exc})"
         )
 
@@ -281,15 +282,29 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     # -- the lease operations -----------------------------------------------------------------
 
     def acquire_lease(
-        self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> AcquireResult:
-        """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``)."""
-        return self._acquire(key, owner, ttl_ms, waiting=False, timeout_s=timeout_s)
+        """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``),
+        storing lease ``data`` as :meth:`SqlLeaseProvider.acquire_lease` does."""
+        return self._acquire(key, owner, ttl_ms, waiting=False, data=data, timeout_s=timeout_s)
 
     def _acquire(
-        self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool, timeout_s: float | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        waiting: bool,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> AcquireResult:
-        plan = operations.acquire(self.statements, key, owner, ttl_ms, waiting=waiting)
+        plan = operations.acquire(self.statements, key, owner, ttl_ms, waiting=waiting, data=data)
         return self._run("acquire", key, plan, timeout_s)
 
     def get_lease_owner(self, key: str, *, timeout_s: float | None = None) -> str | None:
@@ -297,7 +312,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         return self._run("get owner of", key, operations.get_owner(self.statements, key), timeout_s)
 
     def get_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
-        """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms), or None."""
+        """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms, data), or None."""
         return self._run("read", key, operations.get_lease(self.statements, key), timeout_s)
 
     def release_lease(self, key: str, owner: str, *, timeout_s: float | None = None) -> bool:
@@ -316,10 +331,18 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         return self._run("renew", key, operations.renew(self.statements, key, owner, ttl_ms), timeout_s)
 
     def transfer_lease(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+        self,
+        key: str,
+        from_owner: str,
+        to_owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> bool:
-        """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8)."""
-        plan = operations.transfer(self.statements, key, from_owner, to_owner, ttl_ms)
+        """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8),
+        with lease ``data`` as :meth:`SqlLeaseProvider.transfer_lease`."""
+        plan = operations.transfer(self.statements, key, from_owner, to_owner, ttl_ms, data)
         return self._run("transfer", key, plan, timeout_s)
 
     def sweep_expired(
@@ -338,7 +361,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         timeout_s: float | None = None,
     ) -> list[LeaseInfo]:
         """Leases ordered by key, at most ``limit`` (1 to 100,000), whose key starts with ``prefix``
-        (all when None); unexpired ones only unless ``include_expired`` (``remaining_ms <= 0``)."""
+        (all when None); unexpired ones only unless ``include_expired`` (``remaining_ms <= 0``);
+        each with its ``data``."""
         plan = operations.list_leases(self.statements, prefix, include_expired, limit)
         return self._run("list", None, plan, timeout_s)
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, SchemaMissingError
 
-__all__ = ["connection_survives", "sqlstate", "translate"]
+__all__ = ["connection_survives", "schema_outdated", "sqlstate", "translate"]
 
 # SQLSTATEs that no retry can fix: the configuration is wrong (class 28: the role or password;
 # 3D000: no such database; 42501: a missing privilege).
@@ -19,6 +19,9 @@ _CONFIG_HINTS = {
 }
 # 42P01 undefined_table; 3F000 invalid_schema_name (a statement names '"schema".table'::regclass)
 _SCHEMA_MISSING = {"42P01", "3F000"}
+# 42703 undefined_column: the table predates a migration that added a column the statements use
+_SCHEMA_OUTDATED = {"42703"}
+_SQLITE_SCHEMA_OUTDATED = ("no such column", "has no column named")
 # Class 08 (connection exception), 57P01-57P03 (shutdown, crash, cannot connect now), 53300 (too
 # many connections): the server is gone or going, so the connection is not reusable.
 _CONNECTION_GONE_PREFIXES = ("08", "57P")
@@ -49,6 +52,14 @@ def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
     return None
 
 
+def schema_outdated(exc: BaseException) -> bool:
+    """True if ``exc`` says a column of the lease table is missing: the schema needs ``sql-lease migrate``."""
+    if sqlstate(exc) in _SCHEMA_OUTDATED:
+        return True
+    lite = _sqlite_error(exc)
+    return lite is not None and any(text in str(lite) for text in _SQLITE_SCHEMA_OUTDATED)
+
+
 def connection_survives(exc: BaseException) -> bool:
     """True if ``exc`` is the server's (or SQLite's) answer about the statement, so the connection
     that ran it can be reused; False for timeouts, cancellations and lost connections."""
@@ -62,11 +73,11 @@ def translate(
     exc: BaseException, what: str, where: str, schema_missing: Callable[[BaseException], SchemaMissingError]
 ) -> LeaseError:
     """The library error for a driver error raised while doing ``what`` on ``where`` (a safe URL);
-    ``schema_missing`` words the error for a missing table (it knows the migrate command)."""
+    ``schema_missing`` words the error for a missing table or column (it knows the migrate command)."""
     state = sqlstate(exc)
     lite = _sqlite_error(exc)
     # SQLite reports a missing table only as text (SQLITE_ERROR is every kind of error).
-    if state in _SCHEMA_MISSING or (lite is not None and "no such table" in str(lite)):
+    if state in _SCHEMA_MISSING or (lite is not None and "no such table" in str(lite)) or schema_outdated(exc):
         return schema_missing(exc)
     if state is not None:
         hint = _CONFIG_HINTS.get(state) or (_CONFIG_HINTS["28"] if state.startswith("28") else None)

@@ -1,0 +1,41 @@
+"""Add the nullable ``data`` column: lease data, a small JSON object given at acquire or transfer.
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import context, op
+from sqlalchemy.dialects import postgresql
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+# How long the ALTER waits for its brief exclusive lock on the lease table; lease statements queue
+# behind a waiting ALTER, so it gives up (migrate fails; run it again) rather than stall holders.
+POSTGRES_LOCK_TIMEOUT = "2s"
+
+
+def _names():  # type: ignore[no-untyped-def]
+    return context.config.attributes["sql_lease_names"]
+
+
+def upgrade() -> None:
+    names = _names()
+    if op.get_context().dialect.name == "postgresql":
+        op.execute(f"SET LOCAL lock_timeout = '{POSTGRES_LOCK_TIMEOUT}'")
+        data_type: sa.types.TypeEngine = postgresql.JSON()
+    else:
+        data_type = sa.Text()
+    # Nullable, no default: no table rewrite (PostgreSQL) and rows of earlier releases read as no data.
+    op.add_column(names.table, sa.Column("data", data_type, nullable=True), schema=names.schema)
+
+
+def downgrade() -> None:
+    names = _names()
+    op.drop_column(names.table, "data", schema=names.schema)
