@@ -1,6 +1,7 @@
 """Cost of observing lease operations: the same acquire-then-release cycles with no observer, with
-the Prometheus exporter and with the OpenTelemetry exporter (SDK meter and tracer, spans batched
-to an in-memory exporter), side by side in one run (rounds interleaved, median of the rounds).
+an observer that does nothing (the cost of reporting itself), with the Prometheus exporter and
+with the OpenTelemetry exporter (SDK meter and tracer, spans batched to an in-memory exporter),
+side by side in one run (rounds interleaved, median of the rounds).
 
     python benchmarks/observer_cost.py --url sqlite:///tmp/cost.db --url postgresql://postgres@127.0.0.1:5432/test
 
@@ -52,8 +53,13 @@ def prometheus() -> Callable[[], None]:
     return enable_prometheus(CollectorRegistry()).close
 
 
+def do_nothing() -> Callable[[], None]:
+    return observe.add_observer(observe.LeaseObserver())
+
+
 MODES: dict[str, Callable[[], Callable[[], None]] | None] = {
     "none": None,
+    "do-nothing": do_nothing,
     "prometheus": prometheus,
     "opentelemetry": opentelemetry,
 }

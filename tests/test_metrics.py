@@ -347,7 +347,9 @@ def test_bad_arguments_are_not_operations(tmp_path: Path, prometheus: Prometheus
             provider.acquire_lease("", "a", 1000)
         with pytest.raises(ValueError):
             provider.acquire_lease("k", "a", 1000, timeout_s=-1)
-    assert value(prometheus, "sql_lease_operations_total", operation="acquire", outcome="error") == 0
+        provider.acquire_lease("k", "a", 1000)
+    assert value(prometheus, "sql_lease_operation_duration_seconds_count", operation="acquire") == 1
+    assert value(prometheus, "sql_lease_operations_total", operation="acquire", outcome="acquired") == 1
 
 
 def test_extras_are_imported_only_when_enabled_and_named_when_missing() -> None:
