@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from . import observe
 from .contract import (
     AcquireResult,
     LeaseInfo,
@@ -366,6 +367,10 @@ class _Hold(Protocol):
     def key(self) -> str: ...
     @property
     def owner(self) -> str: ...
+    @property
+    def lost(self) -> Any: ...
+    @property
+    def transferred_to(self) -> str | None: ...
 
 
 _H = TypeVar("_H", bound=_Hold)
@@ -391,6 +396,12 @@ class HoldRegistry(Generic[_H]):
     def add(self, lease: _H) -> None:
         with self._lock, contextlib.suppress(TypeError):  # not weak-referenceable: not tracked
             self._holds.setdefault(lease.provider, {}).setdefault((lease.key, lease.owner), []).append(lease)
+
+    def held_count(self) -> int:
+        """How many (provider, key, owner) have a hold whose lease is neither lost nor transferred."""
+        with self._lock:
+            groups = [holds for by_key in self._holds.values() for holds in by_key.values()]
+            return sum(any(not h.lost.is_set() and h.transferred_to is None for h in holds) for holds in groups)
 
     def forget(self, lease: _H) -> int:
         """Remove ``lease`` from the holds of its (provider, key, owner); how many remain."""
@@ -671,10 +682,14 @@ class RenewalCourse:
 
     def no_answer(self) -> None:
         self.last_error = self.last_error or "the database did not answer in time"
+        if observe.observers:
+            observe.renewal_failed(self.lease, None)
 
     def failed(self, exc: BaseException) -> None:
         lease = self.lease
         self.last_error = f"{type(exc).__name__}: {exc}"
+        if observe.observers:
+            observe.renewal_failed(lease, exc)
         if not isinstance(exc, LeaseError):
             log.error(
                 "renewing lease %r held by %r (fence %s) raised an unexpected error: %r",
@@ -912,6 +927,8 @@ class HeldLease:
         self.lost_reason = reason
         self.lost.set()
         log.warning("lease %r held by %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason)
+        if observe.observers:
+            observe.lease_lost(self, reason)
         if self.on_lost == "cancel" and not self._closing and self._body_task is not None:
             self._cancelled_for_loss = True
             self._body_task.cancel(f"sql_lease: lease {self.key!r} lost: {reason}")

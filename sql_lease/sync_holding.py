@@ -26,6 +26,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
+from . import observe
 from .contract import AcquireResult, LeaseInfo, encode_data, validate_key, validate_owner, validate_ttl_ms
 from .errors import (
     LeaseConfigError,
@@ -344,6 +345,8 @@ class SyncHeldLease:
         self.lost_reason = reason
         self.lost.set()
         log.warning("lease %r held by %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason)
+        if observe.observers:
+            observe.lease_lost(self, reason)
         if self._callback is not None:
             try:
                 self._callback(self)

@@ -16,6 +16,7 @@ from sql_lease import AcquireResult, InMemoryLeaseProvider, LeaseProvider, NoopL
 def test_all_names_every_public_object() -> None:
     public = {name for name in dir(sql_lease) if not name.startswith("_")}
     modules = {"contract", "errors", "holding", "memory", "sql", "cli", "decorator", "sync_holding"}
+    modules |= {"observe", "metrics"}
     assert set(sql_lease.__all__) == (public - modules) | {"SqlLeaseProvider", "SyncSqlLeaseProvider"}
     for name in sql_lease.__all__:
         assert getattr(sql_lease, name) is not None

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +24,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from .. import observe
 from ..contract import AcquireResult, LeaseInfo, validate_key
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
 from ..holding import LeaseProviderBase
@@ -394,8 +396,21 @@ class SqlLeaseProvider(LeaseProviderBase):
     # -- running a plan ---------------------------------------------------------------------------
 
     async def _run(self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]]) -> T:
-        """Run the plan ``make_plan()`` within the operation timeout; errors become the library's."""
+        """Run the plan ``make_plan()`` within the operation timeout; errors become the library's.
+        Every operation passes here, and here alone it is reported to observers (:mod:`sql_lease.observe`)."""
         plan = make_plan()  # validates the arguments before any I/O (and before closed-ness)
+        if not observe.observers:
+            return await self._run_plan(operation, key, make_plan, plan)
+        started = time.perf_counter()
+        try:
+            result = await self._run_plan(operation, key, make_plan, plan)
+        except BaseException as exc:
+            observe.operation_failed(operation, key, self.dialect_name, time.perf_counter() - started, exc)
+            raise
+        observe.operation_done(operation, key, self.dialect_name, time.perf_counter() - started, result)
+        return result
+
+    async def _run_plan(self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], plan: Plan[T]) -> T:
         if self._closed:
             raise ProviderClosedError(f"{operation}: the provider for {self.safe_url} is closed")
         self._in_flight += 1

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .. import observe
 from ..contract import AcquireResult, LeaseInfo, validate_key, validate_seconds
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
 from ..sync_holding import SyncLeaseProviderBase
@@ -258,7 +259,21 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         return min(limit, self.operation_timeout_s)
 
     def _run(self, operation: str, key: str | None, plan: Plan[T], timeout_s: float | None) -> T:
+        """Run ``plan`` within the limit; errors become the library's. Every operation passes here,
+        and here alone it is reported to observers (:mod:`sql_lease.observe`)."""
         limit = self._limit(timeout_s)
+        if not observe.observers:
+            return self._run_plan(operation, key, plan, limit)
+        started = time.perf_counter()
+        try:
+            result = self._run_plan(operation, key, plan, limit)
+        except BaseException as exc:
+            observe.operation_failed(operation, key, self.dialect_name, time.perf_counter() - started, exc)
+            raise
+        observe.operation_done(operation, key, self.dialect_name, time.perf_counter() - started, result)
+        return result
+
+    def _run_plan(self, operation: str, key: str | None, plan: Plan[T], limit: float) -> T:
         what = f"{operation} {key!r}" if key is not None else operation
         if self._closed:
             plan.close()
