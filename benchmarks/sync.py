@@ -54,7 +54,7 @@ def pg_raw(threads):
         cur = conns[i].cursor()
         for j in range(n):
             key, owner = f"raw{i}:{j % 64}", uuid.uuid4().hex
-            cur.execute(s.acquire, (key, owner, 15000.0))
+            cur.execute(s.acquire, (key, owner, 15000.0, None))
             assert cur.fetchone()[0]
             cur.execute(s.release, (key, owner))
             cur.fetchone()
@@ -88,7 +88,7 @@ def sqlite_raw(path, sync):
     def fn(i, n):
         for j in range(n):
             key, owner = f"raw{i}:{j % 64}", uuid.uuid4().hex
-            assert db.execute(s.acquire, (key, owner, 15000)).fetchall()[0][0]
+            assert db.execute(s.acquire, (key, owner, 15000, None)).fetchall()[0][0]
             db.execute(s.release, (key, owner)).fetchall()
 
     return run_threads(1, fn)

@@ -51,6 +51,10 @@ log = logging.getLogger("sql_lease")
 _ENGINE_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
 
 
+def _what(operation: str, key: str | None) -> str:
+    return f"{operation} {key!r}" if key is not None else operation
+
+
 class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     """Leases in a PostgreSQL or SQLite table, with plain (blocking) methods, safe to share between
     threads (gunicorn threads, a thread pool, Celery workers). The same rules, statements and errors
@@ -181,8 +185,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         self.listen_notify = bool(listen_notify) and not pgbouncer
         self._listener: SyncNotifyListener | None = None
         self._listener_lock = threading.Lock()
-        self._in_flight = 0
-        self._counting = threading.Lock()
+        self._in_flight: set[object] = set()  # a token per call (set.add/discard need no lock)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -274,25 +277,25 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         return result
 
     def _run_plan(self, operation: str, key: str | None, plan: Plan[T], limit: float) -> T:
-        what = f"{operation} {key!r}" if key is not None else operation
         if self._closed:
             plan.close()
-            raise ProviderClosedError(f"{what}: the provider for {self.safe_url} is closed")
-        with self._counting:
-            self._in_flight += 1
+            raise ProviderClosedError(f"{_what(operation, key)}: the provider for {self.safe_url} is closed")
+        token = object()
+        self._in_flight.add(token)
         try:
             return self._executor.run(plan, limit)
         except LeaseError:
             raise
         except TimeoutError as exc:
+            what = _what(operation, key)
             raise LeaseBackendError(f"{what}: no answer from {self.safe_url} within {limit:g} s") from exc
         except Exception as exc:
+            what = _what(operation, key)
             if self._closed and isinstance(exc, RuntimeError):
                 raise ProviderClosedError(f"{what}: the provider for {self.safe_url} was closed") from exc
             raise translate(exc, what, self.safe_url, self._schema_missing) from exc
         finally:
-            with self._counting:
-                self._in_flight -= 1
+            self._in_flight.discard(token)
 
     # -- the lease operations -----------------------------------------------------------------
 
