@@ -9,6 +9,7 @@ import os
 import pwd
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 import warnings
@@ -82,6 +83,7 @@ def throwaway_postgres(**server_options: str) -> Iterator[tuple[str, object]]:
         )
         try:
             executor.start()
+            _wait_until_accepting(port)
             break
         except Exception:
             with contextlib.suppress(Exception):
@@ -98,12 +100,29 @@ def throwaway_postgres(**server_options: str) -> Iterator[tuple[str, object]]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _wait_until_accepting(port: int, timeout_s: float = 60) -> None:
+    """Until the server on ``port`` accepts connections: the executor returns once the port is open,
+    which can be while the server still says "the database system is starting up"."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready = subprocess.run(
+            [os.path.join(PG_BINDIR, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port), "-t", "1"],
+            check=False,
+        )
+        if ready.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the throwaway cluster on port {port} did not accept connections in {timeout_s:g} s")
+        time.sleep(0.05)
+
+
 def start_again(executor: Any, attempts: int = 3) -> None:
     """Start a throwaway cluster stopped with ``-m immediate`` (a crash); under load its first
     start has been seen to fail, so try again a few times before giving up."""
     for attempt in range(attempts):
         try:
             executor.start()
+            _wait_until_accepting(executor.port)
             return
         except Exception:
             if attempt == attempts - 1:
