@@ -257,8 +257,8 @@ def test_sync_hold_and_the_decorator_pass_data_on(sync_provider: Any, key: str) 
 class _OldContractProvider:
     """A third-party provider written to the contract before lease data: no ``data`` anywhere."""
 
-    def __init__(self) -> None:
-        self.leases = InMemoryLeaseProvider()
+    def __init__(self, leases: Any = None) -> None:
+        self.leases = leases or InMemoryLeaseProvider()
 
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
         return await self.leases.acquire_lease(key, owner, ttl_ms)
@@ -322,15 +322,12 @@ async def _migrate_to(provider: SqlLeaseProvider, revision: str) -> None:
         await conn.run_sync(upgrade)
 
 
-class _PreviousRelease:
+class _PreviousRelease(_OldContractProvider):
     """Holders running the release before lease data: its acquire names no ``data`` column (the
     statement below); its renew and release statements are this release's, unchanged."""
 
-    def __init__(self, provider: SqlLeaseProvider) -> None:
-        self.provider = provider
-
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
-        p, names = self.provider, self.provider.names
+        p, names = self.leases, self.leases.names
         if p.dialect_name == "postgresql":
             sql = (
                 f'INSERT INTO "{names.schema}".{names.table} (key, owner, fence, expires_at) '
@@ -350,23 +347,11 @@ class _PreviousRelease:
         row = await p._executor.run(plan)
         return AcquireResult(True, owner, row[0], p.statements.to_datetime(row[1]), float(ttl_ms))
 
-    async def get_lease_owner(self, key: str) -> str | None:
-        return await self.provider.get_lease_owner(key)
-
-    async def release_lease(self, key: str, owner: str) -> bool:
-        return await self.provider.release_lease(key, owner)
-
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
-        return await self.provider.renew_lease(key, owner, ttl_ms)
-
     async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
-        return await self.provider.renew_lease_info(key, owner, ttl_ms)
+        return await self.leases.renew_lease_info(key, owner, ttl_ms)
 
     async def renew_leases(self, items: Any) -> dict[str, LeaseInfo]:
-        return await self.provider.renew_leases(items)
-
-    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
-        raise AssertionError("not used")
+        return await self.leases.renew_leases(items)
 
 
 @pytest.mark.parametrize("revision", ["0001", "0002"])
