@@ -94,6 +94,7 @@ class PatroniCluster:
     etcd_port: int
     strict: bool
     etcd: subprocess.Popen[bytes] | None = None
+    former_primary: str | None = None
     run_as: list[str] = field(default_factory=list)
 
     # -- URLs ---------------------------------------------------------------------------------
