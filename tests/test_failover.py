@@ -276,11 +276,38 @@ async def run_fault_under_load(cluster: PatroniCluster, directory: Path, fault: 
         assert after is not None and (after.owner, after.fence) == ("keeper", before.fence)
     verdict = judge(load.all_records())
     outside = [e for e in verdict.errors if e["t1"] < fault_at or e["t0"] > recovered_at + SETTLE_S]
+    assert {e["kind"] for e in verdict.errors} <= {"LeaseBackendError"}, verdict.errors[:5]
     assert not outside, outside[:5]
     assert verdict.violations == []
     assert verdict.tenures > 50  # the load ran and was judged
     verdict.report(fault, detect_s=f"{recovered_at - fault_at:.1f}")
     return verdict
+
+
+def _acquired(key: str, owner: str, fence: int, start: float) -> dict[str, Any]:
+    expires = start + TTL_MS / 1000
+    return {"op": "acquire", "key": key, "owner": owner, "t0": start, "t1": start, "ok": True, "fence": fence} | {
+        "expires": expires,
+        "holder": owner,
+    }
+
+
+def _released(key: str, owner: str, fence: int, at: float) -> dict[str, Any]:
+    return {"op": "release", "key": key, "owner": owner, "tenure": fence, "t0": at, "t1": at, "ok": True}
+
+
+def test_the_judge_finds_overlaps_fences_that_go_back_and_shared_fences() -> None:
+    clean = [_acquired("k", "a-1", 1, 100.0), _released("k", "a-1", 1, 101.0), _acquired("k", "b-2", 2, 101.5)]
+    assert judge(clean).violations == []
+    assert judge(clean).tenures == 2
+    overlap = [_acquired("k", "a-1", 1, 100.0), _acquired("k", "b-2", 2, 103.0)]
+    assert "before the previous owner's acknowledged tenure ended" in " ".join(judge(overlap).violations)
+    back = [_acquired("k", "a-1", 5, 100.0), _acquired("k", "b-2", 4, 110.0)]
+    assert "began before a smaller fence's tenure" in " ".join(judge(back).violations)
+    shared = [_acquired("k", "a-1", 3, 100.0), _acquired("k", "b-2", 3, 110.0)]
+    assert "given to a-1 and b-2" in " ".join(judge(shared).violations)
+    lost = [{"op": "violation", "key": "k", "owner": "a-1", "what": "renew refused 2.00 s early"}]
+    assert judge(lost).violations == ["k a-1: renew refused 2.00 s early"]
 
 
 class TestTwoNodes:
