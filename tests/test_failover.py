@@ -141,14 +141,20 @@ class Load:
 
 @dataclass
 class Tenure:
+    """One owner's hold of one key under one fence: ``start`` by the database's clock (``now()``
+    of the statement that began it: its transaction's start), ``answered_at`` when that owner was
+    told (process clock), ``acknowledged_until`` (the latest expiry it was told) and
+    ``given_up_at`` (when it called release or transfer, process clock)."""
+
     owner: str | None = None
     start: float | None = None
+    answered_at: float = float("inf")
     acknowledged_until: float = 0.0
     given_up_at: float = float("inf")
 
     @property
-    def end(self) -> float:
-        return min(self.acknowledged_until, self.given_up_at)
+    def gave_up(self) -> bool:
+        return self.given_up_at < self.acknowledged_until
 
 
 @dataclass
@@ -195,23 +201,15 @@ def judge(records: list[dict[str, Any]]) -> Verdict:
         if r["op"] in ("acquire", "read"):
             start = r["expires"] - ttl_s
             tenure.start = start if tenure.start is None else min(tenure.start, start)
+            tenure.answered_at = min(tenure.answered_at, r["t1"])
     by_key: dict[str, list[tuple[int, Tenure]]] = defaultdict(list)
     for (key, fence), tenure in tenures.items():
         if tenure.owner is not None and tenure.start is not None:
             by_key[key].append((fence, tenure))
     for key, fenced in by_key.items():
         fenced.sort(key=lambda item: item[0])
-        latest_end, latest_start = float("-inf"), float("-inf")
-        for fence, tenure in fenced:
-            assert tenure.start is not None
-            if tenure.start < latest_start:
-                violations.append(f"{key}: fence {fence} of {tenure.owner} began before a smaller fence's tenure")
-            if tenure.start < latest_end - EPSILON_S:
-                violations.append(
-                    f"{key}: fence {fence} of {tenure.owner} began {latest_end - tenure.start:.3f} s before "
-                    "the previous owner's acknowledged tenure ended"
-                )
-            latest_end, latest_start = max(latest_end, tenure.end), tenure.start
+        _check_overlaps(key, fenced, violations)
+        _check_fence_order(key, fenced, violations)
     return Verdict(
         operations=len(answers),
         errors=[r for r in answers if "error" in r],
@@ -219,6 +217,39 @@ def judge(records: list[dict[str, Any]]) -> Verdict:
         tenures=sum(len(fenced) for fenced in by_key.values()),
         outage_s=_longest_silence(answers),
     )
+
+
+def _check_overlaps(key: str, fenced: list[tuple[int, Tenure]], violations: list[str]) -> None:
+    """A tenure must begin after every earlier one ended: by the database's clock after an expiry
+    (the database compares ``now()`` with it), by the processes' clock after a release or transfer
+    (a statement's ``now()`` is its transaction's start, which can precede a release it waited for)."""
+    expired_until, given_up_at = float("-inf"), float("-inf")
+    for fence, tenure in fenced:
+        assert tenure.start is not None
+        if tenure.start < expired_until - EPSILON_S:
+            violations.append(
+                f"{key}: fence {fence} of {tenure.owner} began {expired_until - tenure.start:.3f} s before "
+                "an earlier owner's acknowledged expiry"
+            )
+        if tenure.answered_at < given_up_at - EPSILON_S:
+            violations.append(
+                f"{key}: fence {fence} of {tenure.owner} was acknowledged {given_up_at - tenure.answered_at:.3f} s "
+                "before an earlier owner gave the lease up"
+            )
+        if tenure.gave_up:
+            given_up_at = max(given_up_at, tenure.given_up_at)
+        else:
+            expired_until = max(expired_until, tenure.acknowledged_until)
+
+
+def _check_fence_order(key: str, fenced: list[tuple[int, Tenure]], violations: list[str]) -> None:
+    """No tenure may begin, by the database's clock, after a tenure with a larger fence was acknowledged."""
+    earliest_larger = float("inf")
+    for fence, tenure in reversed(fenced):
+        assert tenure.start is not None
+        if tenure.start > earliest_larger + EPSILON_S:
+            violations.append(f"{key}: fence {fence} of {tenure.owner} began after a larger fence was acknowledged")
+        earliest_larger = min(earliest_larger, tenure.answered_at)
 
 
 def _longest_silence(answers: list[dict[str, Any]]) -> float:
@@ -301,9 +332,14 @@ def test_the_judge_finds_overlaps_fences_that_go_back_and_shared_fences() -> Non
     assert judge(clean).violations == []
     assert judge(clean).tenures == 2
     overlap = [_acquired("k", "a-1", 1, 100.0), _acquired("k", "b-2", 2, 103.0)]
-    assert "before the previous owner's acknowledged tenure ended" in " ".join(judge(overlap).violations)
+    assert "before an earlier owner's acknowledged expiry" in " ".join(judge(overlap).violations)
+    early = [_acquired("k", "a-1", 1, 100.0), _acquired("k", "b-2", 2, 101.0), _released("k", "a-1", 1, 102.0)]
+    assert "before an earlier owner gave the lease up" in " ".join(judge(early).violations)
+    waited = [_acquired("k", "a-1", 1, 100.0), _released("k", "a-1", 1, 101.0), _acquired("k", "b-2", 2, 100.99)]
+    waited[-1]["t1"] = 101.01  # began (now()) before the release it waited for, answered after it
+    assert judge(waited).violations == []
     back = [_acquired("k", "a-1", 5, 100.0), _acquired("k", "b-2", 4, 110.0)]
-    assert "began before a smaller fence's tenure" in " ".join(judge(back).violations)
+    assert "began after a larger fence was acknowledged" in " ".join(judge(back).violations)
     shared = [_acquired("k", "a-1", 3, 100.0), _acquired("k", "b-2", 3, 110.0)]
     assert "given to a-1 and b-2" in " ".join(judge(shared).violations)
     lost = [{"op": "violation", "key": "k", "owner": "a-1", "what": "renew refused 2.00 s early"}]
