@@ -310,7 +310,7 @@ async def run_fault_under_load(cluster: PatroniCluster, directory: Path, fault: 
     assert {e["kind"] for e in verdict.errors} <= {"LeaseBackendError"}, verdict.errors[:5]
     assert not outside, outside[:5]
     assert verdict.violations == []
-    assert verdict.tenures > 50  # the load ran and was judged
+    assert verdict.tenures >= 20  # the load ran and was judged
     verdict.report(fault, detect_s=f"{recovered_at - fault_at:.1f}")
     return verdict
 

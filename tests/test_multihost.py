@@ -134,6 +134,7 @@ def test_both_faces_and_the_cli_skip_a_dead_host(pg_url: str, fresh_pg_schema: s
 
     assert run_in_own_loop(acquire)
     with SyncSqlLeaseProvider(url, schema=fresh_pg_schema) as sync_provider:
+        assert sync_provider.migrate()  # the revision in place, reached through SQLAlchemy's psycopg dialect
         assert sync_provider.get_lease_owner(key) == "async-owner"
         assert sync_provider.release_lease(key, "async-owner")
         assert sync_provider.acquire_lease(key, "sync-owner", 30_000).acquired
