@@ -25,6 +25,7 @@ SQLALCHEMY = (
     f"postgresql://app:{SECRET}@/leases?host=db1.example:5432&host=db2.example:5433&target_session_attrs=read-write"
 )
 COMMA_LISTS = f"postgresql://app:{SECRET}@/leases?host=db1.example,db2.example&port=5432,5433"
+IPV6_LISTS = f"postgresql://app:{SECRET}@/leases?host=::1,fe80::2&port=5432,5433"
 
 
 def asyncpg_args(url: str) -> dict[str, object]:
@@ -43,6 +44,12 @@ def test_every_multihost_form_reaches_both_drivers_with_every_host(url: str) -> 
     if "target_session_attrs" in url:
         assert args["target_session_attrs"] == "read-write"
         assert "target_session_attrs=read-write" in conninfo.split()
+
+
+def test_ipv6_hosts_go_as_lists() -> None:
+    args = asyncpg_args(IPV6_LISTS)
+    assert (args["host"], args["port"]) == (["::1", "fe80::2"], [5432, 5433])
+    assert "host=::1,fe80::2" in psycopg_conninfo(to_sync_url(IPV6_LISTS)).split()
 
 
 def test_the_libpq_form_becomes_the_sqlalchemy_form() -> None:

@@ -86,7 +86,7 @@ def _from_libpq_multihost(text: str) -> str:
         if host_port is None:
             raise ValueError(
                 "the database URL's host list is not host:port,host:port (names or IPv4 addresses; "
-                "IPv6 addresses need the ?host=...&host=... form); URL text is not repeated here"
+                "IPv6 addresses need the ?host=a1,a2&port=p1,p2 form); URL text is not repeated here"
             )
         params.append(f"host={host_port['host']}:{host_port['port'] or _DEFAULT_PORT}")
     return f"{match['head']}{path or '/'}?{'&'.join(params + ([query] if query else []))}"
