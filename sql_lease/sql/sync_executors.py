@@ -284,12 +284,17 @@ def psycopg_conninfo(url: Any) -> str:
     libpq does not know; the text is never repeated, it may hold a password)."""
     from psycopg.conninfo import make_conninfo
 
+    from .urls import hosts_and_ports
+
     params: dict[str, Any] = {}
     for name, value in url.query.items():
         params[name] = value if isinstance(value, str) else ",".join(value)
+    for name in ("host", "port"):
+        params.pop(name, None)
+    host, port = hosts_and_ports(url)
     for name, value in (
-        ("host", url.host),
-        ("port", url.port),
+        ("host", host),
+        ("port", port),
         ("dbname", url.database),
         ("user", url.username),
         ("password", url.password),

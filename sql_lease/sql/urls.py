@@ -9,11 +9,18 @@ A password containing an unencoded ``@`` (``postgresql://u:p@ss@host/db``) canno
 from a host name: SQLAlchemy would take the password to be ``p`` and the host ``ss@host``, and
 libpq splits at the first ``@`` too. Such URLs are refused with a ``ValueError`` that asks for
 ``%40`` and never repeats the URL.
+
+Several hosts (PostgreSQL under Patroni, or any primary with standbys) are written either as
+libpq does, ``postgresql://u:pw@h1:5432,h2:5432/db?target_session_attrs=read-write``, or as
+SQLAlchemy does, ``postgresql://u:pw@/db?host=h1:5432&host=h2:5432&target_session_attrs=read-write``.
+The libpq form is rewritten to SQLAlchemy's on parsing (SQLAlchemy refuses it); both faces'
+drivers then try the hosts in order and take the first that matches ``target_session_attrs``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +31,14 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["open_existing_sqlite_file_only", "safe_url", "sqlite_file", "to_async_url", "to_sync_url"]
+__all__ = [
+    "hosts_and_ports",
+    "open_existing_sqlite_file_only",
+    "safe_url",
+    "sqlite_file",
+    "to_async_url",
+    "to_sync_url",
+]
 
 ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
 SYNC_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
@@ -40,15 +54,75 @@ _UNENCODED_AT = (
 )
 
 
+# scheme://[userinfo@]h1[:p1],h2[:p2][/db][?query], no '@' after the user information
+_LIBPQ_MULTIHOST = re.compile(
+    r"^(?P<head>[\w+.-]+://(?:[^@/?#]*@)?)(?P<hosts>[^@/?#]*,[^@/?#]*)(?P<tail>(?:[/?][^@]*)?)$"
+)
+_HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9._-]+)(?::(?P<port>\d{1,5}))?$")
+_DEFAULT_PORT = "5432"
+
+
 def _is_secret(name: str) -> bool:
     lowered = name.lower()
     return any(word in lowered for word in _SECRET_WORDS)
 
 
+def _from_libpq_multihost(text: str) -> str:
+    """``scheme://u@h1:p1,h2:p2/db?q`` as ``scheme://u@/db?host=h1:p1&host=h2:p2&q`` (a host
+    without a port gets 5432, as in libpq); other text unchanged. ``ValueError`` for a host list
+    it cannot read, or one that a ``host``/``port`` query parameter contradicts."""
+    match = _LIBPQ_MULTIHOST.match(text)
+    if match is None:
+        return text
+    path, _, query = match["tail"].partition("?")
+    names = {piece.partition("=")[0] for piece in query.split("&") if piece}
+    if names & {"host", "hostaddr", "port"}:
+        raise ValueError(
+            "the database URL lists hosts both before the database name and in a host/port query parameter"
+        )
+    params = []
+    for entry in match["hosts"].split(","):
+        host_port = _HOST_PORT.match(entry)
+        if host_port is None:
+            raise ValueError(
+                "the database URL's host list is not host:port,host:port (names or IPv4 addresses; "
+                "IPv6 addresses need the ?host=a1,a2&port=p1,p2 form); URL text is not repeated here"
+            )
+        params.append(f"host={host_port['host']}:{host_port['port'] or _DEFAULT_PORT}")
+    return f"{match['head']}{path or '/'}?{'&'.join(params + ([query] if query else []))}"
+
+
+def hosts_and_ports(url: URL) -> tuple[str | None, str | None]:
+    """The hosts and ports of a PostgreSQL ``url`` as libpq's comma-separated ``host`` and
+    ``port`` values (``None`` where the URL has none), from ``@host:port``, ``?host=h:p&host=h2:p2``
+    or ``?host=h1,h2&port=p1,p2``. ``ValueError`` for a port that is not a number."""
+    query_host, query_port = url.query.get("host"), url.query.get("port")
+    if query_host is None:
+        return url.host or None, None if url.port is None else str(url.port)
+    entries = [
+        piece for entry in ([query_host] if isinstance(query_host, str) else query_host) for piece in entry.split(",")
+    ]
+    if isinstance(query_host, str) and query_port is None and ":" not in query_host:
+        return query_host, None
+    if query_port is not None:
+        return ",".join(entries), query_port if isinstance(query_port, str) else ",".join(query_port)
+    hosts, ports = [], []
+    for entry in entries:
+        host, _, port = entry.rpartition(":") if ":" in entry else (entry, "", "")
+        if port and not port.isdigit():
+            raise ValueError("a host=... query parameter of the database URL has a port that is not a number")
+        hosts.append(host)
+        ports.append(port)
+    return ",".join(hosts), ",".join(ports) if any(ports) else None
+
+
 def _parse(url: str | URL) -> URL:
-    """``make_url`` that never echoes the text (a malformed URL may still carry a password)."""
+    """``make_url`` that never echoes the text (a malformed URL may still carry a password);
+    a libpq multi-host URL is first rewritten to SQLAlchemy's ``?host=`` form."""
     if isinstance(url, str) and url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
+    if isinstance(url, str) and url.startswith("postgresql"):
+        url = _from_libpq_multihost(url)
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
