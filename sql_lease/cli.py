@@ -919,8 +919,24 @@ def _span(seconds: float) -> str:
     return f"{whole // 86_400}d{whole % 86_400 // 3600:02d}h"
 
 
-def _lease_json(lease: Any, with_data: bool = True) -> dict[str, Any]:
-    """A lease for ``--json``; ``data`` only where the command read it (list, show, transfer)."""
+def _held_ms(lease: Any) -> float | None:
+    """How long the tenure has lasted (ms; an expired one: until it expired) by the database's
+    clock alone: ``expires_at`` minus ``acquired_at``, less the ``remaining_ms`` the database
+    reported; None when the start is unknown."""
+    if lease.acquired_at is None or lease.remaining_ms is None:
+        return None
+    held_ms: float = (lease.expires_at - lease.acquired_at).total_seconds() * 1000 - max(lease.remaining_ms, 0.0)
+    return held_ms
+
+
+def _held_for(held_ms: float | None) -> str:
+    """``12.5s``, ``4m05s``...; blank when unknown (a lease from before migration 0003)."""
+    return "" if held_ms is None else _span(max(held_ms, 0.0) / 1000)
+
+
+def _lease_json(lease: Any, read_row: bool = True) -> dict[str, Any]:
+    """A lease for ``--json``; ``data``, ``acquired_at`` and ``held_ms`` only where the command
+    read the row (list, show, transfer)."""
     fields = {
         "key": lease.key,
         "owner": lease.owner,
@@ -929,7 +945,15 @@ def _lease_json(lease: Any, with_data: bool = True) -> dict[str, Any]:
         "remaining_ms": round(lease.remaining_ms, 3) if lease.remaining_ms is not None else None,
         "expired": lease.remaining_ms is not None and lease.remaining_ms <= 0,
     }
-    return {**fields, "data": lease.data} if with_data else fields
+    if not read_row:
+        return fields
+    held_ms = _held_ms(lease)
+    return {
+        **fields,
+        "data": lease.data,
+        "acquired_at": lease.acquired_at.isoformat() if lease.acquired_at is not None else None,
+        "held_ms": round(held_ms, 3) if held_ms is not None else None,
+    }
 
 
 def _print_json(value: object) -> None:
@@ -938,7 +962,7 @@ def _print_json(value: object) -> None:
     click.echo(json.dumps(value, ensure_ascii=True))
 
 
-_LIST_COLUMNS = ("KEY", "OWNER", "FENCE", "EXPIRES IN", "EXPIRES AT", "DATA")
+_LIST_COLUMNS = ("KEY", "OWNER", "FENCE", "EXPIRES IN", "HELD FOR", "EXPIRES AT", "DATA")
 
 
 def _lease_cells(lease: Any, data_width: int | None = None) -> tuple[str, ...]:
@@ -947,7 +971,7 @@ def _lease_cells(lease: Any, data_width: int | None = None) -> tuple[str, ...]:
     if data_width is not None and len(data) > data_width:
         data = data[: data_width - 1] + "…"
     cells = _printable(lease.key), _printable(lease.owner), str(lease.fence), _expires_in(lease.remaining_ms)
-    return (*cells, expires_at, data)
+    return (*cells, _held_for(_held_ms(lease)), expires_at, data)
 
 
 def _rich_console() -> Any:
@@ -979,13 +1003,14 @@ def _render_leases(leases: list[Any], console: Any) -> None:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
-_LIST_HELP = """List leases by key: key, owner, fence, time left (by the database's clock), expiry, data.
+_LIST_HELP = """List leases by key: key, owner, fence, time left and time held (both by the database's
+    clock), expiry, data.
 
     A table on a terminal (rich, with `pip install 'sql-lease[cli]'`), plain aligned columns
-    when piped; lease data is shown as compact JSON, cut at 60 characters. --json prints one JSON
-    array of objects (key, owner, fence, expires_at, remaining_ms, expired, data) on one line;
-    with --watch, one such line per refresh. How long a lease has been held is not recorded, so
-    it is not shown.
+    when piped; lease data is shown as compact JSON, cut at 60 characters. HELD FOR is blank for a
+    lease taken before migration 0003 recorded tenure starts. --json prints one JSON array of
+    objects (key, owner, fence, expires_at, remaining_ms, expired, data, acquired_at, held_ms) on
+    one line; with --watch, one such line per refresh.
     """
 
 
@@ -1073,7 +1098,7 @@ def show(key: str, url: str, table_name: str, schema: str | None, as_json: bool)
         click.echo(f"{_printable(key)}: free")
     else:
         for label, value in zip(
-            ("key", "owner", "fence", "expires in", "expires at", "data"), _lease_cells(lease), strict=True
+            ("key", "owner", "fence", "expires in", "held for", "expires at", "data"), _lease_cells(lease), strict=True
         ):
             click.echo(f"{label + ':':<12}{value}".rstrip())
     sys.exit(0 if lease is not None else 1)
@@ -1111,7 +1136,7 @@ def break_(key: str, url: str, table_name: str, schema: str | None, yes: bool, a
 
     broken, confirmed = _run(main)
     if as_json:
-        _print_json(None if broken is None else _lease_json(broken, with_data=False))
+        _print_json(None if broken is None else _lease_json(broken, read_row=False))
     elif broken is not None:
         left = _expires_in(broken.remaining_ms)
         click.echo(
@@ -1133,9 +1158,9 @@ def _not_ours(key: str, owner: str) -> NoReturn:
     )
 
 
-def _print_fence(lease: Any, as_json: bool, with_data: bool = False, **extra: Any) -> None:
+def _print_fence(lease: Any, as_json: bool, read_row: bool = False, **extra: Any) -> None:
     if as_json:
-        _print_json({**extra, **_lease_json(lease, with_data)})
+        _print_json({**extra, **_lease_json(lease, read_row)})
     else:
         click.echo(f"fence={lease.fence}")
 
@@ -1281,7 +1306,7 @@ def transfer(
             EX_TEMPFAIL,
             f"lease {_printable(repr(key))} was transferred but is no longer held by {_printable(repr(to_owner))}",
         )
-    _print_fence(lease, as_json, with_data=True, transferred=True)
+    _print_fence(lease, as_json, read_row=True, transferred=True)
 
 
 @dataclasses.dataclass

@@ -94,7 +94,13 @@ class LeaseInfo:
 
     ``data`` is the lease data given at acquire or transfer (a ``dict``, a JSON object), filled in
     by ``get_lease`` and ``list_leases``; None when the lease has none or the call does not read it
-    (renewals, ``break_lease``). Not part of equality or hashing."""
+    (renewals, ``break_lease``). Not part of equality or hashing.
+
+    ``acquired_at`` is when the current tenure began (aware UTC, by the database's clock): set by
+    the acquire or transfer that drew the fence, kept by renewals, the owner's idempotent
+    re-acquire and a transfer to oneself. Filled in by ``get_lease`` and ``list_leases``; None when
+    unknown (a row written before migration 0003, or a call that does not read it). Not part of
+    equality or hashing."""
 
     key: str
     owner: str
@@ -102,6 +108,7 @@ class LeaseInfo:
     expires_at: datetime
     remaining_ms: float | None = field(default=None, compare=False)
     data: dict[str, Any] | None = field(default=None, compare=False)
+    acquired_at: datetime | None = field(default=None, compare=False)
 
 
 @runtime_checkable

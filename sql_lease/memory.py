@@ -73,6 +73,7 @@ class _Tenure:
     owner: str
     fence: int
     expires_at_ms: float
+    acquired_at_ms: float
     data: str | None = None  # JSON text, decoded afresh for every reader
 
 
@@ -102,6 +103,11 @@ class MemoryLeases:
     def _wall(self, expires_at_ms: float) -> datetime:
         return self._wall_epoch + timedelta(milliseconds=expires_at_ms)
 
+    def _info(self, key: str, tenure: _Tenure, now_ms: float) -> LeaseInfo:
+        expires_at, remaining = self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now_ms
+        data, acquired_at = decode_data(tenure.data), self._wall(tenure.acquired_at_ms)
+        return LeaseInfo(key, tenure.owner, tenure.fence, expires_at, remaining, data, acquired_at)
+
     def _next_fence(self) -> int:
         self._last_fence += 1
         return self._last_fence
@@ -118,7 +124,7 @@ class MemoryLeases:
                     False, current.owner, current.fence, self._wall(current.expires_at_ms), current.expires_at_ms - now
                 )
             if current is None or current.owner != owner or current.expires_at_ms <= now:
-                current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl, text)
+                current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl, now, text)
             else:
                 current.expires_at_ms = now + ttl
                 current.data = current.data if text is None else text
@@ -137,8 +143,7 @@ class MemoryLeases:
             tenure = self._live(key, now)
             if tenure is None:
                 return None
-            expires_at, remaining = self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now
-            return LeaseInfo(key, tenure.owner, tenure.fence, expires_at, remaining, decode_data(tenure.data))
+            return self._info(key, tenure, now)
 
     def release(self, key: str, owner: str) -> bool:
         key, owner = validate_key(key), validate_owner(owner)
@@ -183,6 +188,7 @@ class MemoryLeases:
                 return False
             if to_owner != from_owner:
                 current.owner, current.fence, current.data = to_owner, self._next_fence(), text
+                current.acquired_at_ms = now
             elif text is not None:
                 current.data = text
             current.expires_at_ms = now + ttl
@@ -202,9 +208,7 @@ class MemoryLeases:
         with self._lock:
             now = self._clock()
             rows = [
-                LeaseInfo(
-                    key, t.owner, t.fence, self._wall(t.expires_at_ms), t.expires_at_ms - now, decode_data(t.data)
-                )
+                self._info(key, t, now)
                 for key, t in self._tenures.items()
                 if (prefix is None or key.startswith(prefix)) and (include_expired or t.expires_at_ms > now)
             ]

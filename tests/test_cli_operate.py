@@ -71,8 +71,10 @@ def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> Non
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     assert [(r["key"], r["owner"]) for r in rows] == [(f"{ns}:a", "ann"), (f"{ns}:b", "bob")]
-    assert set(rows[0]) == {"key", "owner", "fence", "expires_at", "remaining_ms", "expired", "data"}
-    assert rows[0]["expired"] is False and rows[0]["remaining_ms"] > 0
+    assert set(rows[0]) == {
+        *("key", "owner", "fence", "expires_at", "remaining_ms", "expired", "data", "acquired_at", "held_ms")
+    }
+    assert rows[0]["expired"] is False and rows[0]["remaining_ms"] > 0 and rows[0]["held_ms"] >= 0
 
     with_expired = json.loads(run_cli(["list", "--prefix", ns, "--all", "--json", *db_args], tmp_path).stdout)
     assert [r["key"] for r in with_expired] == [f"{ns}:a", f"{ns}:b", f"{ns}:old"]
@@ -84,7 +86,7 @@ def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> Non
 
     plain = run_cli(["list", "--prefix", ns, *db_args], tmp_path)  # piped: plain aligned text
     lines = plain.stdout.splitlines()
-    assert lines[0].split() == ["KEY", "OWNER", "FENCE", "EXPIRES", "IN", "EXPIRES", "AT", "DATA"]
+    assert lines[0].split() == ["KEY", "OWNER", "FENCE", "EXPIRES", "IN", "HELD", "FOR", "EXPIRES", "AT", "DATA"]
     assert lines[1].split()[:2] == [f"{ns}:a", "ann"] and lines[2].split()[:2] == [f"{ns}:b", "bob"]
     assert lines[1].index("ann") == lines[0].index("OWNER")
     assert "no leases" in run_cli(["list", "--prefix", f"{ns}:zz", *db_args], tmp_path).stdout
@@ -116,7 +118,7 @@ def test_show(db_args: list[str], tmp_path: Path, ns: str) -> None:
     held = run_cli(["show", key, "--json", *db_args], tmp_path)
     assert held.returncode == 0 and json.loads(held.stdout)["owner"] == "o"
     text = run_cli(["show", key, *db_args], tmp_path)
-    assert text.returncode == 0 and "owner:      o" in text.stdout and "expires in:" in text.stdout
+    assert text.returncode == 0 and "owner:      o" in text.stdout and "held for:" in text.stdout
 
 
 def test_break(db_args: list[str], tmp_path: Path, ns: str) -> None:

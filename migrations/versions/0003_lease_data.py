@@ -1,4 +1,5 @@
-"""Add the nullable ``data`` column: lease data, a small JSON object given at acquire or transfer.
+"""Add the nullable ``data`` column (lease data, a small JSON object given at acquire or transfer)
+and the nullable ``acquired_at`` column (when the tenure began, by the database's clock).
 
 Revision ID: 0003
 Revises: 0002
@@ -30,12 +31,16 @@ def upgrade() -> None:
     if op.get_context().dialect.name == "postgresql":
         op.execute(f"SET LOCAL lock_timeout = '{POSTGRES_LOCK_TIMEOUT}'")
         data_type: sa.types.TypeEngine = postgresql.JSON()
+        time_type: sa.types.TypeEngine = sa.DateTime(timezone=True)
     else:
-        data_type = sa.Text()
-    # Nullable, no default: no table rewrite (PostgreSQL) and rows of earlier releases read as no data.
+        data_type, time_type = sa.Text(), sa.BigInteger()
+    # Nullable, no default: no table rewrite (PostgreSQL); rows of earlier releases read as no data
+    # and an unknown tenure start.
     op.add_column(names.table, sa.Column("data", data_type, nullable=True), schema=names.schema)
+    op.add_column(names.table, sa.Column("acquired_at", time_type, nullable=True), schema=names.schema)
 
 
 def downgrade() -> None:
     names = _names()
+    op.drop_column(names.table, "acquired_at", schema=names.schema)
     op.drop_column(names.table, "data", schema=names.schema)

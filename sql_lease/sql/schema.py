@@ -10,6 +10,8 @@ One row per held (or expired, not yet swept) lease::
     has_waiters boolean       not null   set by a refused waiting acquire; releases, transfers
                                          and sweeps of such rows send NOTIFY (PostgreSQL)
     data        json          null       lease data, a JSON object (migration 0003; SQLite: text)
+    acquired_at as expires_at null       start of the tenure by the database's clock (migration
+                                         0003); NULL on rows written before it
 
 Fences come from one counter per table, so they increase across keys, releases, sweeps and
 restarts: on PostgreSQL the sequence ``<table>_fence_seq``; on SQLite the one-row table
@@ -170,6 +172,7 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
         Column("expires_at", expires_at_type, nullable=False),
         Column("has_waiters", Boolean, nullable=False, server_default=false()),
         Column("data", data_type, nullable=True),
+        Column("acquired_at", expires_at_type, nullable=True),
         Index(names.expires_at_index, "expires_at"),
         sqlite_with_rowid=False,
     )

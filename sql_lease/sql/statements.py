@@ -6,7 +6,8 @@ same for both dialects:
 
     acquire   (key, owner, ttl, data) -> (acquired, owner, fence, expires_at, remaining_ms) or no row
     acquire_waiting                -> the same; a refusal also marks the row has_waiters
-    holder    (key,)               -> (owner, fence, expires_at, remaining_ms, data) of the unexpired lease
+    holder    (key,)               -> (owner, fence, expires_at, remaining_ms, data, acquired_at) of the
+                                      unexpired lease
     owner     (key,)               -> (owner,) of the unexpired lease
     release   (key, owner)         -> (was_unexpired,) if owner's row was deleted
     renew     (key, owner, ttl)    -> (owner, fence, expires_at, remaining_ms) if renewed
@@ -17,7 +18,8 @@ same for both dialects:
     sweep     (grace, batch_size)  -> rows removed (PostgreSQL: one row with the count)
     notify_channel ()              -> (channel,) PostgreSQL only: the LISTEN channel of the table
     list_leases (prefix, include_expired, limit, upper)
-                                   -> rows (key, owner, fence, expires_at, remaining_ms, data), by key,
+                                   -> rows (key, owner, fence, expires_at, remaining_ms, data,
+                                      acquired_at), by key,
                                       of keys in [prefix, upper) by code point (= starting with prefix)
     list_all  (include_expired, limit) -> the same rows, every key
     break_lease (key,)             -> (owner, fence, expires_at, remaining_ms, was_unexpired) of the
@@ -27,6 +29,10 @@ same for both dialects:
 text (PostgreSQL: ``data::text`` of a ``json`` column, kept verbatim; SQLite: ``TEXT``), decoded by
 :meth:`LeaseStatements.lease_data` for both faces. A new tenure stores the given data; the same
 tenure keeps the stored data when given NULL (docs/statements.md, "Lease data").
+
+``acquired_at`` is when the tenure began, by the database's clock (stored as ``expires_at`` is):
+set wherever a new fence is drawn, kept wherever the fence is kept; NULL on rows written before
+migration 0003 (docs/statements.md, "Tenure start").
 
 ``remaining_ms`` is ``expires_at`` minus the database's ``now()``: waiters pace themselves by it,
 never by comparing ``expires_at`` with the client's clock. ``acquire`` returns no row when it was
@@ -89,6 +95,10 @@ class LeaseStatements:
         """An ``expires_at`` value from the database as an aware UTC datetime."""
         return value  # type: ignore[no-any-return]
 
+    def acquired_at(self, value: Any) -> datetime | None:
+        """An ``acquired_at`` value as an aware UTC datetime (None for a row from before migration 0003)."""
+        return None if value is None else self.to_datetime(value)
+
     def acquire_result(self, row: Sequence[Any]) -> AcquireResult:
         """``(acquired, owner, fence, expires_at, remaining_ms)`` from acquire."""
         return AcquireResult(bool(row[0]), row[1], row[2], self.to_datetime(row[3]), float(row[4]))
@@ -106,16 +116,17 @@ class LeaseStatements:
         return decode_data(value)
 
     def held(self, key: str, row: Sequence[Any]) -> LeaseInfo:
-        """``(owner, fence, expires_at, remaining_ms, data)`` from holder."""
-        return LeaseInfo(key, row[0], row[1], self.to_datetime(row[2]), float(row[3]), self.lease_data(row[4]))
+        """``(owner, fence, expires_at, remaining_ms, data, acquired_at)`` from holder."""
+        expires_at, acquired_at = self.to_datetime(row[2]), self.acquired_at(row[5])
+        return LeaseInfo(key, row[0], row[1], expires_at, float(row[3]), self.lease_data(row[4]), acquired_at)
 
     def swept_count(self, rows: list[Any]) -> int:
         """How many rows ``sweep`` removed, from the rows it returned."""
         return len(rows)
 
     def listed(self, row: Sequence[Any]) -> LeaseInfo:
-        """``(key, owner, fence, expires_at, remaining_ms, data)`` from list_leases and list_all."""
-        return LeaseInfo(row[0], row[1], row[2], self.to_datetime(row[3]), float(row[4]), self.lease_data(row[5]))
+        """``(key, owner, fence, expires_at, remaining_ms, data, acquired_at)`` from list_leases and list_all."""
+        return self.held(row[0], row[1:])
 
 
 def qualified_name(dialect: Dialect, names: LeaseTableNames, name: str) -> str:
@@ -168,8 +179,8 @@ class PostgresStatements(LeaseStatements):
     SELECT owner, fence, expires_at, {remaining} AS remaining FROM {t} WHERE key = $1 AND {live} AND owner <> $2
 )"""
         upsert = f"""
-    INSERT INTO {t} AS held (key, owner, fence, expires_at, data)
-    SELECT $1, $2, nextval('{seq}'), {expires}, $4::json FROM serialised
+    INSERT INTO {t} AS held (key, owner, fence, expires_at, data, acquired_at)
+    SELECT $1, $2, nextval('{seq}'), {expires}, $4::json, now() FROM serialised
     ON CONFLICT (key) DO UPDATE
        SET owner = excluded.owner,
            expires_at = excluded.expires_at,
@@ -177,6 +188,8 @@ class PostgresStatements(LeaseStatements):
                         THEN held.fence ELSE excluded.fence END,
            data = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
+                              THEN held.acquired_at ELSE excluded.acquired_at END,
            has_waiters = held.has_waiters AND held.owner = excluded.owner
      WHERE held.owner = excluded.owner OR held.expires_at <= now()
     RETURNING held.owner, held.fence, held.expires_at"""
@@ -198,7 +211,8 @@ SELECT false, owner, fence, expires_at, remaining FROM busy""",
 SELECT true, owner, fence, expires_at, {remaining} FROM attempt
 UNION ALL
 SELECT false, owner, fence, expires_at, {remaining} FROM waiting WHERE expires_at > now() AND owner <> $2""",
-            holder=f"SELECT owner, fence, expires_at, {remaining}, data::text FROM {t} WHERE key = $1 AND {live}",
+            holder=f"""
+SELECT owner, fence, expires_at, {remaining}, data::text, acquired_at FROM {t} WHERE key = $1 AND {live}""",
             owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
             release=f"""
 WITH commit_mode AS (SELECT {release_commit}), gone AS (
@@ -229,6 +243,7 @@ WITH serialised AS (SELECT {lock}, {durable}), mine AS (
            expires_at = now() + $4::float8 * interval '1 millisecond',
            fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval('{seq}') END,
            data = CASE WHEN l.owner = $3::varchar THEN coalesce($5::json, l.data) ELSE $5::json END,
+           acquired_at = CASE WHEN l.owner = $3::varchar THEN l.acquired_at ELSE now() END,
            has_waiters = l.has_waiters AND l.owner = $3::varchar
       FROM mine
      WHERE l.key = mine.key
@@ -250,13 +265,13 @@ SELECT count(*), count(CASE WHEN has_waiters THEN {notify} END) FROM gone""",
             # Prefixes as a code point range (COLLATE "C": byte order of UTF-8), whatever the
             # database's collation; rows come in the column's own order, so the primary key serves it.
             list_leases=f"""
-SELECT key, owner, fence, expires_at, {remaining}, data::text FROM {t}
+SELECT key, owner, fence, expires_at, {remaining}, data::text, acquired_at FROM {t}
  WHERE key COLLATE "C" >= $1::varchar AND key COLLATE "C" < $4::varchar
    AND ($2::boolean OR {live})
  ORDER BY key
  LIMIT $3""",
             list_all=f"""
-SELECT key, owner, fence, expires_at, {remaining}, data::text FROM {t}
+SELECT key, owner, fence, expires_at, {remaining}, data::text, acquired_at FROM {t}
  WHERE $1::boolean OR {live}
  ORDER BY key
  LIMIT $2""",
@@ -292,22 +307,25 @@ class SqliteStatements(LeaseStatements):
         now = SQLITE_NOW_MS
         next_fence = f"(SELECT last_fence + 1 FROM {counter})"
         acquire = f"""
-INSERT INTO {t} AS held (key, owner, fence, expires_at, data)
-VALUES (?1, ?2, {next_fence}, {now} + ?3, ?4)
+INSERT INTO {t} AS held (key, owner, fence, expires_at, data, acquired_at)
+VALUES (?1, ?2, {next_fence}, {now} + ?3, ?4, {now})
 ON CONFLICT (key) DO UPDATE
    SET owner = excluded.owner,
        expires_at = excluded.expires_at,
        fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > {now}
                     THEN held.fence ELSE excluded.fence END,
        data = CASE WHEN held.owner = excluded.owner AND held.expires_at > {now}
-                   THEN coalesce(excluded.data, held.data) ELSE excluded.data END
+                   THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+       acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > {now}
+                          THEN held.acquired_at ELSE excluded.acquired_at END
  WHERE held.owner = excluded.owner OR held.expires_at <= {now}
 RETURNING 1, owner, fence, expires_at, expires_at - {now}"""
         super().__init__(
             acquire=acquire,
             acquire_waiting=acquire,  # no NOTIFY on SQLite: waiters poll
             holder=f"""
-SELECT owner, fence, expires_at, expires_at - {now}, data FROM {t} WHERE key = ?1 AND expires_at > {now}""",
+SELECT owner, fence, expires_at, expires_at - {now}, data, acquired_at FROM {t}
+ WHERE key = ?1 AND expires_at > {now}""",
             owner=f"SELECT owner FROM {t} WHERE key = ?1 AND expires_at > {now}",
             release=f"DELETE FROM {t} WHERE key = ?1 AND owner = ?2 RETURNING expires_at > {now}",
             renew=f"""
@@ -324,7 +342,8 @@ UPDATE {t}
    SET owner = ?3,
        expires_at = {now} + ?4,
        fence = CASE WHEN owner = ?3 THEN fence ELSE {next_fence} END,
-       data = CASE WHEN owner = ?3 THEN coalesce(?5, data) ELSE ?5 END
+       data = CASE WHEN owner = ?3 THEN coalesce(?5, data) ELSE ?5 END,
+       acquired_at = CASE WHEN owner = ?3 THEN acquired_at ELSE {now} END
  WHERE key = ?1 AND owner = ?2 AND expires_at > {now}
 RETURNING owner, fence, expires_at, expires_at - {now}""",
             sweep=f"""
@@ -333,12 +352,12 @@ DELETE FROM {t} WHERE key IN (
 ) RETURNING 1""",
             # BINARY collation: [prefix, upper) is exactly the keys starting with prefix, on the index.
             list_leases=f"""
-SELECT key, owner, fence, expires_at, expires_at - {now}, data FROM {t}
+SELECT key, owner, fence, expires_at, expires_at - {now}, data, acquired_at FROM {t}
  WHERE key >= ?1 AND key < ?4 AND (?2 OR expires_at > {now})
  ORDER BY key
  LIMIT ?3""",
             list_all=f"""
-SELECT key, owner, fence, expires_at, expires_at - {now}, data FROM {t}
+SELECT key, owner, fence, expires_at, expires_at - {now}, data, acquired_at FROM {t}
  WHERE ?1 OR expires_at > {now}
  ORDER BY key
  LIMIT ?2""",
