@@ -19,10 +19,10 @@ __all__ = ["DeadlineWatch", "Ticket"]
 class Ticket:
     """One call under watch: its task, its deadline (``loop.time()``), and whether it was cut."""
 
-    __slots__ = ("cancelling", "deadline", "fired", "task", "uncancelled")
+    __slots__ = ("cancelling", "deadline", "fired", "task", "uncancelled", "watch")
 
-    def __init__(self, task: asyncio.Task[Any], deadline: float) -> None:
-        self.task, self.deadline = task, deadline
+    def __init__(self, watch: _LoopWatch, task: asyncio.Task[Any], deadline: float) -> None:
+        self.watch, self.task, self.deadline = watch, task, deadline
         self.cancelling = task.cancelling()
         self.fired = False
         self.uncancelled = False
@@ -83,7 +83,7 @@ class DeadlineWatch:
         if task is None:
             raise RuntimeError("a deadline needs a task")
         watch = self._for(loop)
-        ticket = Ticket(task, loop.time() + seconds)
+        ticket = Ticket(watch, task, loop.time() + seconds)
         watch.active.add(ticket)
         if ticket.deadline < watch.timer_at:
             watch.arm(ticket.deadline)
@@ -92,10 +92,7 @@ class DeadlineWatch:
     def stop(self, ticket: Ticket) -> bool:
         """End the watch of ``ticket``; True if its deadline cut the call and no other cancellation
         was requested meanwhile (the caller then raises ``TimeoutError`` for its ``CancelledError``)."""
-        watch = self._last
-        if watch is None or ticket not in watch.active:
-            watch = self._for(ticket.task.get_loop())
-        watch.active.discard(ticket)  # the timer stays: it fires once, finds nothing due, and ends
+        ticket.watch.active.discard(ticket)  # the timer stays: it fires once, finds nothing due, and ends
         if ticket.fired and not ticket.uncancelled:
             ticket.uncancelled = True
             return ticket.task.uncancel() <= ticket.cancelling

@@ -35,7 +35,7 @@ from .operations import Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import LeaseStatements, statements_for
-from .translate import schema_outdated, translate
+from .translate import operation_label, schema_outdated, translate
 from .urls import ASYNC_DRIVERS as _ASYNC_DRIVERS
 from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
 
@@ -425,20 +425,17 @@ class SqlLeaseProvider(LeaseProviderBase):
         except LeaseError:
             raise
         except TimeoutError as exc:
+            what = operation_label(operation, key)
             raise LeaseBackendError(
-                f"{self._what(operation, key)}: no answer from {self.safe_url} within {self.operation_timeout_s:g} s"
+                f"{what}: no answer from {self.safe_url} within {self.operation_timeout_s:g} s"
             ) from exc
         except Exception as exc:
-            raise translate(exc, self._what(operation, key), self.safe_url, self._schema_missing) from exc
+            raise translate(exc, operation_label(operation, key), self.safe_url, self._schema_missing) from exc
         finally:
             self._deadlines.stop(ticket)
             self._in_flight -= 1
             if self._in_flight == 0 and self._drained is not None and not self._drained.done():
                 self._drained.set_result(None)
-
-    @staticmethod
-    def _what(operation: str, key: str | None) -> str:
-        return f"{operation} {key!r}" if key is not None else operation
 
     # -- the operations -----------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from .sync_executors import (
     Watchdog,
     psycopg_conninfo,
 )
-from .translate import schema_outdated, translate
+from .translate import operation_label, schema_outdated, translate
 from .urls import safe_url, sqlite_file, to_async_url, to_sync_url
 
 if TYPE_CHECKING:
@@ -49,10 +49,6 @@ __all__ = ["SyncSqlLeaseProvider"]
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
 _ENGINE_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
-
-
-def _what(operation: str, key: str | None) -> str:
-    return f"{operation} {key!r}" if key is not None else operation
 
 
 class SyncSqlLeaseProvider(SyncLeaseProviderBase):
@@ -279,7 +275,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     def _run_plan(self, operation: str, key: str | None, plan: Plan[T], limit: float) -> T:
         if self._closed:
             plan.close()
-            raise ProviderClosedError(f"{_what(operation, key)}: the provider for {self.safe_url} is closed")
+            raise ProviderClosedError(f"{operation_label(operation, key)}: the provider for {self.safe_url} is closed")
         token = object()
         self._in_flight.add(token)
         try:
@@ -287,10 +283,10 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         except LeaseError:
             raise
         except TimeoutError as exc:
-            what = _what(operation, key)
+            what = operation_label(operation, key)
             raise LeaseBackendError(f"{what}: no answer from {self.safe_url} within {limit:g} s") from exc
         except Exception as exc:
-            what = _what(operation, key)
+            what = operation_label(operation, key)
             if self._closed and isinstance(exc, RuntimeError):
                 raise ProviderClosedError(f"{what}: the provider for {self.safe_url} was closed") from exc
             raise translate(exc, what, self.safe_url, self._schema_missing) from exc

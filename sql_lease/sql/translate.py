@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, SchemaMissingError
 
-__all__ = ["connection_survives", "schema_outdated", "sqlstate", "translate"]
+__all__ = ["connection_survives", "operation_label", "schema_outdated", "sqlstate", "translate"]
 
 # SQLSTATEs that no retry can fix: the configuration is wrong (class 28: the role or password;
 # 3D000: no such database; 42501: a missing privilege).
@@ -67,6 +67,11 @@ def connection_survives(exc: BaseException) -> bool:
     if state is not None:
         return not state.startswith(_CONNECTION_GONE_PREFIXES) and state != "53300"
     return _sqlite_error(exc) is not None
+
+
+def operation_label(operation: str, key: str | None) -> str:
+    """How error messages name an operation: ``acquire 'k'``, or ``sweep`` without a key."""
+    return f"{operation} {key!r}" if key is not None else operation
 
 
 def translate(
