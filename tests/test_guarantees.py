@@ -4,6 +4,7 @@ exclusion, durability, validation, holding and waiting. Each test names the defe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -123,9 +124,37 @@ async def test_reacquire_after_own_expiry_is_a_new_tenure_with_a_larger_fence(pr
 # -- 3. durability whatever the server's default ----------------------------------------------------
 
 
+class _Faced:
+    """One provider of ``face`` on ``url``, awaited the same way: ``url`` (the provider's own
+    connections, pinned per session), ``engine`` (an application's engine, pinned per statement),
+    ``pgbouncer`` (pinned per statement), ``sync`` (the synchronous face's own connections)."""
+
+    def __init__(self, face: str, url: str) -> None:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        from sql_lease import SyncSqlLeaseProvider
+
+        async_url = url.replace("postgresql://", "postgresql+asyncpg://", 1)
+        self.engine = create_async_engine(async_url) if face == "engine" else None
+        if face == "sync":
+            self.provider: Any = SyncSqlLeaseProvider(url)
+        else:
+            self.provider = SqlLeaseProvider(self.engine or url, pgbouncer=face == "pgbouncer")
+
+    async def __call__(self, method: str, *args: Any) -> Any:
+        result = getattr(self.provider, method)(*args)
+        return await result if asyncio.iscoroutine(result) else result
+
+    async def close(self) -> None:
+        await self("close")
+        if self.engine is not None:
+            await self.engine.dispose()
+
+
 @pytest.mark.slow
 @pytest.mark.postgres
-async def test_acknowledged_acquire_renew_transfer_survive_a_crash_with_synchronous_commit_off() -> None:
+@pytest.mark.parametrize("face", ["url", "engine", "pgbouncer", "sync"])
+async def test_acknowledged_acquire_renew_transfer_survive_a_crash_with_synchronous_commit_off(face: str) -> None:
     from tests.test_faults import migrate, stop_server
 
     with throwaway_postgres(log_min_messages="error", synchronous_commit="off", wal_writer_delay="10000") as (
@@ -133,16 +162,22 @@ async def test_acknowledged_acquire_renew_transfer_survive_a_crash_with_synchron
         executor,
     ):
         await migrate(url, None)
-        async with SqlLeaseProvider(url) as leases:
-            early = await leases.acquire_lease("renewed", "r", 60_000)
-            assert (await leases.acquire_lease("moved", "m", 600_000)).acquired
+        leases = _Faced(face, url)
+        try:
+            early = await leases("acquire_lease", "renewed", "r", 60_000)
+            assert (await leases("acquire_lease", "moved", "m", 600_000)).acquired
             raw = await asyncpg.connect(plain(url))
             await raw.execute("CHECKPOINT")  # these two are on disk before the measured operations
             await raw.close()
-            acquired = [await leases.acquire_lease(f"k{i}", "owner", 600_000) for i in range(3)]
-            assert await leases.renew_lease("renewed", "r", 600_000)
-            assert await leases.transfer_lease("moved", "m", "m2", 600_000)
+            acquired = [await leases("acquire_lease", f"k{i}", "owner", 600_000) for i in range(3)]
+            assert await leases("renew_lease", "renewed", "r", 600_000)
+            if hasattr(leases.provider, "renew_leases"):  # the batch statement, pinned as renew is
+                assert await leases("renew_leases", [("renewed", "r", 600_000)])
+            assert await leases("transfer_lease", "moved", "m", "m2", 600_000)
             stop_server(executor, "immediate")  # acknowledged, then the server crashes at once
+        finally:
+            with contextlib.suppress(Exception):
+                await leases.close()
         start_again(executor)
         async with SqlLeaseProvider(url) as leases:
             for i, result in enumerate(acquired):

@@ -190,13 +190,13 @@ class _Connections:
 
 class AsyncpgPoolExecutor(AsyncExecutor):
     """The provider's own asyncpg connections for a PostgreSQL URL (``connect_kwargs`` as for
-    ``asyncpg.connect``); ``settings`` are set once on each new connection."""
+    ``asyncpg.connect``); the ``setup`` statements run once on each new connection."""
 
-    def __init__(self, connect_kwargs: dict[str, Any], size: int, settings: dict[str, str]) -> None:
+    def __init__(self, connect_kwargs: dict[str, Any], size: int, setup: Sequence[str]) -> None:
         super().__init__()
         self.retries = size
         self._connect_kwargs = connect_kwargs
-        self._settings = [f"SET {name} = {value}" for name, value in settings.items()]
+        self._setup = tuple(setup)
         self._connections = _Connections(self._new_connection, size)
 
     async def _new_connection(self) -> Any:
@@ -204,7 +204,7 @@ class AsyncpgPoolExecutor(AsyncExecutor):
 
         conn = await asyncpg.connect(**self._connect_kwargs)
         try:
-            for statement in self._settings:
+            for statement in self._setup:
                 await conn.execute(statement)
         except BaseException:
             conn.terminate()

@@ -34,7 +34,7 @@ from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor
 from .operations import Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
-from .statements import LeaseStatements, statements_for
+from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
 from .translate import operation_label, schema_outdated, translate
 from .urls import ASYNC_DRIVERS as _ASYNC_DRIVERS
 from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
@@ -44,14 +44,10 @@ if TYPE_CHECKING:
 
     from .notify import NotifyListener, PostgresReleaseWaiter
 
-__all__ = ["OWN_CONNECTION_SETTINGS", "SqlLeaseProvider", "to_async_url"]
+__all__ = ["SqlLeaseProvider", "to_async_url"]
 
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
-
-OWN_CONNECTION_SETTINGS = {"enable_seqscan": "off"}
-"""Session settings of the PostgreSQL connections the provider creates itself (never borrowed
-ones, never through PgBouncer), set once per connection; why: docs/statements.md ("Plans")."""
 
 # keys SQLAlchemy's asyncpg dialect adds to the connect arguments that asyncpg itself does not take
 _SQLALCHEMY_ONLY_ARGS = ("prepared_statement_cache_size", "prepared_statement_name_func", "async_creator_fn")
@@ -221,7 +217,10 @@ class SqlLeaseProvider(LeaseProviderBase):
         self._base_engine = base_engine
         self.dialect_name = backend
         self.durable_release = bool(durable_release)
-        self.statements: LeaseStatements = statements_for(backend, self.names, durable_release=self.durable_release)
+        own_postgres = self._owns_engine and backend == "postgresql"
+        self.statements: LeaseStatements = statements_for(
+            backend, self.names, durable_release=self.durable_release, durable_session=own_postgres and not pgbouncer
+        )
         self.safe_url = safe_url(base_engine.url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
         size = pool_size or 10
@@ -234,10 +233,8 @@ class SqlLeaseProvider(LeaseProviderBase):
         if not self._owns_engine:
             self._executor = EngineExecutor(base_engine)
         elif backend == "postgresql":
-            settings = {} if pgbouncer else OWN_CONNECTION_SETTINGS
-            self._executor = AsyncpgPoolExecutor(
-                _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer), size, settings
-            )
+            connect_kwargs = _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer)
+            self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
         elif database_file is not None:
             self._executor = AiosqlitePoolExecutor(database_file, size, pragmas, self._missing_file)
         else:  # a `uri=true` SQLite URL: SQLAlchemy's engine, pooled, opens it

@@ -57,7 +57,15 @@ from sqlalchemy.engine.interfaces import Dialect
 from ..contract import AcquireResult, LeaseInfo, decode_data
 from .schema import LeaseTableNames
 
-__all__ = ["LeaseStatements", "PostgresStatements", "SqliteStatements", "qualified_name", "statements_for"]
+__all__ = [
+    "DURABLE_PIN",
+    "OWN_CONNECTION_SETUP",
+    "LeaseStatements",
+    "PostgresStatements",
+    "SqliteStatements",
+    "qualified_name",
+    "statements_for",
+]
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,19 @@ def qualified_name(dialect: Dialect, names: LeaseTableNames, name: str) -> str:
     return f"{quote(names.schema)}.{quote(name)}" if names.schema else quote(name)
 
 
+DURABLE_PIN = (
+    "set_config('synchronous_commit', CASE current_setting('synchronous_commit') "
+    "WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, {scope})"
+)
+"""``synchronous_commit`` raised to ``on`` if it is ``off`` (stronger settings kept): ``{scope}`` is
+``true`` for one transaction, ``false`` for the session."""
+
+OWN_CONNECTION_SETUP = ("SET enable_seqscan = off", f"SELECT {DURABLE_PIN.format(scope='false')}")
+"""Run once on each PostgreSQL connection a provider makes itself (never on a borrowed one, nor
+through PgBouncer): no sequential scans for key lookups (docs/statements.md), and a durable session
+(:class:`PostgresStatements` with ``durable_session=True`` then pins nothing per statement)."""
+
+
 class PostgresStatements(LeaseStatements):
     """PostgreSQL: ``timestamptz`` from ``now()``, fences from a sequence, upsert with a CTE that
     also returns the holder on refusal, so acquire is one round trip either way.
@@ -145,19 +166,21 @@ class PostgresStatements(LeaseStatements):
     - Otherwise the statement takes a transaction-level advisory lock on (the table's OID, key)
       before ``nextval()``, so fences are drawn in the order owners change. The OID, not the
       table's name, so every spelling of one table (schema, search_path) takes the same lock.
-    - Statements that change an owner or an expiry pin ``synchronous_commit`` to at least ``on``
-      for their own transaction (``set_config(..., true)``): an acknowledged acquire, renew or
-      transfer survives a crash whatever the server's default, and no session state is changed.
+    - Acquire, renew and transfer commit with ``synchronous_commit`` at least ``on``: an
+      acknowledged one survives a crash whatever the server's default. On the provider's own
+      connections the session is pinned once when the connection is made (:data:`DURABLE_SESSION`,
+      ``durable_session=True``); on borrowed connections and through PgBouncer each statement pins
+      its own transaction (``set_config(..., true)``), so no session state is changed.
       Release runs with ``synchronous_commit = off`` in its own transaction (``durable_release=False``,
       the default): a release lost in a crash leaves the lease held until its TTL, as if its holder
-      had died. ``durable_release=True`` pins it like the others.
+      had died. ``durable_release=True`` commits it like the others.
     - ``renew_many`` renews a batch of ``(key, owner, ttl)`` in one statement (``unnest`` of three
       arrays), pinned like renew; a key it returns no row for was refused.
     - Expiry is tested as ``expires_at + interval '0' > now()`` where a key is looked up, so no
       plan ever walks the ``expires_at`` index instead of the primary key.
     """
 
-    def __init__(self, names: LeaseTableNames, *, durable_release: bool = False) -> None:
+    def __init__(self, names: LeaseTableNames, *, durable_release: bool = False, durable_session: bool = False) -> None:
         from sqlalchemy.dialects import postgresql
 
         dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
@@ -169,12 +192,18 @@ class PostgresStatements(LeaseStatements):
         live = "expires_at + interval '0' > now()"
         notify = f"pg_notify('sql_lease_' || {table_oid}, key)"
         lock = f"pg_advisory_xact_lock({table_oid}::int4, hashtext($1::varchar))"
-        durable = (
-            "set_config('synchronous_commit', CASE current_setting('synchronous_commit') "
-            "WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)"
-        )
-        # A release does not wait for the disk unless asked to (docs/statements.md, "Durability").
+        # The durability pin of one transaction, where the session is not pinned (docs/statements.md, "Durability").
+        durable = "" if durable_session else DURABLE_PIN.format(scope="true")
+        pin = f", {durable}" if durable else ""
+        pinned = f"WITH durable AS (SELECT {durable})\n" if durable else ""
+        from_pinned = "durable, " if durable else ""
+        renew_from = "\n  FROM durable" if durable else ""
         release_commit = durable if durable_release else "set_config('synchronous_commit', 'off', true)"
+        release_head = (
+            f"WITH commit_mode AS (SELECT {release_commit}), gone AS (\n    DELETE FROM {t} USING commit_mode"
+            if release_commit
+            else f"WITH gone AS (\n    DELETE FROM {t}"
+        )
         busy = f"""busy AS (
     SELECT owner, fence, expires_at, {remaining} AS remaining FROM {t} WHERE key = $1 AND {live} AND owner <> $2
 )"""
@@ -195,7 +224,7 @@ class PostgresStatements(LeaseStatements):
     RETURNING held.owner, held.fence, held.expires_at"""
         acquire_head = f"""
 WITH {busy}, serialised AS (
-    SELECT {lock}, {durable} WHERE NOT EXISTS (SELECT FROM busy)
+    SELECT {lock}{pin} WHERE NOT EXISTS (SELECT FROM busy)
 ), attempt AS ({upsert}
 )"""
         super().__init__(
@@ -215,25 +244,21 @@ SELECT false, owner, fence, expires_at, {remaining} FROM waiting WHERE expires_a
 SELECT owner, fence, expires_at, {remaining}, data::text, acquired_at FROM {t} WHERE key = $1 AND {live}""",
             owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
             release=f"""
-WITH commit_mode AS (SELECT {release_commit}), gone AS (
-    DELETE FROM {t} USING commit_mode WHERE key = $1 AND owner = $2
+{release_head} WHERE key = $1 AND owner = $2
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
 SELECT was_unexpired, CASE WHEN has_waiters THEN {notify} END FROM gone""",
             renew=f"""
-WITH durable AS (SELECT {durable})
-UPDATE {t} SET expires_at = {expires}
-  FROM durable
+{pinned}UPDATE {t} SET expires_at = {expires}{renew_from}
  WHERE key = $1 AND owner = $2 AND {live}
 RETURNING owner, fence, expires_at, {remaining}""",
             renew_many=f"""
-WITH durable AS (SELECT {durable})
-UPDATE {t} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
-  FROM durable, unnest($1::varchar[], $2::varchar[], $3::float8[]) AS r(key, owner, ttl)
+{pinned}UPDATE {t} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
+  FROM {from_pinned}unnest($1::varchar[], $2::varchar[], $3::float8[]) AS r(key, owner, ttl)
  WHERE l.key = r.key AND l.owner = r.owner AND l.{live}
 RETURNING l.key, l.owner, l.fence, l.expires_at, {remaining}""",
             transfer=f"""
-WITH serialised AS (SELECT {lock}, {durable}), mine AS (
+WITH serialised AS (SELECT {lock}{pin}), mine AS (
     SELECT l.key, l.has_waiters FROM {t} AS l, serialised
      WHERE l.key = $1 AND l.owner = $2 AND l.{live}
        FOR UPDATE OF l
@@ -376,12 +401,15 @@ RETURNING owner, fence, expires_at, expires_at - {now}, expires_at > {now}""",
         return datetime.fromtimestamp(value / 1000.0, tz=UTC)
 
 
-def statements_for(dialect_name: str, names: LeaseTableNames, *, durable_release: bool = False) -> LeaseStatements:
+def statements_for(
+    dialect_name: str, names: LeaseTableNames, *, durable_release: bool = False, durable_session: bool = False
+) -> LeaseStatements:
     """The statements of ``dialect_name``; ``ValueError`` for a database sql_lease does not support.
     ``durable_release``: PostgreSQL releases wait for the WAL flush as the other writes do (SQLite's
-    releases always follow its ``synchronous`` setting)."""
+    releases always follow its ``synchronous`` setting). ``durable_session``: the statements run on
+    connections set up with :data:`OWN_CONNECTION_SETUP`, so they need no durability pin of their own."""
     if dialect_name == "postgresql":
-        return PostgresStatements(names, durable_release=durable_release)
+        return PostgresStatements(names, durable_release=durable_release, durable_session=durable_session)
     if dialect_name == "sqlite":
         return SqliteStatements(names)
     raise ValueError(f"sql_lease supports postgresql and sqlite, not {dialect_name!r}")

@@ -33,10 +33,10 @@ from urllib.parse import quote
 
 from ..errors import SchemaMissingError
 from .operations import Plan, run_sync
+from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
 
 __all__ = [
-    "OWN_CONNECTION_SETTINGS",
     "EngineExecutor",
     "PsycopgPoolExecutor",
     "SqliteFileExecutor",
@@ -48,10 +48,6 @@ __all__ = [
 
 T = TypeVar("T")
 Row = Sequence[Any]
-
-# Session settings of the PostgreSQL connections the provider creates (never of borrowed ones, nor
-# through PgBouncer); the same as the async provider's (see docs/statements.md).
-OWN_CONNECTION_SETTINGS = {"enable_seqscan": "off"}
 
 
 class StalledError(TimeoutError):
@@ -356,11 +352,11 @@ class PsycopgPoolExecutor(SyncExecutor):
                 executor.last_connect_error = None
                 return conn
 
-        settings = () if self._pgbouncer else tuple(f"SET {k} = {v}" for k, v in OWN_CONNECTION_SETTINGS.items())
+        setup = () if self._pgbouncer else OWN_CONNECTION_SETUP
 
         def configure(conn: Any) -> None:
             conn.adapters.register_loader("timestamptz", loader)
-            for statement in settings:
+            for statement in setup:
                 conn.execute(statement)
 
         kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": psycopg.RawCursor}

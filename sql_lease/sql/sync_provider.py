@@ -176,7 +176,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             raise ValueError(f"sqlite_busy_timeout_ms is only for SQLite databases, not {backend}")
         self._executor = executor
         self.dialect_name = backend
-        self.statements: LeaseStatements = statements_for(backend, self.names)
+        own_postgres = isinstance(executor, PsycopgPoolExecutor) and not pgbouncer
+        self.statements: LeaseStatements = statements_for(backend, self.names, durable_session=own_postgres)
         self.safe_url = safe_url(self._url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
         self._listener: SyncNotifyListener | None = None
