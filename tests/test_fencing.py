@@ -1,9 +1,10 @@
 """Fenced writes (issue 15): ``check_held`` and ``accept_fence`` in the application's transaction.
 
-On PostgreSQL (the session schema) and SQLite (a fresh file): a stalled holder's guarded write
-fails after a takeover (real processes), a takeover waits for an open guarded transaction, the
-holder's own renewal waits without deadlock or loss, and 16 concurrent writers never move a
-resource's recorded fence down.
+On PostgreSQL (the session schema) and SQLite (a fresh file), sync and async faces: a stalled
+holder's guarded write fails after a takeover (real processes), a takeover waits for an open
+guarded transaction, the holder's own renewal waits without deadlock or loss, 16 concurrent
+writers never move a resource's recorded fence down, and ``hold()``/``@leased`` bodies guard their
+writes with the lease they are handed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from click.testing import CliRunner
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from sql_lease import LeaseLostError, SqlLeaseProvider, StaleFenceError, SyncSqlLeaseProvider
+from sql_lease import (
+    HeldLease,
+    LeaseError,
+    LeaseLostError,
+    SqlLeaseProvider,
+    StaleFenceError,
+    SyncHeldLease,
+    SyncSqlLeaseProvider,
+    leased,
+)
 from sql_lease.sql.urls import to_async_url, to_sync_url
 from tests.support.processes import json_summaries, run_scripts
 
@@ -194,6 +204,7 @@ def test_accept_fence_keeps_the_highest_and_accepts_equal(db: dict[str, Any], ke
         with engine.begin() as conn, pytest.raises(StaleFenceError) as stale:
             leases.accept_fence(conn, resource, 4)
         assert (stale.value.resource, stale.value.fence, stale.value.accepted) == (resource, 4, 5)
+        assert isinstance(stale.value, LeaseError)  # StaleFenceError(LeaseError): one except catches both
         with engine.connect() as conn:
             with conn.begin() as tx:
                 assert leases.accept_fence(conn, resource, 9) == 9
@@ -207,49 +218,99 @@ def test_accept_fence_keeps_the_highest_and_accepts_equal(db: dict[str, Any], ke
 
 WORKER = textwrap.dedent(
     """
-    import json, sys, time
+    import asyncio, json, os, sys, time
     import sqlalchemy as sa
-    from sql_lease import LeaseLostError, SyncSqlLeaseProvider
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from sql_lease import LeaseLostError, SqlLeaseProvider, SyncSqlLeaseProvider
 
-    role, url, schema, sync_url, app, key = sys.argv[1:7]
+    role, face, url, schema, sync_url, async_url, app, key, acquired_mark, taken_mark = sys.argv[1:11]
     schema = schema or None
-    engine = sa.create_engine(sync_url, **({"connect_args": {"timeout": 30}} if "sqlite" in sync_url else {}))
-    with SyncSqlLeaseProvider(url, schema=schema) as leases:
-        if role == "stalled":
-            held = leases.acquire_lease(key, "stalled", 300)
-            assert held.acquired
-            print(json.dumps({"event": "acquired", "fence": held.fence}), flush=True)
-            time.sleep(2.0)  # a GC pause, a frozen VM: past the TTL, while another owner takes over
-            outcome = "committed"
-            try:
-                with engine.begin() as conn:
-                    insert = sa.text(f"INSERT INTO {app} (writer, fence) VALUES ('stalled', :f)")
-                    conn.execute(insert, {"f": held.fence})
-                    leases.check_held(conn, key, "stalled", held.fence)
-            except LeaseLostError as exc:
-                outcome = "lost: " + str(exc)
-            print(json.dumps({"fence": held.fence, "outcome": outcome}))
-        else:
-            deadline = time.monotonic() + 10
-            while leases.get_lease(key) is None:  # until the stalled holder has it
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
-            held = leases.acquire_lease_wait(key, "taker", 10_000, timeout_s=10)
-            for _ in range(3):
-                with engine.begin() as conn:
-                    leases.check_held(conn, key, "taker", held.fence)
-                    conn.execute(sa.text(f"INSERT INTO {app} (writer, fence) VALUES ('taker', :f)"), {"f": held.fence})
-            leases.release_lease(key, "taker")
-            print(json.dumps({"fence": held.fence, "outcome": "committed"}))
-    engine.dispose()
+    sqlite = sync_url.startswith("sqlite")
+    insert = sa.text(f"INSERT INTO {app} (writer, fence) VALUES (:w, :f)")
+
+    def wait_for(path):  # the other process's step, signalled by a file (no race with the 300 ms TTL)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path):
+            assert time.monotonic() < deadline, path
+            time.sleep(0.01)
+
+    def mark(path):
+        with open(path, "w"):
+            pass
+
+    def sync_main():
+        engine = sa.create_engine(sync_url, **({"connect_args": {"timeout": 30}} if sqlite else {}))
+        with SyncSqlLeaseProvider(url, schema=schema) as leases:
+            if role == "stalled":
+                held = leases.acquire_lease(key, "stalled", 300)
+                assert held.acquired
+                mark(acquired_mark)
+                time.sleep(1.0)  # a GC pause, a frozen VM: past the TTL...
+                wait_for(taken_mark)  # ...while another owner takes over
+                outcome = "committed"
+                try:
+                    with engine.begin() as conn:
+                        conn.execute(insert, {"w": "stalled", "f": held.fence})
+                        leases.check_held(conn, key, "stalled", held.fence)
+                except LeaseLostError as exc:
+                    outcome = "lost: " + str(exc)
+                result = {"fence": held.fence, "outcome": outcome}
+            else:
+                wait_for(acquired_mark)
+                held = leases.acquire_lease_wait(key, "taker", 10_000, timeout_s=10)
+                mark(taken_mark)
+                for _ in range(3):
+                    with engine.begin() as conn:
+                        leases.check_held(conn, key, "taker", held.fence)
+                        conn.execute(insert, {"w": "taker", "f": held.fence})
+                leases.release_lease(key, "taker")
+                result = {"fence": held.fence, "outcome": "committed"}
+        engine.dispose()
+        return result
+
+    async def async_main():
+        engine = create_async_engine(async_url, **({"connect_args": {"timeout": 30}} if sqlite else {}))
+        async with SqlLeaseProvider(url, schema=schema) as leases:
+            if role == "stalled":
+                held = await leases.acquire_lease(key, "stalled", 300)
+                assert held.acquired
+                mark(acquired_mark)
+                time.sleep(1.0)  # a blocked event loop: past the TTL...
+                wait_for(taken_mark)  # ...while another owner takes over
+                outcome = "committed"
+                try:
+                    async with engine.begin() as conn:
+                        await conn.execute(insert, {"w": "stalled", "f": held.fence})
+                        await leases.check_held(conn, key, "stalled", held.fence)
+                except LeaseLostError as exc:
+                    outcome = "lost: " + str(exc)
+                result = {"fence": held.fence, "outcome": outcome}
+            else:
+                await asyncio.to_thread(wait_for, acquired_mark)
+                held = await leases.acquire_lease_wait(key, "taker", 10_000, timeout_s=10)
+                mark(taken_mark)
+                for _ in range(3):
+                    async with engine.begin() as conn:
+                        await leases.check_held(conn, key, "taker", held.fence)
+                        await conn.execute(insert, {"w": "taker", "f": held.fence})
+                await leases.release_lease(key, "taker")
+                result = {"fence": held.fence, "outcome": "committed"}
+        await engine.dispose()
+        return result
+
+    print(json.dumps(sync_main() if face == "sync" else asyncio.run(async_main())))
     """
 )
 
 
-def test_a_stalled_holder_cannot_commit_after_a_takeover(db: dict[str, Any], key: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_stalled_holder_cannot_commit_after_a_takeover(
+    db: dict[str, Any], key: str, tmp_path: Path, face: str
+) -> None:
     script = tmp_path / "fence_worker.py"
     script.write_text(WORKER)
-    args = [db["url"], db["schema"] or "", db["sync_url"], db["app"], key]
+    marks = [str(tmp_path / "acquired"), str(tmp_path / "taken")]
+    args = [face, db["url"], db["schema"] or "", db["sync_url"], db["async_url"], db["app"], key, *marks]
     stalled, taker = json_summaries(run_scripts(script, [["stalled", *args], ["taker", *args]], REPO, timeout_s=60))
     assert stalled["outcome"].startswith("lost: "), stalled
     assert taker["outcome"] == "committed" and taker["fence"] > stalled["fence"]
@@ -285,6 +346,34 @@ async def test_a_takeover_waits_for_the_guarded_transaction(db: dict[str, Any], 
                 await conn.exec_driver_sql(f"INSERT INTO {db['app']} (writer, fence) VALUES ('b', {taken.fence})")
     finally:
         await engine.dispose()
+    assert writes(db) == [("a", held.fence), ("b", taken.fence)]
+
+
+def test_sync_takeover_waits_for_the_guarded_transaction(db: dict[str, Any], key: str) -> None:
+    engine = sync_engine(db)
+    result: dict[str, Any] = {}
+    with (
+        SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as holder,
+        SyncSqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=10) as other,
+    ):
+        held = holder.acquire_lease(key, "a", 400)
+        with engine.begin() as conn:
+            holder.check_held(conn, key, "a", held.fence)
+            time.sleep(0.6)  # the lease has expired by now, but the check still guards
+            takeover = threading.Thread(target=lambda: result.update(lease=other.acquire_lease(key, "b", 60_000)))
+            takeover.start()
+            time.sleep(0.7)
+            assert takeover.is_alive(), "the takeover must wait for the guarded transaction"
+            conn.exec_driver_sql(f"INSERT INTO {db['app']} (writer, fence) VALUES ('a', {held.fence})")
+        takeover.join(10)
+        taken = result["lease"]
+        assert taken.acquired and taken.owner == "b" and taken.fence > held.fence
+        with engine.begin() as conn:
+            with pytest.raises(LeaseLostError):
+                holder.check_held(conn, key, "a", held.fence)
+            other.check_held(conn, key, "b", taken.fence)
+            conn.exec_driver_sql(f"INSERT INTO {db['app']} (writer, fence) VALUES ('b', {taken.fence})")
+    engine.dispose()
     assert writes(db) == [("a", held.fence), ("b", taken.fence)]
 
 
@@ -396,6 +485,95 @@ def test_accept_fence_under_16_concurrent_writers(db: dict[str, Any], key: str) 
         recorded = conn.execute(sa.text(f"SELECT fence FROM {table} WHERE resource = :r"), {"r": resource}).scalar()
     final.dispose()
     assert recorded == max(attempted) == log[-1]
+
+
+async def test_async_accept_fence_under_16_concurrent_writers(db: dict[str, Any], key: str) -> None:
+    resource = "orders:" + key
+    options = {"connect_args": {"timeout": 30}} if db["kind"] == "sqlite" else {}
+    engine = create_async_engine(db["async_url"], pool_size=16, max_overflow=0, **options)
+    fences = itertools.count(1)
+    attempted: list[int] = []
+    refused: list[tuple[int, int | None]] = []
+    start = asyncio.Barrier(16)
+    try:
+        async with SqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
+
+            async def writer(n: int) -> None:
+                rng = random.Random(n)
+                await start.wait()
+                for _ in range(20):
+                    fence = max(1, next(fences) - rng.randint(0, 6))  # interleaved, some stale
+                    attempted.append(fence)
+                    try:
+                        async with engine.begin() as conn:
+                            await leases.accept_fence(conn, resource, fence)
+                            await conn.execute(
+                                sa.text(f"INSERT INTO {db['app']} (writer, fence) VALUES (:w, :f)"),
+                                {"w": f"w{n}", "f": fence},
+                            )
+                            await asyncio.sleep(0.001 if rng.random() < 0.3 else 0)  # others queue behind
+                    except StaleFenceError as exc:
+                        assert exc.fence == fence and exc.resource == resource
+                        refused.append((fence, exc.accepted))
+
+            await asyncio.wait_for(asyncio.gather(*(writer(n) for n in range(16))), 120)
+    finally:
+        await engine.dispose()
+    log = [fence for _, fence in writes(db)]  # in commit order: every writer queued on the fence row
+    assert len(log) + len(refused) == len(attempted) == 16 * 20
+    assert log == sorted(log), "the recorded fence went down"
+    assert refused, "interleaved fences must produce stale writes"
+    assert all(accepted is not None and fence < accepted for fence, accepted in refused)
+    assert max(log) == max(attempted)
+
+
+# -- @leased hands the lease (key, owner, fence) to the body ------------------------------------------------
+
+
+def test_sync_leased_body_guards_its_write(db: dict[str, Any], key: str) -> None:
+    engine = sync_engine(db)
+    with SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
+
+        @leased(leases, key, ttl_ms=10_000, owner="cron@host-1")
+        def job(lease: SyncHeldLease, fence: int) -> int:
+            assert (lease.key, lease.owner, lease.fence) == (key, "cron@host-1", fence)
+            with Session(engine) as session, session.begin():
+                leases.check_held(session, lease.key, lease.owner, lease.fence)
+                session.execute(sa.text(f"INSERT INTO {db['app']} (writer, fence) VALUES ('job', :f)"), {"f": fence})
+            return fence
+
+        fence = job()
+        with engine.begin() as conn, pytest.raises(LeaseLostError):  # released after the call
+            leases.check_held(conn, key, "cron@host-1", fence)
+    engine.dispose()
+    assert writes(db) == [("job", fence)]
+
+
+async def test_async_leased_and_hold_bodies_guard_their_writes(db: dict[str, Any], key: str) -> None:
+    engine = create_async_engine(db["async_url"])
+    try:
+        async with SqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
+
+            @leased(leases, key, ttl_ms=10_000)
+            async def job(lease: HeldLease) -> int:
+                assert lease.fence is not None
+                async with AsyncSession(engine) as session, session.begin():
+                    await leases.check_held(session, lease.key, lease.owner, lease.fence)
+                    insert = sa.text(f"INSERT INTO {db['app']} (writer, fence) VALUES ('job', :f)")
+                    await session.execute(insert, {"f": lease.fence})
+                return lease.fence
+
+            first = await job()
+            async with leases.hold(key, ttl_ms=10_000) as lease:
+                assert lease.fence is not None and lease.fence > first
+                async with engine.begin() as conn:
+                    await leases.check_held(conn, lease.key, lease.owner, lease.fence)
+                    await conn.exec_driver_sql(
+                        f"INSERT INTO {db['app']} (writer, fence) VALUES ('hold', {lease.fence})"
+                    )
+    finally:
+        await engine.dispose()
+    assert writes(db) == [("job", first), ("hold", lease.fence)]
 
 
 # -- the fence table elsewhere: migrate --fences-only -------------------------------------------------------
