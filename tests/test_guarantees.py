@@ -311,6 +311,32 @@ async def test_sweeper_stop_does_not_swallow_the_callers_cancellation() -> None:
         await stopping
 
 
+async def test_transfer_to_does_not_swallow_the_callers_cancellation(provider: Any, key: str) -> None:
+    finished: list[bool] = []
+
+    class CancelledAfterTransfer:
+        """Cancels the caller just after the transfer committed, while transfer_to stops the renewer."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(provider, name)
+
+        async def transfer_lease(self, *args: Any, **kwargs: Any) -> Any:
+            moved = await provider.transfer_lease(*args, **kwargs)
+            asyncio.get_running_loop().call_soon(task.cancel)
+            return moved
+
+    async def body() -> None:
+        async with hold(CancelledAfterTransfer(), key, "a", ttl_ms=60_000) as lease:
+            await lease.transfer_to("b")
+            finished.append(True)
+
+    task = asyncio.create_task(body())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not finished, "the body ran on after its task was cancelled"
+    assert await provider.get_lease_owner(key) == "b"
+
+
 # -- 9. a cancelled start leaves no orphan ------------------------------------------------------------
 
 
