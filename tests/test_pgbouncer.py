@@ -343,3 +343,58 @@ async def test_given_engine_configured_as_the_readme_says(pgbouncer: str, fresh_
     finally:
         for engine in engines:
             await engine.dispose()
+
+
+async def on_every_server_connection(pgbouncer: str, sql: str, reset: bool = False) -> list[Any]:
+    """Run ``sql`` once on each of PgBouncer's server connections (as many clients, each in a
+    transaction at once, hold every one of them), after ``RESET ALL`` if ``reset``; one row each."""
+    import asyncpg
+
+    url = make_url(pgbouncer).set(drivername="postgresql").render_as_string(hide_password=False)
+    clients = [await asyncpg.connect(url, statement_cache_size=0) for _ in range(SERVER_POOL_SIZE)]
+    try:
+        for client in clients:
+            await client.execute("BEGIN; RESET ALL" if reset else "BEGIN")
+        rows = [await client.fetchrow(sql) for client in clients]
+        for client in clients:
+            await client.execute("COMMIT")
+        return rows
+    finally:
+        for client in clients:
+            await client.close()
+
+
+async def test_a_given_engine_leaves_pgbouncers_shared_server_connections_unchanged(
+    pgbouncer: str, fresh_pg_schema: str
+) -> None:
+    """Regression (issue 9, item 7): with an application's engine through PgBouncer in transaction
+    mode, the provider's session `SET`s (enable_seqscan, transaction_isolation) stayed on shared
+    server connections, and unrelated clients saw `enable_seqscan = off`."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    # earlier tests of this module misconfigure providers on purpose: start from clean sessions
+    await on_every_server_connection(pgbouncer, "SELECT 1", reset=True)
+    engine = create_async_engine(
+        make_url(pgbouncer).set(drivername="postgresql+asyncpg"), connect_args={"statement_cache_size": 0}
+    )
+    prefix = f"shared-{uuid.uuid4().hex[:8]}"
+    try:
+        leases = SqlLeaseProvider(engine, schema=fresh_pg_schema, listen_notify=False, operation_timeout_s=10)
+        assert await leases.migrate()
+        for _ in range(3):  # concurrent operations, so several server connections serve the engine
+            keys = [f"{prefix}:{i}" for i in range(6)]
+            assert all(r.acquired for r in await asyncio.gather(*(leases.acquire_lease(k, "o", 60_000) for k in keys)))
+            assert all(await asyncio.gather(*(leases.renew_lease(k, "o", 60_000) for k in keys)))
+            assert all(await asyncio.gather(*(leases.release_lease(k, "o") for k in keys)))
+        await leases.close()
+    finally:
+        await engine.dispose()
+    seen = await on_every_server_connection(
+        pgbouncer,
+        "SELECT pg_backend_pid() AS pid, current_setting('enable_seqscan') AS seqscan,"
+        " array(SELECT name FROM pg_settings WHERE source = 'session' ORDER BY name) AS session",
+    )
+    assert len({row["pid"] for row in seen}) == SERVER_POOL_SIZE, seen
+    for row in seen:
+        assert row["seqscan"] == "on", seen
+        assert not {"enable_seqscan", "transaction_isolation"} & set(row["session"]), seen
