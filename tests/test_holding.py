@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -207,6 +208,30 @@ async def test_sweeper_removes_expired_rows_only(provider: Any, key: str) -> Non
         await provider.acquire_lease(f"{key}:brief", "o", 20)
         await asyncio.sleep(0.3)
     assert background.swept_total >= 1
+
+
+async def test_sweeper_by_default_sweeps_small_batches_a_quarter_of_the_time() -> None:
+    """A backlog is swept in batches of 500 with pauses of three times each batch's duration: each
+    commit's WAL stays small and acquires beside it meet a batch a quarter of the time (the p99 of
+    acquires during a 10^6-row sweep was 1.4-1.9 x without at 1000 rows and half the time,
+    1.0-1.24 x at 500 and a quarter: benchmarks/lease_bench.py)."""
+
+    class Backlog:
+        def __init__(self) -> None:
+            self.batches: list[int] = []
+
+        async def sweep_expired(self, batch_size: int = 1000, grace_ms: float = 0) -> int:
+            self.batches.append(batch_size)
+            await asyncio.sleep(0.02)
+            return batch_size if len(self.batches) < 6 else 0
+
+    backlog = Backlog()
+    sweeper = ExpirySweeper(backlog)
+    started = time.monotonic()
+    assert await sweeper.sweep_once() == 5 * 500
+    elapsed = time.monotonic() - started
+    assert backlog.batches == [500] * 6
+    assert elapsed >= 6 * 0.02 + 5 * 3 * 0.02 * 0.9, f"swept more than a quarter of {elapsed:.3f} s"
 
 
 @pytest.mark.parametrize(
