@@ -126,8 +126,7 @@ async def test_reacquire_after_own_expiry_is_a_new_tenure_with_a_larger_fence(pr
 
 class _Faced:
     """One provider of ``face`` on ``url``, awaited the same way: ``url`` (the provider's own
-    connections, pinned per session), ``relaxed connection`` (its one connection made for a release,
-    pinned per statement), ``engine`` (an application's engine, pinned per statement),
+    connections, pinned per session), ``engine`` (an application's engine, pinned per statement),
     ``pgbouncer`` (pinned per statement), ``sync`` (the synchronous face's own connections)."""
 
     def __init__(self, face: str, url: str) -> None:
@@ -139,8 +138,6 @@ class _Faced:
         self.engine = create_async_engine(async_url) if face == "engine" else None
         if face == "sync":
             self.provider: Any = SyncSqlLeaseProvider(url)
-        elif face == "relaxed connection":  # one connection, made for a release: every write pins itself
-            self.provider = SqlLeaseProvider(url, pool_size=1)
         else:
             self.provider = SqlLeaseProvider(self.engine or url, pgbouncer=face == "pgbouncer")
 
@@ -156,7 +153,7 @@ class _Faced:
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.parametrize("face", ["url", "relaxed connection", "engine", "pgbouncer", "sync"])
+@pytest.mark.parametrize("face", ["url", "engine", "pgbouncer", "sync"])
 async def test_acknowledged_acquire_renew_transfer_survive_a_crash_with_synchronous_commit_off(face: str) -> None:
     from tests.test_faults import migrate, stop_server
 
@@ -167,7 +164,6 @@ async def test_acknowledged_acquire_renew_transfer_survive_a_crash_with_synchron
         await migrate(url, None)
         leases = _Faced(face, url)
         try:
-            assert not await leases("release_lease", "nothing", "nobody")
             early = await leases("acquire_lease", "renewed", "r", 60_000)
             assert (await leases("acquire_lease", "moved", "m", 600_000)).acquired
             raw = await asyncpg.connect(plain(url))

@@ -11,7 +11,7 @@ import pytest
 
 from sql_lease import SqlLeaseProvider, hold
 from sql_lease.sql.schema import LeaseTableNames
-from sql_lease.sql.statements import OWN_CONNECTION_SETUP, PostgresStatements, session_variants, statements_for
+from sql_lease.sql.statements import OWN_CONNECTION_SETUP, PostgresStatements, statements_for
 from tests.support.pgserver import start_again, throwaway_postgres
 
 
@@ -64,62 +64,16 @@ def test_statements_for_a_durable_session_pin_nothing_themselves() -> None:
     assert "WHEN 'off' THEN 'on'" in OWN_CONNECTION_SETUP[-1] and "false)" in OWN_CONNECTION_SETUP[-1]
 
 
-def test_statements_for_a_relaxed_session_pin_every_durable_write() -> None:
-    names = LeaseTableNames()
-    relaxed, durable = PostgresStatements(names, relaxed_session=True), PostgresStatements(names, durable_session=True)
-    assert "synchronous_commit" not in relaxed.release
-    for statement in (relaxed.acquire, relaxed.acquire_waiting, relaxed.renew, relaxed.transfer, relaxed.renew_many):
-        assert "WHEN 'off' THEN 'on'" in statement
-    assert "WHEN 'off' THEN 'on'" in PostgresStatements(names, durable_release=True, relaxed_session=True).release
-    variants = session_variants(durable, relaxed)
-    assert variants[durable.release] == relaxed.release and variants[durable.acquire] == relaxed.acquire
-    assert durable.holder not in variants and durable.sweep not in variants
-    with pytest.raises(ValueError):
-        PostgresStatements(names, durable_session=True, relaxed_session=True)
-
-
 @pytest.mark.postgres
 async def test_provider_release_option_chooses_the_statement(pg_schema: tuple[str, str], key: str) -> None:
     url, schema = pg_schema
-    for durable in (False, True):
+    for durable, relaxed in ((False, True), (True, False)):
         async with SqlLeaseProvider(url, schema=schema, durable_release=durable) as leases:
             seen = Counted(leases)
             assert (await leases.acquire_lease(key, "a", 10_000)).acquired
             assert await leases.release_lease(key, "a")
-            assert "synchronous_commit" not in seen.sql[-1]  # a relaxed connection, or a durable release
+            assert ("'off', true" in seen.sql[-1]) is relaxed
             assert await leases.get_lease_owner(key) is None
-
-
-@pytest.mark.postgres
-async def test_releases_prefer_relaxed_connections_and_every_statement_keeps_its_durability(
-    pg_schema: tuple[str, str], key: str
-) -> None:
-    """A release on one of the provider's relaxed connections sends a plain DELETE (the session
-    skips the flush wait); on a durable one it relaxes its own transaction; an acquire that finds
-    only a relaxed connection pins its own transaction."""
-    url, schema = pg_schema
-    async with SqlLeaseProvider(url, schema=schema, pool_size=2) as two:
-        seen = Counted(two)
-        assert (await two.acquire_lease(key, "a", 10_000)).acquired
-        assert await two.release_lease(key, "a")
-        acquire, release = seen.sql
-        assert "synchronous_commit" not in acquire and "synchronous_commit" not in release
-    async with SqlLeaseProvider(url, schema=schema, pool_size=1) as one_durable:
-        seen = Counted(one_durable)
-        assert (await one_durable.acquire_lease(key, "a", 10_000)).acquired
-        assert await one_durable.release_lease(key, "a")
-        assert "set_config('synchronous_commit', 'off', true)" in seen.sql[-1]
-    async with SqlLeaseProvider(url, schema=schema, pool_size=1) as one_relaxed:
-        seen = Counted(one_relaxed)
-        assert not await one_relaxed.release_lease(key, "nobody")  # its one connection is relaxed
-        assert (await one_relaxed.acquire_lease(key, "a", 10_000)).acquired
-        assert await one_relaxed.renew_lease(key, "a", 10_000)
-        assert await one_relaxed.transfer_lease(key, "a", "b", 10_000)
-        assert await one_relaxed.release_lease(key, "b")
-        _, acquire, renew, transfer, release = seen.sql
-        for statement in (acquire, renew, transfer):
-            assert "WHEN 'off' THEN 'on'" in statement
-        assert "synchronous_commit" not in release
 
 
 @pytest.mark.postgres
@@ -152,9 +106,7 @@ async def test_only_connections_the_provider_made_are_pinned_per_session(pg_sche
             acquire, renew, release = seen.sql
             for statement in (acquire, renew):
                 assert ("WHEN 'off' THEN 'on'" in statement) is pinned, f"{name}: {statement}"
-            assert "WHEN 'off' THEN 'on'" not in release
-            relaxed_connection = name == "url"  # the async provider's own releases run on relaxed connections
-            assert ("'off', true" in release) is not relaxed_connection, f"{name}: {release}"
+            assert "'off', true" in release and "WHEN 'off' THEN 'on'" not in release
     finally:
         for _, leases, _ in cases:
             closing = leases.close()

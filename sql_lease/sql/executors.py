@@ -51,36 +51,26 @@ class AsyncExecutor:
     def __init__(self) -> None:
         self.hooks: list[StatementHook] = []
 
-    async def run(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None = None, *, release: bool = False) -> T:
+    async def run(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None = None) -> T:
         """Run ``plan`` (else ``make_plan()``); ``make_plan`` starts it afresh after a connection
-        was found dead before its statement was sent. ``release``: a release plan, which prefers a
-        connection whose commits do not wait for the disk, where the executor keeps such."""
+        was found dead before its statement was sent."""
         for attempt in range(self.retries + 1):
             factory: Callable[[], Plan[T]] = make_plan if plan is None else functools.partial(_given, plan)
             plan = None
             try:
-                return await self._run_once(factory, release)
+                return await self._run_once(factory)
             except _DeadBeforeSending as dead:
                 if attempt == self.retries:
                     raise dead.error from None
         raise AssertionError("unreachable")
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], release: bool) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
         raise NotImplementedError
 
-    async def _execute(
-        self,
-        make_plan: Callable[[], Plan[T]],
-        fetch: Callable[[str, tuple[Any, ...]], Any],
-        variants: dict[str, str] | None = None,
-    ) -> T:
-        """Run the plan with ``fetch``; ``variants`` replaces statement texts for the connection's
-        session (hooks see the text that is sent)."""
+    async def _execute(self, make_plan: Callable[[], Plan[T]], fetch: Callable[[str, tuple[Any, ...]], Any]) -> T:
         hooks = self.hooks
 
         async def fetch_all(sql: str, params: tuple[Any, ...]) -> list[Row]:
-            if variants:
-                sql = variants.get(sql, sql)
             for hook in hooks:
                 hook(sql, params)
             return list(await fetch(sql, params))
@@ -123,54 +113,33 @@ class _Connections:
     """At most ``size`` asyncpg connections, each lent to one operation at a time, most recently
     used first. (asyncpg's own pool costs 35-40% of the throughput of dedicated connections with 8
     concurrent workers on 2 cores, measured with ``SELECT 1``: a timeout and a holder per acquire.
-    Lending a connection here is one deque operation, and giving it back sends nothing.)
+    Lending a connection here is one deque operation, and giving it back sends nothing.)"""
 
-    Connections are of two kinds, made by ``connect(relaxed)``: ``take(relaxed)`` prefers an idle
-    one of its kind, then opens one of its kind while there is room, then takes an idle one of the
-    other kind (:attr:`relaxed` says which kind a connection is), then waits for any."""
-
-    def __init__(self, connect: Callable[[bool], Any], size: int, kinds: int = 1) -> None:
+    def __init__(self, connect: Callable[[], Any], size: int) -> None:
         self._connect = connect
         self._size = size
-        self._kinds = kinds
-        self._idle: tuple[collections.deque[Any], collections.deque[Any]] = (collections.deque(), collections.deque())
+        self._idle: collections.deque[Any] = collections.deque()
         self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._open = 0
-        self.relaxed: set[Any] = set()
         self.closed = False
 
-    def _idle_one(self, kind: bool) -> Any:
-        idle = self._idle[kind]
-        while idle:
-            conn = idle.pop()
-            if not conn.is_closed():
-                return conn
-            self._open -= 1  # died while idle (a database restart): replace it
-            self.relaxed.discard(conn)
-        return None
-
-    async def take(self, relaxed: bool = False) -> Any:
-        relaxed = relaxed and self._kinds == 2
+    async def take(self) -> Any:
         while True:
-            conn = self._idle_one(relaxed)
-            if conn is not None:
-                return conn
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.is_closed():
+                    return conn
+                self._open -= 1  # died while idle (a database restart): replace it
             if self.closed:
                 raise ProviderClosedError("the provider is closed")
             if self._open < self._size:
                 self._open += 1
                 try:
-                    conn = await self._connect(relaxed)
+                    return await self._connect()
                 except BaseException:
                     self._open -= 1
                     self._wake(None)
                     raise
-                if relaxed:
-                    self.relaxed.add(conn)
-                return conn
-            conn = self._idle_one(not relaxed)
-            if conn is not None:
-                return conn
             waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
@@ -186,12 +155,11 @@ class _Connections:
     def give(self, conn: Any, *, healthy: bool) -> None:
         if not healthy or self.closed or conn.is_closed():
             self._open -= 1
-            self.relaxed.discard(conn)
             if not conn.is_closed():
                 conn.terminate()  # at once: a graceful close could wait seconds
             self._wake(None)
         elif not self._wake(conn):
-            self._idle[conn in self.relaxed].append(conn)
+            self._idle.append(conn)
 
     def _wake(self, conn: Any) -> bool:
         while self._waiters:
@@ -205,10 +173,7 @@ class _Connections:
         """Close the idle connections politely, all at once, within one second; a network that
         does not answer gets them terminated instead (never a wait per connection)."""
         self.closed = True
-        idle = [*self._idle[0], *self._idle[1]]
-        self._idle[0].clear()
-        self._idle[1].clear()
-        self.relaxed.clear()
+        idle, self._idle = list(self._idle), collections.deque()
         self._open -= len(idle)
         while self._wake(None):
             pass
@@ -225,47 +190,32 @@ class _Connections:
 
 class AsyncpgPoolExecutor(AsyncExecutor):
     """The provider's own asyncpg connections for a PostgreSQL URL (``connect_kwargs`` as for
-    ``asyncpg.connect``); the ``setup`` statements run once on each new connection.
+    ``asyncpg.connect``); the ``setup`` statements run once on each new connection."""
 
-    With ``relaxed_setup``, releases prefer connections set up with it instead (commits that do
-    not wait for the disk, set once per connection rather than once per release); a statement run
-    on a connection of the other kind is sent as ``relaxed_variants`` (on a relaxed connection)
-    or as given (on a normal one) maps it, so every statement keeps its durability either way."""
-
-    def __init__(
-        self,
-        connect_kwargs: dict[str, Any],
-        size: int,
-        setup: Sequence[str],
-        relaxed_setup: Sequence[str] | None = None,
-        relaxed_variants: dict[str, str] | None = None,
-    ) -> None:
+    def __init__(self, connect_kwargs: dict[str, Any], size: int, setup: Sequence[str]) -> None:
         super().__init__()
         self.retries = size
         self._connect_kwargs = connect_kwargs
         self._setup = tuple(setup)
-        self._relaxed_setup = tuple(relaxed_setup or ())
-        self._relaxed_variants = dict(relaxed_variants or {})
-        self._connections = _Connections(self._new_connection, size, kinds=2 if relaxed_setup else 1)
+        self._connections = _Connections(self._new_connection, size)
 
-    async def _new_connection(self, relaxed: bool) -> Any:
+    async def _new_connection(self) -> Any:
         import asyncpg
 
         conn = await asyncpg.connect(**self._connect_kwargs)
         try:
-            for statement in self._relaxed_setup if relaxed else self._setup:
+            for statement in self._setup:
                 await conn.execute(statement)
         except BaseException:
             conn.terminate()
             raise
         return conn
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], release: bool) -> T:
-        conn = await self._connections.take(release)
-        variants = self._relaxed_variants if conn in self._connections.relaxed else None
+    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
+        conn = await self._connections.take()
         healthy = False
         try:
-            result = await self._execute(make_plan, lambda sql, params: conn.fetch(sql, *params), variants)
+            result = await self._execute(make_plan, lambda sql, params: conn.fetch(sql, *params))
             healthy = True
             return result
         except BaseException as exc:
@@ -337,7 +287,7 @@ class AiosqlitePoolExecutor(AsyncExecutor):
         closing.add_done_callback(self._closing.discard)
         closing.add_done_callback(lambda done: done.cancelled() or done.exception())
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], release: bool) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
         async with self._slots:
             if self._closed:
                 raise ProviderClosedError("the provider is closed")
@@ -390,7 +340,7 @@ class EngineExecutor(AsyncExecutor):
         size = getattr(pool, "size", None)
         self.retries = (size() if callable(size) else 5) + 2
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], release: bool) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
         async with self._engine.connect() as conn:
             raw = conn.sync_connection.connection if conn.sync_connection is not None else None  # no greenlet hop
             if raw is None:

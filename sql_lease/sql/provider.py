@@ -34,14 +34,7 @@ from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor
 from .operations import Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
-from .statements import (
-    OWN_CONNECTION_SETUP,
-    RELAXED_CONNECTION_SETUP,
-    LeaseStatements,
-    PostgresStatements,
-    session_variants,
-    statements_for,
-)
+from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
 from .translate import operation_label, schema_outdated, translate
 from .urls import ASYNC_DRIVERS as _ASYNC_DRIVERS
 from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
@@ -241,19 +234,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             self._executor = EngineExecutor(base_engine)
         elif backend == "postgresql":
             connect_kwargs = _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer)
-            if pgbouncer:
-                self._executor = AsyncpgPoolExecutor(connect_kwargs, size, ())
-            elif self.durable_release:
-                self._executor = AsyncpgPoolExecutor(connect_kwargs, size, OWN_CONNECTION_SETUP)
-            else:  # releases prefer connections whose session skips the flush wait
-                relaxed = PostgresStatements(self.names, relaxed_session=True)
-                self._executor = AsyncpgPoolExecutor(
-                    connect_kwargs,
-                    size,
-                    OWN_CONNECTION_SETUP,
-                    RELAXED_CONNECTION_SETUP,
-                    session_variants(self.statements, relaxed),
-                )
+            self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
         elif database_file is not None:
             self._executor = AiosqlitePoolExecutor(database_file, size, pragmas, self._missing_file)
         else:  # a `uri=true` SQLite URL: SQLAlchemy's engine, pooled, opens it
@@ -433,7 +414,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         ticket = self._deadlines.start(self.operation_timeout_s)
         try:
             try:
-                return await self._executor.run(make_plan, plan, release=operation == "release")
+                return await self._executor.run(make_plan, plan)
             except asyncio.CancelledError:
                 if self._deadlines.stop(ticket):  # our deadline's, as asyncio.timeout converts it
                     raise TimeoutError from None

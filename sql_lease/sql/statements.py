@@ -60,12 +60,10 @@ from .schema import LeaseTableNames
 __all__ = [
     "DURABLE_PIN",
     "OWN_CONNECTION_SETUP",
-    "RELAXED_CONNECTION_SETUP",
     "LeaseStatements",
     "PostgresStatements",
     "SqliteStatements",
     "qualified_name",
-    "session_variants",
     "statements_for",
 ]
 
@@ -157,10 +155,6 @@ OWN_CONNECTION_SETUP = ("SET enable_seqscan = off", f"SELECT {DURABLE_PIN.format
 through PgBouncer): no sequential scans for key lookups (docs/statements.md), and a durable session
 (:class:`PostgresStatements` with ``durable_session=True`` then pins nothing per statement)."""
 
-RELAXED_CONNECTION_SETUP = ("SET enable_seqscan = off", "SET synchronous_commit = off")
-"""The setup of the provider's own connections that prefer releases (``relaxed_session=True``):
-a release there needs no statement of its own to skip the WAL flush wait."""
-
 
 class PostgresStatements(LeaseStatements):
     """PostgreSQL: ``timestamptz`` from ``now()``, fences from a sequence, upsert with a CTE that
@@ -174,32 +168,21 @@ class PostgresStatements(LeaseStatements):
       table's name, so every spelling of one table (schema, search_path) takes the same lock.
     - Acquire, renew and transfer commit with ``synchronous_commit`` at least ``on``: an
       acknowledged one survives a crash whatever the server's default. On the provider's own
-      connections the session is pinned once when the connection is made (:data:`OWN_CONNECTION_SETUP`,
-      ``durable_session=True``); on borrowed connections, on the provider's relaxed connections
-      (``relaxed_session=True``) and through PgBouncer each statement pins its own transaction
-      (``set_config(..., true)``), so no session state is changed.
+      connections the session is pinned once when the connection is made (:data:`DURABLE_SESSION`,
+      ``durable_session=True``); on borrowed connections and through PgBouncer each statement pins
+      its own transaction (``set_config(..., true)``), so no session state is changed.
       Release runs with ``synchronous_commit = off`` in its own transaction (``durable_release=False``,
       the default): a release lost in a crash leaves the lease held until its TTL, as if its holder
-      had died; on a relaxed connection the session already says so. ``durable_release=True``
-      commits it like the others.
+      had died. ``durable_release=True`` commits it like the others.
     - ``renew_many`` renews a batch of ``(key, owner, ttl)`` in one statement (``unnest`` of three
       arrays), pinned like renew; a key it returns no row for was refused.
     - Expiry is tested as ``expires_at + interval '0' > now()`` where a key is looked up, so no
       plan ever walks the ``expires_at`` index instead of the primary key.
     """
 
-    def __init__(
-        self,
-        names: LeaseTableNames,
-        *,
-        durable_release: bool = False,
-        durable_session: bool = False,
-        relaxed_session: bool = False,
-    ) -> None:
+    def __init__(self, names: LeaseTableNames, *, durable_release: bool = False, durable_session: bool = False) -> None:
         from sqlalchemy.dialects import postgresql
 
-        if durable_session and relaxed_session:
-            raise ValueError("a session is durable or relaxed, not both")
         dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
         t = qualified_name(dialect, names, names.table)
         table_oid = f"'{t}'::regclass::oid"
@@ -215,10 +198,7 @@ class PostgresStatements(LeaseStatements):
         pinned = f"WITH durable AS (SELECT {durable})\n" if durable else ""
         from_pinned = "durable, " if durable else ""
         renew_from = "\n  FROM durable" if durable else ""
-        if durable_release:
-            release_commit = durable
-        else:
-            release_commit = "" if relaxed_session else "set_config('synchronous_commit', 'off', true)"
+        release_commit = durable if durable_release else "set_config('synchronous_commit', 'off', true)"
         release_head = (
             f"WITH commit_mode AS (SELECT {release_commit}), gone AS (\n    DELETE FROM {t} USING commit_mode"
             if release_commit
@@ -419,14 +399,6 @@ RETURNING owner, fence, expires_at, expires_at - {now}, expires_at > {now}""",
 
     def to_datetime(self, value: Any) -> datetime:
         return datetime.fromtimestamp(value / 1000.0, tz=UTC)
-
-
-def session_variants(statements: LeaseStatements, on_session: LeaseStatements) -> dict[str, str]:
-    """``{text: text on another session}`` for each statement whose text differs between
-    ``statements`` and ``on_session`` (the same table and options, another session setup)."""
-    names = ("acquire", "acquire_waiting", "release", "renew", "renew_many", "transfer")
-    pairs = ((getattr(statements, name), getattr(on_session, name)) for name in names)
-    return {sql: other for sql, other in pairs if sql != other}
 
 
 def statements_for(
