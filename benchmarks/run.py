@@ -60,6 +60,7 @@ async def side_by_side(floor: Any, pg_url: str, cycles: int, rounds: int) -> dic
         for _ in range(rounds):
             raw_1, raw_8 = await floor.pg_raw(pg_url, cycles, 8)
             redis_1, redis_8 = await floor.redis_lock(cycles, 8)
+            await _reset(provider)  # the floor starts each round on a new table; ours on a vacuumed one
             ours = await cycle_throughput(provider, cycles, 8)
             note("pg_raw_1", raw_1), note("pg_raw_8", raw_8), note("redis_1", redis_1), note("redis_8", redis_8)
             note("pg_1", ours["1_worker"]), note("pg_8", ours["8_workers"])
