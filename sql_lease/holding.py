@@ -371,6 +371,8 @@ class _Hold(Protocol):
     def lost(self) -> Any: ...
     @property
     def transferred_to(self) -> str | None: ...
+    @property
+    def ttl_ms(self) -> float: ...
 
 
 _H = TypeVar("_H", bound=_Hold)
@@ -392,6 +394,16 @@ class HoldRegistry(Generic[_H]):
                 return list(self._holds.get(provider, {}).get((key, owner), []))
             except TypeError:  # not weak-referenceable: nested holds cannot be recognised
                 return []
+
+    def longest_ttls(self, provider: Any, holders: Iterable[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        """The longest ``ttl_ms`` among the holds of each (key, owner) of ``holders`` on
+        ``provider`` (one lookup for a whole batch; holders without holds are left out)."""
+        with self._lock:
+            try:
+                by_key = self._holds.get(provider) or {}
+            except TypeError:
+                return {}
+            return {holder: max(h.ttl_ms for h in holds) for holder in holders if (holds := by_key.get(holder))}
 
     def add(self, lease: _H) -> None:
         with self._lock, contextlib.suppress(TypeError):  # not weak-referenceable: not tracked
@@ -549,7 +561,11 @@ class _RenewalBatcher:
     ) -> None:
         loop = asyncio.get_running_loop()
         # The TTL is read now, as the per-lease path reads it at each renewal (nested holds).
-        items = [(key, owner, max(r.lease._call_ttl_ms for r in _each(groups[key, owner]))) for key, owner in holders]
+        longest = _holds.longest_ttls(provider, holders)
+        items = []
+        for holder in holders:
+            ttl_ms = max(r.lease.ttl_ms for r in _each(groups[holder]))
+            items.append((holder[0], holder[1], max(ttl_ms, longest.get(holder, ttl_ms))))
         waiting = [renewal for holder in holders for renewal in _each(groups[holder])]
         statement = asyncio.ensure_future(provider.renew_leases(items))
         # Each lease is answered by its own deadline: one timer per statement, not per lease.
