@@ -203,7 +203,7 @@ def status(key: str, url: str, table_name: str, schema: str | None) -> None:
 @schema_option
 @click.option(
     "--batch-size",
-    default=1000,
+    default=500,
     show_default=True,
     type=click.IntRange(1, 1_000_000),
     help="Rows deleted per statement.",

@@ -293,6 +293,17 @@ async def test_batched_renewals_fail_over_to_loss_at_the_deadline(sql_provider: 
             type(sql_provider).renew_leases = original  # type: ignore[method-assign]
 
 
+async def test_a_batch_renews_with_the_longest_ttl_of_a_nested_hold_not_due_in_it(provider: Any, key: str) -> None:
+    """The outer hold (TTL 5 s) renews every 2 s; the inner one (TTL 600 ms) every 100 ms, so the
+    inner hold's batches never carry the outer's renewal, and must still renew for 5 s."""
+    async with hold(provider, key, "a", 5_000, renew_every_ms=2_000) as outer:
+        async with hold(provider, key, "a", 600, renew_every_ms=100):
+            await asyncio.sleep(0.5)
+            lease = await provider.get_lease(key)
+            assert lease is not None and lease.remaining_ms > 1_000  # the outer TTL, not the inner's
+        assert not outer.lost.is_set()
+
+
 async def test_nested_holds_share_one_batch_item_with_the_longest_ttl(provider: Any, key: str) -> None:
     async with hold(provider, key, "a", 600, renew_every_ms=100) as outer:
         async with hold(provider, key, "a", 5_000, renew_every_ms=100):

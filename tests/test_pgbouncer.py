@@ -387,6 +387,11 @@ async def test_a_given_engine_leaves_pgbouncers_shared_server_connections_unchan
             assert all(await asyncio.gather(*(leases.renew_lease(k, "o", 60_000) for k in keys)))
             assert all(await asyncio.gather(*(leases.release_lease(k, "o") for k in keys)))
         await leases.close()
+        # and a provider of its own, told it runs through PgBouncer: no session settings either
+        async with SqlLeaseProvider(pgbouncer, schema=fresh_pg_schema, pgbouncer=True) as own:
+            keys = [f"{prefix}:own:{i}" for i in range(6)]
+            assert all(r.acquired for r in await asyncio.gather(*(own.acquire_lease(k, "o", 60_000) for k in keys)))
+            assert all(await asyncio.gather(*(own.release_lease(k, "o") for k in keys)))
     finally:
         await engine.dispose()
     seen = await on_every_server_connection(
@@ -397,4 +402,4 @@ async def test_a_given_engine_leaves_pgbouncers_shared_server_connections_unchan
     assert len({row["pid"] for row in seen}) == SERVER_POOL_SIZE, seen
     for row in seen:
         assert row["seqscan"] == "on", seen
-        assert not {"enable_seqscan", "transaction_isolation"} & set(row["session"]), seen
+        assert not {"enable_seqscan", "transaction_isolation", "synchronous_commit"} & set(row["session"]), seen

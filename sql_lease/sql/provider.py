@@ -128,8 +128,11 @@ class SqlLeaseProvider(LeaseProviderBase):
             named prepared statements (asyncpg's ``statement_cache_size=0``, which PgBouncer's
             transaction mode cannot track) and no LISTEN (``listen_notify=False``; waiters poll).
             Every lease operation is one statement in its own transaction, so nothing else
-            depends on a session. Applies to engines the provider creates from a URL; configure a
-            given engine the same way yourself (``connect_args={"statement_cache_size": 0}``).
+            depends on a session, and acquire, renew and transfer pin their durability per
+            transaction instead of per session. Required behind any transaction-pooling proxy,
+            also for durability (docs/statements.md, "Durability"). Applies to engines the provider
+            creates from a URL; configure a given engine the same way yourself
+            (``connect_args={"statement_cache_size": 0}``).
         durable_release: PostgreSQL only in effect: when False (default), a release commits with
             ``synchronous_commit = off`` for its own transaction and does not wait for the WAL flush
             (one disk flush less per acquire/release cycle). A release lost in a crash leaves the

@@ -168,7 +168,7 @@ class PostgresStatements(LeaseStatements):
       table's name, so every spelling of one table (schema, search_path) takes the same lock.
     - Acquire, renew and transfer commit with ``synchronous_commit`` at least ``on``: an
       acknowledged one survives a crash whatever the server's default. On the provider's own
-      connections the session is pinned once when the connection is made (:data:`DURABLE_SESSION`,
+      connections the session is pinned once when the connection is made (:data:`OWN_CONNECTION_SETUP`,
       ``durable_session=True``); on borrowed connections and through PgBouncer each statement pins
       its own transaction (``set_config(..., true)``), so no session state is changed.
       Release runs with ``synchronous_commit = off`` in its own transaction (``durable_release=False``,

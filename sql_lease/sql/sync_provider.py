@@ -79,8 +79,10 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             ``"EXTRA"``.
         listen_notify: PostgreSQL: waiters LISTEN on one connection (a listener thread) and wake
             within milliseconds of a release; False: they poll.
-        pgbouncer: PostgreSQL through PgBouncer in transaction mode: no prepared statements
-            (``prepare_threshold=None``), no session settings, no LISTEN.
+        pgbouncer: PostgreSQL through PgBouncer (or any transaction-pooling proxy) in transaction
+            mode: no prepared statements (``prepare_threshold=None``), no session settings (the
+            durability pin goes in each transaction instead), no LISTEN. Required there, also for
+            durability (docs/statements.md, "Durability").
 
     Every method also takes a keyword ``timeout_s`` (seconds, at most ``operation_timeout_s``)
     that bounds that one call. Raises ``TypeError``/``ValueError`` for bad arguments before any
