@@ -119,14 +119,25 @@ def test_exec_rejects_bad_arguments(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_exec_wait_takes_over_after_the_holder_exits(tmp_path: Path) -> None:
-    first = start_cli(["exec", "w", "--owner", "first", "--", "sh", "-c", f"touch {tmp_path}/s; sleep 1"], tmp_path)
-    wait_for(tmp_path / "s")
-    impatient = run_cli(["exec", "w", "--wait", "--timeout", "200ms", "--", "true"], tmp_path)
-    assert impatient.returncode == 75 and "held by 'first'" in impatient.stderr
-    patient = run_cli(["exec", "w", "--wait", "--timeout", "20s", "--", "echo", "got it"], tmp_path)
-    assert patient.returncode == 0 and patient.stdout.strip() == "got it"
-    first.communicate(timeout=10)
-    assert first.returncode == 0
+    # The holder works until the test says so (a fixed sleep raced a slow interpreter start).
+    script = f"touch {tmp_path}/s; i=0; while [ ! -e {tmp_path}/go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"
+    first = start_cli(["exec", "w", "--owner", "first", "--", "sh", "-c", script], tmp_path)
+    patient = None
+    try:
+        wait_for(tmp_path / "s")
+        impatient = run_cli(["exec", "w", "--wait", "--timeout", "200ms", "--", "true"], tmp_path)
+        assert impatient.returncode == 75 and "held by 'first'" in impatient.stderr
+        patient = start_cli(["exec", "w", "--wait", "--timeout", "20s", "--", "echo", "got it"], tmp_path)
+        (tmp_path / "go").touch()
+        out, _ = patient.communicate(timeout=30)
+        assert patient.returncode == 0 and out.strip() == "got it"
+        first.communicate(timeout=10)
+        assert first.returncode == 0
+    finally:
+        for proc in (first, patient):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 @pytest.mark.slow
@@ -264,11 +275,18 @@ def test_exec_unrunnable_files_exit_126(tmp_path: Path) -> None:
 
 
 def test_conflict_exit_code_is_configurable(tmp_path: Path) -> None:
-    holder = start_cli(["exec", "c", "--", "sh", "-c", f"touch {tmp_path}/s; sleep 2"], tmp_path)
-    wait_for(tmp_path / "s")
-    done = run_cli(["exec", "c", "--conflict-exit-code", "3", "--", "true"], tmp_path)
-    holder.communicate(timeout=20)
-    assert done.returncode == 3
+    script = f"touch {tmp_path}/s; i=0; while [ ! -e {tmp_path}/go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"
+    holder = start_cli(["exec", "c", "--", "sh", "-c", script], tmp_path)
+    try:
+        wait_for(tmp_path / "s")
+        done = run_cli(["exec", "c", "--conflict-exit-code", "3", "--", "true"], tmp_path)
+        (tmp_path / "go").touch()
+        holder.communicate(timeout=20)
+        assert done.returncode == 3
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.communicate()
 
 
 @pytest.mark.slow

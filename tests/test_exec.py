@@ -173,8 +173,8 @@ def test_sigterm_between_acquire_and_start_releases_and_exits_143(tmp_path: Path
 
 @pytest.mark.slow
 def test_sigterm_while_waiting_for_the_lease_exits_143(tmp_path: Path) -> None:
-    holder = start_cli(
-        ["exec", "busy", "--owner", "holder", "--", "sh", "-c", f"touch {tmp_path}/s; sleep 3"], tmp_path
+    holder = start_cli(  # holds until killed below (a fixed sleep raced a slow interpreter start)
+        ["exec", "busy", "--owner", "holder", "--", "sh", "-c", f"touch {tmp_path}/s; exec sleep 60"], tmp_path
     )
     try:
         wait_for(tmp_path / "s")
