@@ -31,7 +31,7 @@ import click
 
 from .contract import validate_key, validate_owner, validate_sweep, validate_ttl_ms
 from .errors import LeaseBackendError, LeaseConfigError, LeaseError, LeaseNotAcquiredError, SchemaMissingError
-from .holding import acquire_lease_wait, hold, new_owner_id
+from .holding import SWEEP_BATCH_SIZE, acquire_lease_wait, hold, new_owner_id
 
 T = TypeVar("T")
 
@@ -203,7 +203,7 @@ def status(key: str, url: str, table_name: str, schema: str | None) -> None:
 @schema_option
 @click.option(
     "--batch-size",
-    default=500,
+    default=SWEEP_BATCH_SIZE,
     show_default=True,
     type=click.IntRange(1, 1_000_000),
     help="Rows deleted per statement.",

@@ -405,6 +405,11 @@ class HoldRegistry(Generic[_H]):
                 return {}
             return {holder: max(h.ttl_ms for h in holds) for holder in holders if (holds := by_key.get(holder))}
 
+    def longest_ttl(self, lease: _H) -> float:
+        """``lease.ttl_ms``, or the longest ``ttl_ms`` among the holds of its (provider, key, owner)."""
+        holder = (lease.key, lease.owner)
+        return max(lease.ttl_ms, self.longest_ttls(lease.provider, (holder,)).get(holder, lease.ttl_ms))
+
     def add(self, lease: _H) -> None:
         with self._lock, contextlib.suppress(TypeError):  # not weak-referenceable: not tracked
             self._holds.setdefault(lease.provider, {}).setdefault((lease.key, lease.owner), []).append(lease)
@@ -816,7 +821,7 @@ class HeldLease:
     def _call_ttl_ms(self) -> float:
         """The TTL of every acquire and renewal: the longest of this owner's holds of the key in
         this process, so no hold's renewal cuts short what another hold counts on."""
-        return max([self.ttl_ms] + [h.ttl_ms for h in _holds.holds_of(self.provider, self.key, self.owner)])
+        return _holds.longest_ttl(self)
 
     async def __aenter__(self) -> HeldLease:
         loop = asyncio.get_running_loop()
@@ -1078,6 +1083,11 @@ def hold(
     )
 
 
+SWEEP_BATCH_SIZE = 500
+"""Rows an ``ExpirySweeper`` (and ``sql-lease sweep``) deletes per statement by default
+(docs/statements.md, "Sweeping")."""
+
+
 class ExpirySweeper:
     """Deletes expired lease rows in the background, in bounded batches.
 
@@ -1093,7 +1103,7 @@ class ExpirySweeper:
         self,
         provider: Any,
         interval_s: float = 60.0,
-        batch_size: int = 500,
+        batch_size: int = SWEEP_BATCH_SIZE,
         grace_ms: int | float = 0,
         duty_cycle: float = 0.25,
     ) -> None:

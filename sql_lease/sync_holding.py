@@ -266,7 +266,7 @@ class SyncHeldLease:
 
     @property
     def _call_ttl_ms(self) -> float:
-        return max([self.ttl_ms] + [h.ttl_ms for h in _holds.holds_of(self.provider, self.key, self.owner)])
+        return _holds.longest_ttl(self)
 
     def __enter__(self) -> SyncHeldLease:
         try:
