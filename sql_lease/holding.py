@@ -403,7 +403,12 @@ class HoldRegistry(Generic[_H]):
                 by_key = self._holds.get(provider) or {}
             except TypeError:
                 return {}
-            return {holder: max(h.ttl_ms for h in holds) for holder in holders if (holds := by_key.get(holder))}
+            longest: dict[tuple[str, str], float] = {}
+            for holder in holders:
+                holds = by_key.get(holder)
+                if holds:
+                    longest[holder] = holds[0].ttl_ms if len(holds) == 1 else max(h.ttl_ms for h in holds)
+            return longest
 
     def longest_ttl(self, lease: _H) -> float:
         """``lease.ttl_ms``, or the longest ``ttl_ms`` among the holds of its (provider, key, owner)."""
@@ -456,17 +461,23 @@ _NO_ANSWER = object()
 class _BatchedRenewal:
     """The renewals of one ``hold()`` block through the batcher, for the block's whole life: the
     next renewal is due at ``due`` (``loop.time()``) and useless after ``deadline``; ``sent`` is
-    when its statement was sent (None: not yet). ``done`` resolves when renewing ends (the lease
-    lost or transferred); cancelling it withdraws the block. The batcher judges each answer with
-    ``course`` itself, so a renewal costs no task wake-up and no new object that outlives it."""
+    when its statement was sent (None: not yet). ``done`` is set when renewing ends (the lease
+    lost or transferred, or the block withdrawn). The batcher judges each answer with ``course``
+    itself, so a held lease costs no task and a renewal no task wake-up nor any new object that
+    outlives it."""
 
-    __slots__ = ("course", "deadline", "done", "due", "lease", "sent")
+    __slots__ = ("batcher", "course", "deadline", "done", "due", "holder", "lease", "sent")
 
-    def __init__(self, lease: HeldLease, course: RenewalCourse, due: float) -> None:
-        self.lease, self.course, self.due = lease, course, due
+    def __init__(self, batcher: _RenewalBatcher, lease: HeldLease, course: RenewalCourse, due: float) -> None:
+        self.batcher, self.lease, self.course, self.due = batcher, lease, course, due
+        self.holder = (lease.key, lease.owner)
         self.deadline = lease._valid_until - lease._margin_s
         self.sent: float | None = None
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done = False
+
+    def withdraw(self) -> None:
+        """The ``hold()`` block stopped renewing; a statement in flight goes on for the others."""
+        self.batcher.withdraw(self)
 
 
 class _RenewalBatcher:
@@ -488,13 +499,13 @@ class _RenewalBatcher:
 
     def add(self, lease: HeldLease, first_due: float) -> _BatchedRenewal:
         """Renew ``lease`` from ``first_due`` on, until its loss or transfer (``done``)."""
-        renewal = _BatchedRenewal(lease, RenewalCourse(lease, lease.renew_every_ms / 1000), first_due)
+        renewal = _BatchedRenewal(self, lease, RenewalCourse(lease, lease.renew_every_ms / 1000), first_due)
         self._schedule(renewal)
         return renewal
 
     def withdraw(self, renewal: _BatchedRenewal) -> None:
         """``renewal``'s hold() stopped renewing; a statement in flight goes on for the others."""
-        renewal.done.cancel()
+        renewal.done = True
         self._pending.discard(renewal)
         if not self._pending:
             self._wake.set()  # nothing left: let the flusher end
@@ -539,23 +550,19 @@ class _RenewalBatcher:
         # (Few objects per lease: a flush's temporaries, promoted by the GC, trigger full collections.)
         groups: dict[tuple[str, str], _BatchedRenewal | list[_BatchedRenewal]] = {}
         for renewal in due:
-            if renewal.done.done():
+            if renewal.done:
                 continue
             if now >= renewal.deadline or provider is None:
                 self._answer(renewal, None)  # too late to renew: never sent, the loss is declared
                 continue
-            holder = (renewal.lease.key, renewal.lease.owner)
-            other = groups.get(holder)
-            if other is None:
-                groups[holder] = renewal
-            elif isinstance(other, list):
-                other.append(renewal)
-            else:
-                groups[holder] = [other, renewal]
+            renewal.sent = now
+            other = groups.setdefault(renewal.holder, renewal)
+            if other is not renewal:
+                if isinstance(other, list):
+                    other.append(renewal)
+                else:
+                    groups[renewal.holder] = [other, renewal]
         for holders in _distinct_key_chunks(groups):
-            for holder in holders:
-                for renewal in _each(groups[holder]):
-                    renewal.sent = now
             self._spawn(self._send(provider, holders, groups))
 
     async def _send(
@@ -568,10 +575,18 @@ class _RenewalBatcher:
         # The TTL is read now, as the per-lease path reads it at each renewal (nested holds).
         longest = _holds.longest_ttls(provider, holders)
         items = []
+        waiting: list[_BatchedRenewal] = []
         for holder in holders:
-            ttl_ms = max(r.lease.ttl_ms for r in _each(groups[holder]))
-            items.append((holder[0], holder[1], max(ttl_ms, longest.get(holder, ttl_ms))))
-        waiting = [renewal for holder in holders for renewal in _each(groups[holder])]
+            group = groups[holder]
+            if isinstance(group, list):
+                waiting.extend(group)
+                ttl_ms = max(r.lease.ttl_ms for r in group)
+            else:
+                waiting.append(group)
+                ttl_ms = group.lease.ttl_ms
+            longer = longest.get(holder, ttl_ms)
+            items.append((holder[0], holder[1], longer if longer > ttl_ms else ttl_ms))
+        answered_early = False
         statement = asyncio.ensure_future(provider.renew_leases(items))
         # Each lease is answered by its own deadline: one timer per statement, not per lease.
         while waiting:
@@ -581,8 +596,9 @@ class _RenewalBatcher:
             now = loop.time()
             for renewal in waiting:
                 if renewal.deadline <= now:
+                    answered_early = True
                     self._answer(renewal, _NO_ANSWER)
-            waiting = [renewal for renewal in waiting if renewal.deadline > now and not renewal.done.done()]
+            waiting = [renewal for renewal in waiting if renewal.deadline > now and not renewal.done]
         if not statement.done():  # every lease of it gave up: stop the statement (its connection is dropped)
             statement.cancel()
             statement.add_done_callback(_consume_result)
@@ -593,18 +609,19 @@ class _RenewalBatcher:
                 self._answer(renewal, exc if exc is not None else _NO_ANSWER)
             return
         renewed: dict[str, LeaseInfo] = statement.result()
-        unanswered = set(waiting)
-        for key, owner in holders:
-            info = renewed.get(key)
-            result: LeaseInfo | bool = info if info is not None and info.owner == owner else False
-            for renewal in _each(groups[key, owner]):
-                if renewal in unanswered:
+        unanswered = set(waiting) if answered_early else None
+        for holder in holders:
+            info = renewed.get(holder[0])
+            result: LeaseInfo | bool = info if info is not None and info.owner == holder[1] else False
+            group = groups[holder]
+            for renewal in group if isinstance(group, list) else (group,):
+                if unanswered is None or renewal in unanswered:
                     self._answer(renewal, result)
 
     def _answer(self, renewal: _BatchedRenewal, answer: Any) -> None:
         """Judge ``answer`` for ``renewal``: a ``LeaseInfo``, False (refused), None (never sent),
         ``_NO_ANSWER`` or the exception the statement raised."""
-        if renewal.done.done():
+        if renewal.done:
             return  # withdrawn meanwhile
         if renewal.lease._renew_lock.locked():  # a transfer is in flight: judge after it
             self._spawn(self._answer_after_transfer(renewal, answer))
@@ -613,19 +630,19 @@ class _RenewalBatcher:
 
     async def _answer_after_transfer(self, renewal: _BatchedRenewal, answer: Any) -> None:
         async with renewal.lease._renew_lock:
-            if not renewal.done.done():
+            if not renewal.done:
                 self._judge(renewal, answer)
 
     def _judge(self, renewal: _BatchedRenewal, answer: Any) -> None:
         lease, course = renewal.lease, renewal.course
         if lease.transferred_to is not None:
-            renewal.done.set_result(None)
+            renewal.done = True
             return
         now = asyncio.get_running_loop().time()
         sent = renewal.sent
         if sent is None:  # never sent before the deadline (a blocked loop, or a retry's turn)
             course.lose_too_late(lease._late(now - renewal.due))
-            renewal.done.set_result(None)
+            renewal.done = True
             return
         late = lease._late(sent - renewal.due)
         renewed: LeaseInfo | bool | None = None
@@ -637,20 +654,20 @@ class _RenewalBatcher:
             renewed = answer
         next_at = course.after(renewed, now, sent, renewal.deadline, late)
         if next_at is None:
-            renewal.done.set_result(None)
+            renewal.done = True
             return
         renewal.due, renewal.deadline, renewal.sent = next_at, lease._valid_until - lease._margin_s, None
         self._schedule(renewal)
-
-
-def _each(group: _BatchedRenewal | list[_BatchedRenewal]) -> list[_BatchedRenewal]:
-    return group if isinstance(group, list) else [group]
 
 
 def _distinct_key_chunks(holders: Iterable[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
     """``holders`` (key, owner) in chunks of at most ``RENEW_BATCH_SIZE`` with distinct keys: a
     second owner of a key (rare) goes in a later chunk."""
     rest = list(holders)
+    if len({key for key, _ in rest}) == len(rest):  # the usual case: one owner per key
+        for start in range(0, len(rest), RENEW_BATCH_SIZE):
+            yield rest[start : start + RENEW_BATCH_SIZE]
+        return
     while rest:
         keys: set[str] = set()
         first, repeats = [], []
@@ -796,6 +813,7 @@ class HeldLease:
         self._body_task: asyncio.Task[Any] | None = None
         self._cancelling = 0
         self._renewer: asyncio.Task[None] | None = None
+        self._batched: _BatchedRenewal | None = None
         self._renew_lock = asyncio.Lock()
         self._cancelled_for_loss = False
         self._closing = False
@@ -858,7 +876,11 @@ class HeldLease:
         self._body_task = asyncio.current_task()
         self._cancelling = self._body_task.cancelling() if self._body_task is not None else 0
         first_due = sent + self.renew_every_ms / 1000  # from the acquire, not from the renewer's first run
-        self._renewer = asyncio.create_task(self._renew_loop(first_due), name=f"sql_lease renew {self.key}")
+        batcher = _batcher_for(self.provider)
+        if batcher is not None:
+            self._batched = batcher.add(self, first_due)
+        else:
+            self._renewer = asyncio.create_task(self._renew_loop(first_due), name=f"sql_lease renew {self.key}")
         return self
 
     async def __aexit__(
@@ -892,6 +914,9 @@ class HeldLease:
         return None
 
     async def _stop_renewer(self) -> None:
+        batched, self._batched = self._batched, None
+        if batched is not None:
+            batched.withdraw()
         renewer, self._renewer = self._renewer, None
         if renewer is not None and renewer is not asyncio.current_task():
             renewer.cancel()
@@ -963,10 +988,8 @@ class HeldLease:
         return bool(await self.provider.renew_lease(self.key, self.owner, self._call_ttl_ms))
 
     async def _renew_loop(self, first_due: float) -> None:
-        batcher = _batcher_for(self.provider)
-        if batcher is not None:
-            await self._renew_loop_batched(first_due, batcher)
-            return
+        """Renew this lease on its own, for a provider without ``renew_leases``; a provider with it
+        renews through the batcher, which follows the same rules (:class:`RenewalCourse`)."""
         loop = asyncio.get_running_loop()
         course = RenewalCourse(self, self.renew_every_ms / 1000)
         next_at: float | None = first_due
@@ -1004,17 +1027,6 @@ class HeldLease:
     def _late(self, late_s: float) -> str:
         """The note a reason gets when a renewal ran ``late_s`` seconds late (a blocked loop)."""
         return f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)" if late_s > self._margin_s else ""
-
-    async def _renew_loop_batched(self, first_due: float, batcher: _RenewalBatcher) -> None:
-        """``_renew_loop``'s rules with the renewals sent and judged by ``batcher``: a renewal due at
-        ``next_at`` may be sent up to one interval early, never late; its answer is waited for only
-        until this lease's own deadline."""
-        renewal = batcher.add(self, first_due)
-        try:
-            await renewal.done
-        except asyncio.CancelledError:
-            batcher.withdraw(renewal)  # the statement, if sent, goes on for the others
-            raise
 
     async def transfer_to(
         self, next_owner: str, ttl_ms: int | float | None = None, *, data: dict[str, Any] | None = None
