@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import statistics
 import time
 import uuid
@@ -320,8 +321,21 @@ async def renewal_load(
     for chunk in range(0, leases, 500):
         await asyncio.gather(*(h.__aenter__() for h in holds[chunk : chunk + 500]))
     statements = 0
+    collecting = {"started": 0.0, "seconds": 0.0, "full": 0}
+
+    def timed(phase: str, info: dict[str, int]) -> None:  # the garbage collector's share of the CPU
+        if phase == "start":
+            collecting["started"] = time.process_time()
+            return
+        collecting["seconds"] += time.process_time() - collecting["started"]
+        collecting["full"] += info["generation"] == 2
+
+    gc.callbacks.append(timed)
     cpu, wall = time.process_time(), time.perf_counter()
-    await asyncio.sleep(seconds)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        gc.callbacks.remove(timed)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     lost = sum(h.lost.is_set() for h in holds)
     renewed_statements = statements
@@ -334,6 +348,8 @@ async def renewal_load(
         "statements_per_s": renewed_statements / wall,
         "expected_per_s": leases / renew_every_s,
         "client_cpu_share": cpu / wall,
+        "gc_cpu_share": collecting["seconds"] / wall,
+        "full_collections": collecting["full"],
         "lost": lost,
         "batched": callable(getattr(type(provider), "renew_leases", None)),
     }
@@ -383,7 +399,8 @@ def format_results(url: str, results: dict[str, Any]) -> str:
         r = results["renewals"]
         lines.append(
             f"{r['leases']:,} leases renewed every {r['renew_every_s']:g} s: {r['statements_per_s']:,.0f} statements/s "
-            f"(expected {r['expected_per_s']:,.0f}), client CPU {r['client_cpu_share']:.0%}, lost {r['lost']}"
+            f"(expected {r['expected_per_s']:,.0f}), client CPU {r['client_cpu_share']:.1%} "
+            f"(garbage collector {r['gc_cpu_share']:.1%}, {r['full_collections']} full collections), lost {r['lost']}"
         )
     return "\n".join(lines)
 

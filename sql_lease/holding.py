@@ -498,7 +498,7 @@ class _RenewalBatcher:
         self._background: set[asyncio.Task[None]] = set()
 
     def add(self, lease: HeldLease, first_due: float) -> _BatchedRenewal:
-        """Renew ``lease`` from ``first_due`` on, until its loss or transfer (``done``)."""
+        """Renew ``lease`` from ``first_due`` on, until its loss or transfer, or until withdrawn (``done``)."""
         renewal = _BatchedRenewal(self, lease, RenewalCourse(lease, lease.renew_every_ms / 1000), first_due)
         self._schedule(renewal)
         return renewal
@@ -514,7 +514,7 @@ class _RenewalBatcher:
         self._pending.add(renewal)
         if renewal.due < self._wake_at:
             self._wake.set()
-        if self._task is None:
+        if self._task is None or self._task.done():  # done: an eager task may end before it is assigned
             self._task = self._spawn(self._run(), "sql_lease renewal batcher")
 
     def _spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[None]:
@@ -539,7 +539,8 @@ class _RenewalBatcher:
                     continue
                 self._flush(now)
         finally:
-            self._task = None
+            if self._task is asyncio.current_task():
+                self._task = None
 
     def _flush(self, now: float) -> None:
         provider = self._provider()
@@ -587,7 +588,12 @@ class _RenewalBatcher:
             longer = longest.get(holder, ttl_ms)
             items.append((holder[0], holder[1], longer if longer > ttl_ms else ttl_ms))
         answered_early = False
-        statement = asyncio.ensure_future(provider.renew_leases(items))
+        try:
+            statement = asyncio.ensure_future(provider.renew_leases(items))
+        except Exception as raised:  # a provider's plain method that raised before returning an awaitable
+            for renewal in waiting:
+                self._answer(renewal, raised)
+            return
         # Each lease is answered by its own deadline: one timer per statement, not per lease.
         while waiting:
             await asyncio.wait({statement}, timeout=max(0.0, min(r.deadline for r in waiting) - loop.time()))
@@ -691,7 +697,9 @@ def _batcher_for(provider: LeaseProvider) -> _RenewalBatcher | None:
     if not callable(getattr(type(provider), "renew_leases", None)):
         return None
     try:
-        per_loop = _batchers.setdefault(provider, weakref.WeakKeyDictionary())
+        per_loop = _batchers.get(provider)
+        if per_loop is None:
+            per_loop = _batchers[provider] = weakref.WeakKeyDictionary()
     except TypeError:  # not weak-referenceable: renew one by one
         return None
     loop = asyncio.get_running_loop()
@@ -875,7 +883,7 @@ class HeldLease:
         self._acquired_expiry = result.expires_at
         self._body_task = asyncio.current_task()
         self._cancelling = self._body_task.cancelling() if self._body_task is not None else 0
-        first_due = sent + self.renew_every_ms / 1000  # from the acquire, not from the renewer's first run
+        first_due = sent + self.renew_every_ms / 1000  # from the acquire, not from when renewing starts
         batcher = _batcher_for(self.provider)
         if batcher is not None:
             self._batched = batcher.add(self, first_due)
@@ -898,7 +906,7 @@ class HeldLease:
                 lost_by_our_cancel = True
         try:
             await self._stop_renewer()
-        finally:  # also when cancelled while stopping the renewer
+        finally:  # also when cancelled while stopping a per-lease renewer task
             if self._counted:
                 self._counted = False
                 left = _holds.forget(self)

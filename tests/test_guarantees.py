@@ -552,16 +552,30 @@ async def test_close_while_a_waiter_opens_its_listen_connection_keeps_nothing(
         await raw.close()
 
 
-async def test_a_cancellation_while_hold_exits_still_releases(provider: Any, key: str) -> None:
+class _RenewsOneByOne:
+    """Forwards to a provider but hides ``renew_leases``: ``hold()`` then renews with a task per lease."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("renewing", ["batched", "one by one"])
+async def test_a_cancellation_while_hold_exits_still_releases(provider: Any, key: str, renewing: str) -> None:
+    leases = provider if renewing == "batched" else _RenewsOneByOne(provider)
+
     async def body() -> None:
-        async with hold(provider, key, "me", ttl_ms=60_000):
-            asyncio.current_task().cancel()  # type: ignore[union-attr]  # lands in __aexit__'s first await
+        async with hold(leases, key, "me", ttl_ms=60_000):
+            # lands in __aexit__'s first await: the release (batched), stopping the renewer task (one by one)
+            asyncio.current_task().cancel()  # type: ignore[union-attr]
 
     task = asyncio.create_task(body())
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await provider.get_lease_owner(key) is None
-    async with hold(provider, key, "me", ttl_ms=60_000):
+    async with hold(leases, key, "me", ttl_ms=60_000):
         pass
     assert await provider.get_lease_owner(key) is None, "a stale nested-hold count kept later holds from releasing"
 
