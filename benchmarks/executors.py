@@ -6,9 +6,11 @@ Rows: acquire-then-release cycles per second, 1 worker and 8 workers:
   provider from a URL (its own asyncpg connections)  vs raw asyncpg (floor.py pg-raw)
   provider on the application's AsyncEngine          vs raw asyncpg
   SQLite provider, synchronous FULL and NORMAL       vs sqlite3 with one thread hop, same setting
-and, to show what bounds the engine rows, the floor's own two statements run the way an
-application would on the same kind of engine (``async with engine.connect()`` and
-``exec_driver_sql`` on an ``AUTOCOMMIT`` engine), against raw asyncpg too.
+and two rows that show what bounds the others, against raw asyncpg too:
+  sql_lease's own acquire and release run on raw asyncpg connections set up as the provider's
+  (what the statements cost, without the provider's Python);
+  the floor's two statements run the way an application would on an ``AsyncEngine``
+  (``async with engine.connect()`` and ``exec_driver_sql`` on an ``AUTOCOMMIT`` engine).
 Targets: URL >= 0.9 x raw asyncpg (1 and 8 workers); engine >= 0.6 x; SQLite >= 0.8 x.
 
 Every figure is taken in ``--rounds`` interleaved rounds (a busy machine slows all sides of a round
@@ -70,6 +72,43 @@ async def sqlalchemy_pattern(floor: Any, engine: AsyncEngine, cycles: int) -> di
     return {"1_worker": sequential, "8_workers": cycles // 8 * 8 / (time.perf_counter() - started)}
 
 
+async def statements_on_raw_asyncpg(url: str, cycles: int) -> dict[str, float]:
+    """sql_lease's PostgreSQL acquire and release on 8 raw asyncpg connections (durable sessions,
+    as the provider sets up its own), on the benchmark table: the statements without the provider."""
+    import asyncpg
+    from lease_bench import BENCH_TABLE, BENCH_VERSION_TABLE
+
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import OWN_CONNECTION_SETUP, PostgresStatements
+
+    statements = PostgresStatements(LeaseTableNames(BENCH_TABLE, None, BENCH_VERSION_TABLE), durable_session=True)
+    conns = [await asyncpg.connect(url) for _ in range(8)]
+    try:
+        for conn in conns:
+            for setup in OWN_CONNECTION_SETUP:
+                await conn.execute(setup)
+        await conns[0].execute(f"DELETE FROM {BENCH_TABLE}")
+        await conns[0].execute(f"VACUUM ANALYZE {BENCH_TABLE}")
+
+        async def run(conn: Any, n: int, tag: str) -> None:
+            for i in range(n):
+                key, owner = f"{tag}:{i % 64}", uuid.uuid4().hex
+                rows = await conn.fetch(statements.acquire, key, owner, 15000.0, None)
+                assert rows and rows[0][0]
+                await conn.fetch(statements.release, key, owner)
+
+        await run(conns[0], 50, "warm")
+        started = time.perf_counter()
+        await run(conns[0], cycles, "seq")
+        sequential = cycles / (time.perf_counter() - started)
+        started = time.perf_counter()
+        await asyncio.gather(*(run(conn, cycles // 8, f"w{j}") for j, conn in enumerate(conns)))
+        return {"1_worker": sequential, "8_workers": cycles // 8 * 8 / (time.perf_counter() - started)}
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
 async def postgres_rounds(floor: Any, url: str, cycles: int, rounds: int) -> dict[str, list[float]]:
     figures: dict[str, list[float]] = {}
 
@@ -85,6 +124,7 @@ async def postgres_rounds(floor: Any, url: str, cycles: int, rounds: int) -> dic
             for _ in range(rounds):
                 note("raw", await floor.pg_raw(url, cycles, 8))
                 note("url", await provider_cycles(own, cycles))
+                note("statements", await statements_on_raw_asyncpg(url, cycles))
                 note("engine", await provider_cycles(borrowed, cycles))
                 note("sqlalchemy", await sqlalchemy_pattern(floor, plain, cycles))
     finally:
@@ -124,6 +164,8 @@ def main() -> None:
     rows = [
         row("PostgreSQL URL, 1 worker / raw asyncpg", "url_1", "raw_1", 0.9),
         row("PostgreSQL URL, 8 workers / raw asyncpg", "url_8", "raw_8", 0.9),
+        row("(bound) sql_lease's statements, 8 workers / raw", "statements_8", "raw_8", None),
+        row("PostgreSQL URL, 8 workers / its statements", "url_8", "statements_8", None),
         row("application engine, 1 worker / raw asyncpg", "engine_1", "raw_1", 0.6),
         row("application engine, 8 workers / raw asyncpg", "engine_8", "raw_8", 0.6),
         row("(bound) SQLAlchemy pattern, 1 worker / raw", "sqlalchemy_1", "raw_1", None),

@@ -23,8 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -41,6 +40,7 @@ __all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "Eng
 T = TypeVar("T")
 Row = Sequence[Any]
 StatementHook = Callable[[str, tuple[Any, ...]], None]
+Fetch = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Row]]]
 
 
 class AsyncExecutor:
@@ -55,31 +55,23 @@ class AsyncExecutor:
         """Run ``plan`` (else ``make_plan()``); ``make_plan`` starts it afresh after a connection
         was found dead before its statement was sent."""
         for attempt in range(self.retries + 1):
-            factory: Callable[[], Plan[T]] = make_plan if plan is None else functools.partial(_given, plan)
-            plan = None
             try:
-                return await self._run_once(factory)
+                return await self._run_once(make_plan, plan)
             except _DeadBeforeSending as dead:
+                plan = None
                 if attempt == self.retries:
                     raise dead.error from None
         raise AssertionError("unreachable")
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
         raise NotImplementedError
 
-    async def _execute(self, make_plan: Callable[[], Plan[T]], fetch: Callable[[str, tuple[Any, ...]], Any]) -> T:
-        hooks = self.hooks
-
-        async def fetch_all(sql: str, params: tuple[Any, ...]) -> list[Row]:
-            for hook in hooks:
-                hook(sql, params)
-            return list(await fetch(sql, params))
-
-        async def fetch_one(sql: str, params: tuple[Any, ...]) -> Row | None:
-            rows = await fetch_all(sql, params)
-            return rows[0] if rows else None
-
-        return await run_async(make_plan(), fetch_one, fetch_all)
+    def _execute(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, fetch: Fetch) -> Awaitable[T]:
+        """``plan`` (else ``make_plan()``) run with ``fetch`` on one connection, each statement shown
+        to the hooks first."""
+        if self.hooks:
+            fetch = _shown_to(self.hooks, fetch)
+        return run_async(make_plan() if plan is None else plan, fetch)
 
     async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
         """A driver connection kept apart from the pool, and a coroutine function that drops it."""
@@ -89,8 +81,13 @@ class AsyncExecutor:
         raise NotImplementedError
 
 
-def _given(plan: Plan[T]) -> Plan[T]:
-    return plan
+def _shown_to(hooks: list[StatementHook], fetch: Fetch) -> Fetch:
+    async def fetch_shown(sql: str, params: tuple[Any, ...]) -> Sequence[Row]:
+        for hook in hooks:
+            hook(sql, params)
+        return await fetch(sql, params)
+
+    return fetch_shown
 
 
 class _DeadBeforeSending(Exception):
@@ -123,13 +120,20 @@ class _Connections:
         self._open = 0
         self.closed = False
 
+    def take_idle(self) -> Any:
+        """An idle connection, most recently used first, or None (then ``await take()``)."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.is_closed():
+                return conn
+            self._open -= 1  # died while idle (a database restart): replace it
+        return None
+
     async def take(self) -> Any:
         while True:
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.is_closed():
-                    return conn
-                self._open -= 1  # died while idle (a database restart): replace it
+            conn = self.take_idle()
+            if conn is not None:
+                return conn
             if self.closed:
                 raise ProviderClosedError("the provider is closed")
             if self._open < self._size:
@@ -211,11 +215,11 @@ class AsyncpgPoolExecutor(AsyncExecutor):
             raise
         return conn
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
-        conn = await self._connections.take()
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+        conn = self._connections.take_idle() or await self._connections.take()
         healthy = False
         try:
-            result = await self._execute(make_plan, lambda sql, params: conn.fetch(sql, *params))
+            result = await self._execute(make_plan, plan, lambda sql, params: conn.fetch(sql, *params))
             healthy = True
             return result
         except BaseException as exc:
@@ -287,14 +291,14 @@ class AiosqlitePoolExecutor(AsyncExecutor):
         closing.add_done_callback(self._closing.discard)
         closing.add_done_callback(lambda done: done.cancelled() or done.exception())
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
         async with self._slots:
             if self._closed:
                 raise ProviderClosedError("the provider is closed")
             conn = self._idle.pop() if self._idle else await self._connect()
             healthy = False
             try:
-                result = await self._execute(make_plan, conn.execute_fetchall)
+                result = await self._execute(make_plan, plan, conn.execute_fetchall)
                 healthy = True
                 return result
             except BaseException as exc:
@@ -340,7 +344,7 @@ class EngineExecutor(AsyncExecutor):
         size = getattr(pool, "size", None)
         self.retries = (size() if callable(size) else 5) + 2
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]]) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
         async with self._engine.connect() as conn:
             raw = conn.sync_connection.connection if conn.sync_connection is not None else None  # no greenlet hop
             if raw is None:
@@ -355,7 +359,7 @@ class EngineExecutor(AsyncExecutor):
             before = getattr(adapter, attribute)
             setattr(adapter, attribute, True if self._postgres else None)
             try:
-                return await self._execute(make_plan, lambda sql, params: _rows(conn, sql, params))
+                return await self._execute(make_plan, plan, lambda sql, params: _rows(conn, sql, params))
             except BaseException as exc:
                 if not connection_survives(exc):
                     with contextlib.suppress(Exception):

@@ -61,17 +61,14 @@ class Query:
 Plan = Generator[Query, Any, T]
 
 
-async def run_async(
-    plan: Plan[T],
-    fetch_one: Callable[[str, tuple[Any, ...]], Awaitable[Row | None]],
-    fetch_all: Callable[[str, tuple[Any, ...]], Awaitable[list[Row]]],
-) -> T:
-    """Run ``plan`` with async fetch functions (all its queries on one connection)."""
+async def run_async(plan: Plan[T], fetch: Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Row]]]) -> T:
+    """Run ``plan`` with an async ``fetch`` that returns a statement's rows (all its queries on one
+    connection); a query that is not ``many`` receives its first row, or None."""
     query = next(plan)
     while True:
-        rows = await (fetch_all if query.many else fetch_one)(query.sql, query.params)
+        rows = await fetch(query.sql, query.params)
         try:
-            query = plan.send(rows)
+            query = plan.send(rows if query.many else rows[0] if rows else None)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 

@@ -17,7 +17,7 @@ import contextlib
 import importlib.util
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
@@ -395,12 +395,17 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     # -- running a plan ---------------------------------------------------------------------------
 
-    async def _run(self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]]) -> T:
+    def _run(self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]]) -> Awaitable[T]:
         """Run the plan ``make_plan()`` within the operation timeout; errors become the library's.
         Every operation passes here, and here alone it is reported to observers (:mod:`sql_lease.observe`)."""
         plan = make_plan()  # validates the arguments before any I/O (and before closed-ness)
         if not observe.observers:
-            return await self._run_plan(operation, key, make_plan, plan)
+            return self._run_plan(operation, key, make_plan, plan)
+        return self._run_observed(operation, key, make_plan, plan)
+
+    async def _run_observed(
+        self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], plan: Plan[T]
+    ) -> T:
         started = time.perf_counter()
         try:
             result = await self._run_plan(operation, key, make_plan, plan)
@@ -447,13 +452,11 @@ class SqlLeaseProvider(LeaseProviderBase):
         owner's unexpired tenure: keep what is stored). ``TypeError``/``ValueError`` before any SQL."""
         return await self._acquire(key, owner, ttl_ms, waiting=False, data=data)
 
-    async def _acquire(
+    def _acquire(
         self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool, data: dict[str, Any] | None = None
-    ) -> AcquireResult:
+    ) -> Awaitable[AcquireResult]:
         s = self.statements
-        return await self._run(
-            "acquire", key, lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data)
-        )
+        return self._run("acquire", key, lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data))
 
     async def get_lease_owner(self, key: str) -> str | None:
         return await self._run("get owner of", key, lambda: operations.get_owner(self.statements, key))
