@@ -541,6 +541,7 @@ class _RenewalBatcher:
         finally:
             if self._task is asyncio.current_task():
                 self._task = None
+                self._wake = asyncio.Event()  # the old one is bound to this loop: keep no finished loop alive
 
     def _flush(self, now: float) -> None:
         provider = self._provider()

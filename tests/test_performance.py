@@ -347,3 +347,25 @@ async def test_a_renew_leases_that_raises_at_the_call_still_ends_in_a_declared_l
         await asyncio.wait_for(lease.lost.wait(), 2.0)
         assert time.monotonic() - started < 0.7
         assert lease.lost_reason and "ConnectionError" in lease.lost_reason
+
+
+def test_a_provider_held_from_one_event_loop_after_another_keeps_none_of_them() -> None:
+    """A worker that runs each job with ``asyncio.run`` and one provider: the renewal batcher of a
+    finished loop must not keep that loop (and everything on it) alive for the provider's life."""
+    import gc
+    import weakref
+
+    from sql_lease import InMemoryLeaseProvider
+
+    provider = InMemoryLeaseProvider()
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def job(i: int) -> None:
+        async with hold(provider, f"job:{i}", "worker", 600, renew_every_ms=100):
+            await asyncio.sleep(0.25)  # renewed at least once
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+
+    for i in range(3):
+        asyncio.run(job(i))
+    gc.collect()
+    assert [ref for ref in loops if ref() is not None] == [], "finished event loops kept alive"
