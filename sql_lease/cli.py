@@ -94,7 +94,7 @@ def _provider(url: str, table_name: str, schema: str | None, version_table: str 
 
     try:
         return SqlLeaseProvider(url, table_name=table_name, schema=schema, version_table=version_table)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, LeaseConfigError) as exc:  # LeaseConfigError: a driver not installed
         _fail(EX_CONFIG, str(exc))
 
 

@@ -40,6 +40,12 @@ class LeaseConfigError(LeaseError):
     """
 
 
+class MissingDriverError(LeaseConfigError, ModuleNotFoundError):
+    """The database driver the URL needs is not installed; the message names the extra to install
+    (``pip install 'sql-lease[postgresql]'`` for the async face, ``'sql-lease[psycopg]'`` for the
+    synchronous one). Also a ``ModuleNotFoundError``, so ``except ImportError`` code still sees it."""
+
+
 class ProviderClosedError(LeaseError, RuntimeError):
     """The provider was closed (``close()`` or the end of its ``async with``); make a new one."""
 

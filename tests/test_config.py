@@ -485,3 +485,34 @@ def test_no_file_is_created_by_constructing_or_closing(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert os.listdir(tmp_path) == []
+
+
+def test_a_missing_sync_driver_is_a_configuration_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sql_lease import SyncSqlLeaseProvider
+    from sql_lease.errors import LeaseConfigError
+
+    for name in [name for name in sys.modules if name.split(".")[0] in ("psycopg", "psycopg_pool")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if `pip install sql-lease` without [psycopg]
+    monkeypatch.setitem(sys.modules, "psycopg_pool", None)
+    with pytest.raises(LeaseConfigError, match=r"pip install 'sql-lease\[psycopg\]'") as raised:
+        SyncSqlLeaseProvider("postgresql://postgres@127.0.0.1:5432/test")
+    assert isinstance(raised.value, ModuleNotFoundError)  # what `except ImportError` code expects
+
+
+@pytest.mark.parametrize("command", [["list"], ["migrate"], ["check"], ["exec", "k", "--", "true"]])
+def test_the_cli_without_the_async_driver_exits_78_naming_the_extra(command: list[str], tmp_path: Path) -> None:
+    hide_asyncpg = (
+        "import sys, runpy; sys.modules['asyncpg'] = None; runpy.run_module('sql_lease', run_name='__main__')"
+    )
+    url = "postgresql://postgres@127.0.0.1:5432/test"
+    done = subprocess.run(
+        [sys.executable, "-c", hide_asyncpg, *command[:1], "--url", url, *command[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 78, done.stderr
+    assert "pip install 'sql-lease[postgresql]'" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -26,7 +26,7 @@ from sqlalchemy.pool import NullPool
 
 from .. import observe
 from ..contract import AcquireResult, LeaseInfo, validate_key
-from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
+from ..errors import LeaseBackendError, LeaseError, MissingDriverError, ProviderClosedError, SchemaMissingError
 from ..holding import LeaseProviderBase
 from . import operations
 from .deadlines import DeadlineWatch
@@ -54,11 +54,9 @@ _SQLALCHEMY_ONLY_ARGS = ("prepared_statement_cache_size", "prepared_statement_na
 
 
 def require_driver(module: str, extra: str) -> None:
-    """``ModuleNotFoundError`` naming the extra to install when the driver ``module`` is missing."""
+    """``MissingDriverError`` naming the extra to install when the driver ``module`` is missing."""
     if importlib.util.find_spec(module) is None:
-        raise ModuleNotFoundError(
-            f"the {module} driver is not installed: pip install 'sql-lease[{extra}]'", name=module
-        )
+        raise MissingDriverError(f"the {module} driver is not installed: pip install 'sql-lease[{extra}]'", name=module)
 
 
 def _merge_engine_options(options: dict[str, Any], extra: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from ..errors import SchemaMissingError
+from ..errors import MissingDriverError, SchemaMissingError
 from .operations import Plan, run_sync
 from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
@@ -54,10 +54,11 @@ class StalledError(TimeoutError):
     """The operation passed its deadline; its connection was aborted (the outcome is unknown)."""
 
 
-def _missing_driver(exc: ImportError) -> ImportError:
-    return ImportError(
+def _missing_driver(exc: ImportError) -> MissingDriverError:
+    return MissingDriverError(
         "the synchronous PostgreSQL provider needs psycopg 3 and psycopg-pool: "
-        f"pip install 'sql-lease[psycopg]' ({exc})"
+        f"pip install 'sql-lease[psycopg]' ({exc})",
+        name=exc.name,
     )
 
 
@@ -278,7 +279,10 @@ class _PgFetch:
 def psycopg_conninfo(url: Any) -> str:
     """A libpq connection string from a SQLAlchemy ``URL`` (``ValueError`` for a query parameter
     libpq does not know; the text is never repeated, it may hold a password)."""
-    from psycopg.conninfo import make_conninfo
+    try:
+        from psycopg.conninfo import make_conninfo
+    except ImportError as exc:
+        raise _missing_driver(exc) from exc
 
     from .urls import hosts_and_ports
 
