@@ -55,6 +55,9 @@ OnLost = Literal["cancel", "flag"]
 LOSS_MARGIN = 0.1
 """``hold()`` declares a lease lost this fraction of its TTL before its last known expiry."""
 
+JITTER_S = 0.05
+"""A renewal late by less than this (seconds) was delayed by scheduling, not by a blocked loop."""
+
 MAX_RENEW_FRACTION = 0.75
 """The longest accepted ``renew_every_ms``, as a fraction of the TTL: the first renewal is due then
 and has until ``1 - LOSS_MARGIN`` of the TTL to succeed, retries included."""
@@ -1034,8 +1037,13 @@ class HeldLease:
                 next_at = course.after(renewed, loop.time(), sent, deadline, late)
 
     def _late(self, late_s: float) -> str:
-        """The note a reason gets when a renewal ran ``late_s`` seconds late (a blocked loop)."""
-        return f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)" if late_s > self._margin_s else ""
+        """The note a reason gets when a renewal ran ``late_s`` seconds late: a blocked loop, or,
+        when late by no more than scheduling jitter, a TTL too short to renew in."""
+        if late_s <= self._margin_s:
+            return ""
+        if late_s < JITTER_S:
+            return f" (the renewal ran {late_s:.3f} s late: a TTL of {self.ttl_ms:g} ms is too short to renew in)"
+        return f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)"
 
     async def transfer_to(
         self, next_owner: str, ttl_ms: int | float | None = None, *, data: dict[str, Any] | None = None

@@ -389,3 +389,17 @@ def test_thread_worker_example_runs(tmp_path: Any) -> None:
         "run-3 owns thread t-42 with fence 3",
         "thread t-42 is free again: True",
     ]
+
+
+def test_a_late_renewal_blames_the_blocked_loop_only_when_it_was_late_by_more_than_jitter() -> None:
+    """A TTL too short to renew (15 ms, from a user thinking in seconds) must not be reported as a
+    blocked event loop: scheduling jitter alone makes such a renewal late."""
+    from sql_lease import InMemoryLeaseProvider
+    from sql_lease.holding import HeldLease
+
+    short = HeldLease(InMemoryLeaseProvider(), "k", "a", ttl_ms=15)
+    note = short._late(0.01)
+    assert "TTL of 15 ms" in note and "blocked" not in note
+    assert short._late(0.001) == ""  # within the loss margin: no note
+    assert "event loop was blocked" in HeldLease(InMemoryLeaseProvider(), "k", "a", ttl_ms=15_000)._late(2.0)
+    assert "event loop was blocked" in short._late(0.5)
