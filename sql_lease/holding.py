@@ -674,10 +674,6 @@ def _distinct_key_chunks(holders: Iterable[tuple[str, str]]) -> Iterator[list[tu
     """``holders`` (key, owner) in chunks of at most ``RENEW_BATCH_SIZE`` with distinct keys: a
     second owner of a key (rare) goes in a later chunk."""
     rest = list(holders)
-    if len({key for key, _ in rest}) == len(rest):  # the usual case: one owner per key
-        for start in range(0, len(rest), RENEW_BATCH_SIZE):
-            yield rest[start : start + RENEW_BATCH_SIZE]
-        return
     while rest:
         keys: set[str] = set()
         first, repeats = [], []
