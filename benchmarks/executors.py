@@ -26,12 +26,11 @@ import json
 import os
 import statistics
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from lease_bench import _reset, bench_provider, cycle_throughput
+from lease_bench import _reset, bench_provider, cycle_throughput, throughput
 from run import DEFAULT_FLOOR, load_floor, machine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -54,7 +53,7 @@ async def sqlalchemy_pattern(floor: Any, engine: AsyncEngine, cycles: int) -> di
             if statement.strip():
                 await conn.execute(text(statement))
 
-    async def run(n: int, tag: str) -> None:
+    async def run(n: int, tag: str, _worker: int) -> None:
         for i in range(n):
             key, owner = f"{tag}:{i % 64}", uuid.uuid4().hex
             async with engine.connect() as conn:
@@ -63,13 +62,7 @@ async def sqlalchemy_pattern(floor: Any, engine: AsyncEngine, cycles: int) -> di
             async with engine.connect() as conn:
                 await conn.exec_driver_sql(floor.PG_RELEASE, (key, owner))
 
-    await run(50, "warm")
-    started = time.perf_counter()
-    await run(cycles, "seq")
-    sequential = cycles / (time.perf_counter() - started)
-    started = time.perf_counter()
-    await asyncio.gather(*(run(cycles // 8, f"w{j}") for j in range(8)))
-    return {"1_worker": sequential, "8_workers": cycles // 8 * 8 / (time.perf_counter() - started)}
+    return await throughput(run, cycles, 8)
 
 
 async def statements_on_raw_asyncpg(url: str, cycles: int) -> dict[str, float]:
@@ -90,20 +83,15 @@ async def statements_on_raw_asyncpg(url: str, cycles: int) -> dict[str, float]:
         await conns[0].execute(f"DELETE FROM {BENCH_TABLE}")
         await conns[0].execute(f"VACUUM ANALYZE {BENCH_TABLE}")
 
-        async def run(conn: Any, n: int, tag: str) -> None:
+        async def run(n: int, tag: str, worker: int) -> None:
+            conn = conns[worker]
             for i in range(n):
                 key, owner = f"{tag}:{i % 64}", uuid.uuid4().hex
                 rows = await conn.fetch(statements.acquire, key, owner, 15000.0, None)
                 assert rows and rows[0][0]
                 await conn.fetch(statements.release, key, owner)
 
-        await run(conns[0], 50, "warm")
-        started = time.perf_counter()
-        await run(conns[0], cycles, "seq")
-        sequential = cycles / (time.perf_counter() - started)
-        started = time.perf_counter()
-        await asyncio.gather(*(run(conn, cycles // 8, f"w{j}") for j, conn in enumerate(conns)))
-        return {"1_worker": sequential, "8_workers": cycles // 8 * 8 / (time.perf_counter() - started)}
+        return await throughput(run, cycles, 8)
     finally:
         for conn in conns:
             await conn.close()

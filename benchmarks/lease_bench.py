@@ -83,17 +83,23 @@ async def _cycles(provider: SqlLeaseProvider, count: int, tag: str, latencies: l
             latencies.append((time.perf_counter() - started) * 1000)
 
 
-async def cycle_throughput(provider: SqlLeaseProvider, cycles: int, workers: int) -> dict[str, float]:
-    """Acquire-then-release cycles per second with 1 worker and with ``workers`` workers."""
-    await _cycles(provider, 50, "warm")
+async def throughput(run: Callable[[int, str, int], Awaitable[None]], cycles: int, workers: int) -> dict[str, float]:
+    """Cycles per second of ``run(count, tag, worker)`` (``count`` cycles on keys tagged ``tag``, as
+    worker number ``worker``) with 1 worker and with ``workers`` workers, after 50 warm-up cycles."""
+    await run(50, "warm", 0)
     started = time.perf_counter()
-    await _cycles(provider, cycles, "seq")
+    await run(cycles, "seq", 0)
     sequential = cycles / (time.perf_counter() - started)
     per_worker = cycles // workers
     started = time.perf_counter()
-    await asyncio.gather(*(_cycles(provider, per_worker, f"w{j}") for j in range(workers)))
+    await asyncio.gather(*(run(per_worker, f"w{j}", j) for j in range(workers)))
     concurrent = per_worker * workers / (time.perf_counter() - started)
     return {"1_worker": sequential, f"{workers}_workers": concurrent}
+
+
+async def cycle_throughput(provider: SqlLeaseProvider, cycles: int, workers: int) -> dict[str, float]:
+    """Acquire-then-release cycles per second with 1 worker and with ``workers`` workers."""
+    return await throughput(lambda count, tag, _: _cycles(provider, count, tag), cycles, workers)
 
 
 async def contention(provider: SqlLeaseProvider, workers: int = 64, seconds: float = 3.0) -> dict[str, float]:
