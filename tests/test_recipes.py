@@ -160,7 +160,7 @@ from reports.models import Claim
 
 thread = sys.argv[1]
 key = f"thread:{thread}"
-outside = SyncSqlLeaseProvider(sql_lease_url_from_django(), schema=settings.SQL_LEASE_SCHEMA)  # other connections
+outside = SyncSqlLeaseProvider(sql_lease_url_from_django())  # connections of its own
 out = {}
 
 def fail_after_the_write(sender, instance, **kwargs):

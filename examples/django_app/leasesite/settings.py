@@ -12,6 +12,7 @@ DEBUG = False
 ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
 ROOT_URLCONF = "leasesite.urls"
 INSTALLED_APPS = ["reports"]
+INSTALLED_APPS += ["sql_lease.django"]  # manage.py migrate creates the lease table
 MIDDLEWARE: list[str] = []
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -32,6 +33,3 @@ DATABASES = {
         else {},
     }
 }
-
-# Where the lease table is (`sql-lease migrate --schema ...`); None: the search_path's.
-SQL_LEASE_SCHEMA = os.environ.get("SQL_LEASE_SCHEMA") or None

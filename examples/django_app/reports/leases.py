@@ -1,9 +1,9 @@
-"""The process's lease provider: one per process, shared by every thread, built from ``settings.DATABASES``."""
+"""The process's lease provider: one per process, shared by every thread, for ``DATABASES["default"]``.
 
-from django.conf import settings
+Module level is fine: it reads the settings and connects on first use (after gunicorn/uWSGI forked
+its workers; under ``manage.py test``, in the test database).
+"""
 
-from sql_lease import SyncSqlLeaseProvider
-from sql_lease.django import sql_lease_url_from_django
+from sql_lease.django import provider
 
-# Module level is fine: it connects on first use (after gunicorn/uWSGI forked its workers).
-leases = SyncSqlLeaseProvider(sql_lease_url_from_django("default"), schema=settings.SQL_LEASE_SCHEMA)
+leases = provider("default")
