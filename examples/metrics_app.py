@@ -6,7 +6,9 @@
 It enables the Prometheus exporter, starts prometheus_client's HTTP server (port 0 picks a free
 one; the address is printed), and then does what a leader-elected worker does: tries for the
 ``report:daily`` lease every second, holds it for a while when it gets it (renewed in the
-background), and sweeps expired rows now and then. Point Prometheus at it and import
+background), and sweeps expired rows now and then. A lost lease (``sql-lease break report:daily``,
+a renewal refused after a stall) is an event it reports: the block is cancelled, and it goes back
+to trying. Point Prometheus at it and import
 ``dashboards/sql_lease.json`` into Grafana to watch it.
 """
 
@@ -17,7 +19,7 @@ import asyncio
 
 from prometheus_client import start_http_server
 
-from sql_lease import ExpirySweeper, LeaseNotAcquiredError, SqlLeaseProvider
+from sql_lease import ExpirySweeper, LeaseLostError, LeaseNotAcquiredError, SqlLeaseProvider
 from sql_lease.metrics import enable_prometheus
 
 
@@ -30,6 +32,8 @@ async def work(leases: SqlLeaseProvider) -> None:
                     await asyncio.sleep(2)
             except LeaseNotAcquiredError as taken:
                 print(f"report:daily is held by {taken.holder}", flush=True)
+            except LeaseLostError as lost:  # broken, expired or taken over: the block was cancelled
+                print(f"lost report:daily: {lost.reason}", flush=True)
             await asyncio.sleep(1)
 
 
