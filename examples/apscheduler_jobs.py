@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from sql_lease import SyncHeldLease, SyncSqlLeaseProvider, leased
+from sql_lease import LeaseLostError, SyncHeldLease, SyncSqlLeaseProvider, leased
 
 INTERVAL_S = 1
 DONE_TTL_MS = 60_000  # longer than any two processes fire apart
@@ -44,7 +44,13 @@ def make_job(leases: SyncSqlLeaseProvider):  # type: ignore[no-untyped-def]
                 f.write(f"{slot} {os.getpid()}\n")
         lease.transfer_to(f"done:{slot}", ttl_ms=DONE_TTL_MS)  # keep the slot taken: no late rerun
 
-    return report
+    def job() -> None:
+        try:
+            report()
+        except LeaseLostError as lost:  # lost during the run (broken, expired): say so, no traceback
+            print(f"report run lost its lease: {lost.reason}", flush=True)
+
+    return job
 
 
 def main() -> int:

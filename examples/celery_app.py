@@ -17,14 +17,17 @@ Redis db 15 on 127.0.0.1), ``CELERY_QUEUE``, and ``RECIPE_RUN_LOG``: a file each
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 from celery import Celery
 
-from sql_lease import SyncSqlLeaseProvider, leased
+from sql_lease import LeaseLostError, SyncSqlLeaseProvider, leased
 
 BROKER = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+logger = logging.getLogger(__name__)
+
 app = Celery("examples.celery_app", broker=BROKER, backend=os.environ.get("CELERY_RESULT_BACKEND", BROKER))
 app.conf.task_default_queue = os.environ.get("CELERY_QUEUE", "sql_lease_examples")
 app.conf.worker_prefetch_multiplier = 1
@@ -48,5 +51,9 @@ def rebuild_index_once(fence: int, work_seconds: float) -> int:
 
 @app.task
 def rebuild_index(work_seconds: float = 1.0) -> str | int:
-    fence = rebuild_index_once(work_seconds=work_seconds)
+    try:
+        fence = rebuild_index_once(work_seconds=work_seconds)
+    except LeaseLostError as lost:  # the lease was lost during the run: another worker may run it now
+        logger.warning("rebuild_index lost its lease: %s", lost.reason)
+        return "lost"
     return "skipped" if fence is None else fence

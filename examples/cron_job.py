@@ -15,7 +15,7 @@ import argparse
 import os
 import time
 
-from sql_lease import SyncSqlLeaseProvider, leased
+from sql_lease import LeaseLostError, SyncHeldLease, SyncSqlLeaseProvider, leased
 
 
 def main() -> int:
@@ -28,13 +28,18 @@ def main() -> int:
     with SyncSqlLeaseProvider(args.url, schema=args.schema) as leases:
 
         @leased(leases, "cleanup", ttl_ms=60_000, on_conflict="skip")
-        def cleanup(fence: int) -> int:
-            print(f"cleanup running with fence {fence}", flush=True)
-            time.sleep(args.work_seconds)  # the real work; write with the fence
-            return fence
+        def cleanup(lease: SyncHeldLease) -> int:
+            print(f"cleanup running with fence {lease.fence}", flush=True)
+            time.sleep(args.work_seconds)  # the real work, in steps; write with lease.fence
+            lease.check()  # between steps: LeaseLostError once a renewal was refused (broken, expired)
+            return lease.fence
 
-        if cleanup() is None:
-            print("cleanup skipped: another host is running it", flush=True)
+        try:
+            if cleanup() is None:
+                print("cleanup skipped: another host is running it", flush=True)
+        except LeaseLostError as lost:  # stop: another host may be running it now
+            print(f"cleanup stopped: {lost}", flush=True)
+            return 1
     return 0
 
 
