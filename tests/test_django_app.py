@@ -301,3 +301,73 @@ def test_postgres_migrate_and_test(tmp_path: Path, pg_url: str, pg_databases: tu
             assert conn.exec_driver_sql("SELECT count(*) FROM sql_leases").scalar() == 0  # nothing in the real one
     finally:
         engine.dispose()
+
+
+PROVIDER_SCRIPT = """
+import json, sys
+import django
+from django.conf import settings
+settings.configure(
+    DATABASES={
+        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": sys.argv[1]},
+        "private": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+        "other": {"ENGINE": "django.db.backends.dummy", "NAME": "x"},
+    },
+    INSTALLED_APPS=["sql_lease.django"],
+)
+django.setup()
+from django.core.management import call_command
+from sql_lease import ProviderClosedError, SyncSqlLeaseProvider
+from sql_lease.django import provider
+
+out = {}
+for bad in ({"using": 1}, {"table_name": "no such"}, {"operation_timeout_s": 0}):
+    try:
+        provider(**bad)
+    except (TypeError, ValueError) as exc:
+        out[next(iter(bad))] = type(exc).__name__
+for alias in ("missing", "private", "other"):
+    try:
+        provider(alias).get_lease_owner("k")
+    except (KeyError, ValueError) as exc:
+        out[alias] = type(exc).__name__
+unused = provider()
+out["repr_unbound"] = repr(unused)
+unused.close()
+try:
+    unused.get_lease_owner("k")
+except ProviderClosedError:
+    out["closed_unused"] = [unused.closed, unused.bound]
+call_command("migrate", verbosity=0)
+leases = provider()
+out["is_sync_provider"] = isinstance(leases, SyncSqlLeaseProvider)
+out["bound_before"] = leases.bound
+out["acquired"] = leases.acquire_lease("k", "me", ttl_ms=10_000).acquired
+out["bound_after"] = leases.bound
+with leases.hold("held", ttl_ms=10_000) as lease:
+    out["hold_fence"] = lease.fence
+leases.close()
+out["closed"] = leases.closed
+print(json.dumps(out))
+"""
+
+
+def test_provider_binds_at_first_use_and_checks_arguments_first(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, "-c", PROVIDER_SCRIPT, str(tmp_path / "db.sqlite3")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["using"], out["table_name"], out["operation_timeout_s"]) == ("TypeError", "ValueError", "ValueError")
+    assert (out["missing"], out["private"], out["other"]) == ("KeyError", "ValueError", "ValueError")
+    assert "using='default'" in out["repr_unbound"]
+    assert out["closed_unused"] == [True, False]  # closed before use: settings never read
+    assert out["is_sync_provider"] is True
+    assert (out["bound_before"], out["acquired"], out["bound_after"]) == (False, True, True)
+    assert out["hold_fence"] >= 1 and out["closed"] is True
