@@ -222,8 +222,10 @@ def provider(using: str = "default", **options: Any) -> DjangoSqlLeaseProvider:
     back. The price on SQLite, which has one writer at a time: while a transaction of Django's has
     written (a ``TestCase`` that created rows, a view under ``ATOMIC_REQUESTS``), a lease statement
     waits for it (``LeaseBackendError`` after ``operation_timeout_s``; at once on the in-memory
-    test database, whose shared cache does not wait). There, test code that mixes ORM writes with
-    leases belongs in a ``TransactionTestCase``. PostgreSQL has no such limit.
+    test database, whose shared cache does not wait and also locks a table another transaction
+    has read). There, test code that mixes ORM writes with leases belongs in a
+    ``TransactionTestCase``. PostgreSQL has no such limit; on its test database the provider keeps
+    no idle connection (one per operation), so the test runner can drop the database at the end.
 
     ``options`` are :class:`~sql_lease.SyncSqlLeaseProvider`'s keyword arguments (``table_name``,
     ``schema``, ``operation_timeout_s``, ...), checked now: ``TypeError``/``ValueError``. At first
