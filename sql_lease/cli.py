@@ -164,12 +164,34 @@ def migrate(
         return
     provider = _provider(url, table_name, schema, version_table)
 
-    async def main() -> str | None:
+    async def main() -> tuple[tuple[bool, tuple[str, ...] | None], str | None]:
         async with provider:
-            return await provider.migrate()  # type: ignore[no-any-return]
+            before = await _schema_before(provider)
+            return before, await provider.migrate()
 
-    revision = _run(main)
-    click.echo(f"sql_lease schema at revision {revision} on {shown_url}")
+    (existed, versions), revision = _run(main)
+    table = f"{names.schema}.{names.table}" if names.schema else names.table
+    if not existed:
+        click.echo(f"created {table} at revision {revision} on {shown_url}")
+    elif versions == (revision,):
+        click.echo(f"{table} already at revision {revision} on {shown_url}")
+    else:
+        earlier = ", ".join(versions or ()) or "unknown"
+        click.echo(f"migrated {table} from revision {earlier} to {revision} on {shown_url}")
+
+
+async def _schema_before(provider: Any) -> tuple[bool, tuple[str, ...] | None]:
+    """(does the lease table exist, its recorded revisions) before ``migrate``: what it then did."""
+    from .sql.migrate import migrate_error, read_state
+
+    path = getattr(provider, "database_file", None)
+    if provider.dialect_name == "sqlite" and path is not None and not path.exists():
+        return False, None  # migrate creates the file; a connection here must not
+    try:
+        async with provider.engine.connect() as conn:
+            return await conn.run_sync(read_state, provider.names)  # type: ignore[no-any-return]
+    except Exception as exc:
+        raise migrate_error(exc, provider.engine.url) from exc
 
 
 @cli.command()

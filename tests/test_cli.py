@@ -322,3 +322,54 @@ def test_exec_wait_then_run_longer_than_the_ttl(tmp_path: Path) -> None:
     second = run_cli(["exec", "w2", "--wait", "--ttl", "1s", "--", "sleep", "1.5"], tmp_path)
     first.communicate(timeout=20)
     assert second.returncode == 0, second.stderr
+
+
+# -- migrate: configuration errors exit 78, and it says what it did (issue 21, item 3) ---------------
+
+
+def _one_clean_line(stderr: str, *secrets: str) -> None:
+    assert stderr.count("\n") == 1 and stderr.startswith("sql-lease: "), stderr
+    assert "Traceback" not in stderr and "sqlalche.me" not in stderr, stderr
+    for secret in secrets:
+        assert secret not in stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("extra", [[], ["--fences-only"]])
+def test_migrate_refused_database_or_role_exits_78(pg_url: str, extra: list[str], tmp_path: Path) -> None:
+    from sqlalchemy.engine import make_url
+
+    base = make_url(pg_url)
+    no_db = base.set(database="sql_lease_no_such_db").render_as_string(hide_password=False)
+    no_role = base.set(username="sql_lease_no_role", password="hunter2").render_as_string(hide_password=False)
+    for url, words in ((no_db, "database does not exist"), (no_role, 'role "sql_lease_no_role" does not exist')):
+        done = run_cli(["migrate", *extra, "--url", url], tmp_path)
+        assert done.returncode == 78, done.stderr
+        assert words in done.stderr
+        _one_clean_line(done.stderr, "hunter2")
+
+
+@pytest.mark.parametrize("extra", [[], ["--fences-only"]])
+def test_migrate_of_an_unopenable_sqlite_file_exits_78(extra: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dir.db").mkdir()
+    done = run_cli(["migrate", *extra, "--url", f"sqlite:///{tmp_path}/dir.db"], tmp_path)
+    assert done.returncode == 78, done.stderr
+    assert "cannot be opened" in done.stderr and "dir.db" in done.stderr
+    _one_clean_line(done.stderr)
+
+
+def test_migrate_says_what_it_did(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/said.db"
+    created = run_cli(["migrate", "--url", url], tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("created sql_leases at revision 0003 on "), created.stdout
+    again = run_cli(["migrate", "--url", url], tmp_path)
+    assert again.stdout.startswith("sql_leases already at revision 0003 on "), again.stdout
+    old = f"sqlite:///{tmp_path}/old.db"
+    alembic = str(Path(sys.executable).with_name("alembic"))
+    repo = Path(__file__).resolve().parent.parent
+    stepped = subprocess.run([alembic, "-x", f"url={old}", "upgrade", "0002"], cwd=repo, capture_output=True, text=True)
+    assert stepped.returncode == 0, stepped.stderr
+    upgraded = run_cli(["migrate", "--url", old, "--table", "sql_leases"], tmp_path)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert upgraded.stdout.startswith("migrated sql_leases from revision 0002 to 0003 on "), upgraded.stdout
