@@ -73,15 +73,149 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
 
 DURATION = Duration()
 
+CONFIG_ENV = "SQL_LEASE_CONFIG"
+SYSTEM_CONFIG = "/etc/sql-lease/config.toml"
+_SYSTEM_CONFIG_ENV = "_SQL_LEASE_TEST_SYSTEM_CONFIG"  # private: tests point the system file elsewhere
+CONFIG_KEYS = ("url", "table", "schema")
+DEFAULT_TABLE = "sql_leases"
+_SOURCE = "sql_lease.url_source"
+
+
+@dataclasses.dataclass(frozen=True)
+class _UrlSource:
+    """Where the CLI's database URL came from, and the table and schema a config file gave with it."""
+
+    origin: str  # "--url", "$SQL_LEASE_URL", "config", "default"
+    path: str | None = None  # the config file (origin "config"), or its default's SQLite file
+    table: str | None = None
+    schema: str | None = None
+
+
+def _config_file() -> str | None:
+    """The config file to read: $SQL_LEASE_CONFIG (it must exist), else the first that exists of
+    $XDG_CONFIG_HOME/sql-lease/config.toml (~/.config/... when unset) and /etc/sql-lease/config.toml."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        return os.path.abspath(named)
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".config")
+    system = os.environ.get(_SYSTEM_CONFIG_ENV) or SYSTEM_CONFIG
+    for candidate in (os.path.join(base, "sql-lease", "config.toml"), system):
+        if os.path.lexists(candidate):  # a dangling link is a broken file, not a missing one
+            return candidate
+    return None
+
+
+def _read_config(path: str) -> dict[str, str]:
+    """The settings of the TOML file ``path``; exit 78 naming it if it cannot be read, is not
+    TOML, names a key other than url, table and schema, or gives one that is not a string."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            settings = tomllib.load(f)
+    except OSError as exc:
+        _fail(EX_CONFIG, f"config file {path} cannot be read: {exc.strerror or exc}")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        _fail(EX_CONFIG, f"config file {path} is not valid TOML: {' '.join(str(exc).split())}")
+    for name, value in settings.items():
+        if name not in CONFIG_KEYS:
+            _fail(EX_CONFIG, f"config file {path}: unknown key {_printable(repr(name))} (expected url, table, schema)")
+        if not isinstance(value, str):
+            _fail(EX_CONFIG, f"config file {path}: {name!r} must be a string")
+    return settings
+
+
+def _resolve_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--url, else $SQL_LEASE_URL, else ``url`` of the config file, else the local SQLite default."""
+    if ctx.resilient_parsing:
+        return value
+    if value is not None:
+        source = _UrlSource("--url")
+    elif os.environ.get(URL_ENV):
+        value, source = os.environ[URL_ENV], _UrlSource(f"${URL_ENV}")
+    else:
+        path = _config_file()
+        settings = _read_config(path) if path is not None else {}
+        table, schema = settings.get("table"), settings.get("schema")
+        if "url" in settings:
+            value, source = settings["url"], _UrlSource("config", path, table, schema)
+        else:
+            default_file = os.path.abspath(DEFAULT_URL.removeprefix("sqlite:///"))
+            value, source = DEFAULT_URL, _UrlSource("default", default_file, table, schema)
+    ctx.meta[_SOURCE] = source
+    return value
+
+
+def _config_default(name: str, fallback: str | None) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A callback giving --table / --schema the config file's value when the option is not given."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is not None or ctx.resilient_parsing:
+            return value
+        source = ctx.meta.get(_SOURCE)
+        configured = getattr(source, name, None) if source is not None else None
+        return configured if configured is not None else fallback
+
+    return callback
+
+
 url_option = click.option(
     "--url",
-    envvar=URL_ENV,
-    default=DEFAULT_URL,
-    show_default=True,
-    help=f"Database URL (postgresql://... or sqlite:///path). Also read from ${URL_ENV}.",
+    default=None,
+    is_eager=True,  # resolved first: a config file's table and schema are the other options' defaults
+    callback=_resolve_url,
+    help=f"Database URL (postgresql://... or sqlite:///path). Else ${URL_ENV}, else `url` in the TOML "
+    f"config file (${CONFIG_ENV}, else $XDG_CONFIG_HOME/sql-lease/config.toml, else "
+    f"{SYSTEM_CONFIG}), else {DEFAULT_URL} in the working directory (said on stderr).",
 )
-table_option = click.option("--table", "table_name", default="sql_leases", show_default=True, help="Lease table name.")
-schema_option = click.option("--schema", default=None, help="PostgreSQL schema of the lease table.")
+table_option = click.option(
+    "--table",
+    "table_name",
+    default=None,
+    callback=_config_default("table", DEFAULT_TABLE),
+    help=f"Lease table name [default: the config file's `table`, else {DEFAULT_TABLE}].",
+)
+schema_option = click.option(
+    "--schema",
+    default=None,
+    callback=_config_default("schema", None),
+    help="PostgreSQL schema of the lease table [default: the config file's `schema`].",
+)
+
+
+def _url_source() -> _UrlSource | None:
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get(_SOURCE)
+
+
+def _describe_source(url: str) -> str:
+    """Where the URL came from, for `sql-lease check`."""
+    from .sql.urls import safe_url
+
+    source = _url_source()
+    shown = safe_url(url)
+    if source is None or source.origin in ("--url", f"${URL_ENV}"):
+        return f"{shown} from {source.origin if source else '--url'}"
+    if source.origin == "config":
+        return f"{shown} from the config file {source.path}"
+    return (
+        f"{shown}: the default (no --url, ${URL_ENV} or config file gave one), the SQLite file "
+        f"{source.path}, which excludes only processes on this machine"
+    )
+
+
+def _announce_default() -> None:
+    """Say on stderr, in one line, that the local SQLite default is used (not with --quiet)."""
+    ctx = click.get_current_context(silent=True)
+    source = _url_source()
+    if ctx is None or source is None or source.origin != "default" or ctx.params.get("quiet"):
+        return
+    click.echo(
+        f"sql-lease: no --url, ${URL_ENV} or config file gives a database: using the SQLite file "
+        f"{source.path}, which excludes only processes on this machine",
+        err=True,
+    )
 
 
 def _fail(code: int, message: str) -> NoReturn:
@@ -92,6 +226,7 @@ def _fail(code: int, message: str) -> NoReturn:
 def _provider(url: str, table_name: str, schema: str | None, version_table: str | None = None) -> Any:
     from .sql.provider import SqlLeaseProvider
 
+    _announce_default()
     try:
         return SqlLeaseProvider(url, table_name=table_name, schema=schema, version_table=version_table)
     except (TypeError, ValueError, LeaseConfigError) as exc:  # LeaseConfigError: a driver not installed
@@ -157,6 +292,7 @@ def migrate(
         async def fences() -> str:
             return await create_fence_table(url, names)
 
+        _announce_default()
         click.echo(f"sql_lease fence table {_run(fences)} on {shown_url}")
         return
     if offline:
@@ -185,8 +321,8 @@ async def _schema_before(provider: Any) -> tuple[bool, tuple[str, ...] | None]:
     from .sql.migrate import migrate_error, read_state
 
     path = getattr(provider, "database_file", None)
-    if provider.dialect_name == "sqlite" and path is not None and not path.exists():
-        return False, None  # migrate creates the file; a connection here must not
+    if provider.dialect_name == "sqlite" and path is not None and not path.is_file():
+        return False, None  # migrate creates the file (or says why it cannot); a connection here must not
     try:
         async with provider.engine.connect() as conn:
             return await conn.run_sync(read_state, provider.names)  # type: ignore[no-any-return]
@@ -376,6 +512,13 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     type=click.IntRange(0, 255),
     help="Exit code when another owner holds the lease (as flock -E).",
 )
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="Print nothing when another owner holds the lease (or --wait times out), as flock -n: "
+    "cron mails what a job prints. Also hushes the note that the local SQLite default is used.",
+)
 @click.pass_context
 def exec_(
     ctx: click.Context,
@@ -392,6 +535,7 @@ def exec_(
     kill_after: float | None,
     allow_kill_after_beyond_ttl: bool,
     conflict_exit_code: int,
+    quiet: bool,
 ) -> None:
     command = tuple(ctx.meta.get("sql_lease.command", ()))
     if not command:
@@ -420,7 +564,9 @@ def exec_(
             "--allow-kill-after-beyond-ttl",
         )
     provider = _provider(url, table_name, schema)
-    options = _ExecOptions(key, owner, claim, ttl, wait, timeout, kill_after, on_exit, command, conflict_exit_code)
+    options = _ExecOptions(
+        key, owner, claim, ttl, wait, timeout, kill_after, on_exit, command, conflict_exit_code, quiet
+    )
     code = _run(lambda: _exec(provider, url, options))
     sys.exit(code)
 
@@ -437,6 +583,7 @@ class _ExecOptions:
     on_exit: str
     command: tuple[str, ...]
     conflict_exit_code: int
+    quiet: bool = False  # a refusal prints nothing
 
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -523,7 +670,8 @@ async def _exec(provider: Any, url: str, opts: _ExecOptions) -> int:
                 await taken.release(provider, opts.key)
                 return signals.exit_code()
             except LeaseNotAcquiredError as exc:
-                click.echo(f"sql-lease: {_printable(exc)}", err=True)
+                if not opts.quiet:
+                    click.echo(f"sql-lease: {_printable(exc)}", err=True)
                 return opts.conflict_exit_code
     except asyncio.CancelledError:  # while the provider opened or closed
         if not signals.take_cancellation():
@@ -1349,7 +1497,7 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
     from .sql.translate import translate
     from .sql.urls import safe_url
 
-    checks: list[_Check] = []
+    checks: list[_Check] = [_Check("url", None, _describe_source(url))]
     postgres = provider.dialect_name == "postgresql"
     try:
         async with provider.engine.connect() as conn:

@@ -354,7 +354,7 @@ def test_migrate_of_an_unopenable_sqlite_file_exits_78(extra: list[str], tmp_pat
     (tmp_path / "dir.db").mkdir()
     done = run_cli(["migrate", *extra, "--url", f"sqlite:///{tmp_path}/dir.db"], tmp_path)
     assert done.returncode == 78, done.stderr
-    assert "cannot be opened" in done.stderr and "dir.db" in done.stderr
+    assert "is not a file" in done.stderr and "dir.db" in done.stderr
     _one_clean_line(done.stderr)
 
 

@@ -446,3 +446,31 @@ def test_a_second_exec_with_the_same_owner_is_refused(tmp_path: Path) -> None:
         if first.poll() is None:
             first.kill()
             first.communicate()
+
+
+# Issue 21 item 4: --quiet, as flock -n: a refused run prints nothing -----------------------------------
+
+
+def test_quiet_refusal_prints_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/quiet.db"
+    held = run_cli(["acquire", "nightly", "--url", url, "--owner", "other-host", "--ttl", "5m"], tmp_path)
+    assert held.returncode == 0, held.stderr
+    ran = tmp_path / "ran"
+    for extra, code in (
+        (["--quiet"], 75),
+        (["-q"], 75),
+        (["-q", "--conflict-exit-code", "0"], 0),
+        (["-q", "--wait", "--timeout", "200ms"], 75),
+        (["-q", "--owner", "other-host"], 75),  # the same owner id: refused as a second run
+    ):
+        done = run_cli(["exec", "nightly", "--url", url, *extra, "--", "touch", str(ran)], tmp_path)
+        assert (done.returncode, done.stdout, done.stderr) == (code, "", ""), extra
+    assert not ran.exists()
+    loud = run_cli(["exec", "nightly", "--url", url, "--", "touch", str(ran)], tmp_path)
+    assert loud.returncode == 75 and "held by 'other-host'" in loud.stderr
+    # --quiet hushes refusals only: the command's own output and failures still show
+    script = "echo out; echo err >&2; exit 3"
+    free = run_cli(["exec", "free-key", "--url", url, "-q", "--", "sh", "-c", script], tmp_path)
+    assert (free.returncode, free.stdout, free.stderr) == (3, "out\n", "err\n")
+    bad = run_cli(["exec", "k", "-q", "--url", f"sqlite:///{tmp_path}/no-such-dir/x.db", "--", "true"], tmp_path)
+    assert bad.returncode == 78 and bad.stderr.startswith("sql-lease: ")

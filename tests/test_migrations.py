@@ -270,12 +270,12 @@ async def _migrate_both_faces(url: str) -> list[BaseException]:
     return errors
 
 
-def _assert_config_error(error: BaseException, *words: str, secret: str | None = None) -> None:
+def _assert_config_error(error: BaseException, *words: str, secret: str | None = None, cause: bool = True) -> None:
     from sql_lease import LeaseConfigError
 
     message = str(error)
     assert isinstance(error, LeaseConfigError), repr(error)
-    assert error.__cause__ is not None
+    assert not cause or error.__cause__ is not None
     assert "\n" not in message and "sqlalche.me" not in message and "Background on this error" not in message
     for word in words:
         assert word in message, message
@@ -334,4 +334,15 @@ async def test_migrate_with_a_wrong_password_is_a_configuration_error(password_c
 async def test_migrate_of_an_unopenable_sqlite_file_is_a_configuration_error(tmp_path: Path) -> None:
     (tmp_path / "a-directory.db").mkdir()
     for error in await _migrate_both_faces(f"sqlite:///{tmp_path}/a-directory.db"):
-        _assert_config_error(error, "a-directory.db")
+        _assert_config_error(error, "a-directory.db", "not a file", cause=False)
+
+
+def test_sqlite_that_cannot_open_its_file_is_a_configuration_error() -> None:
+    import sqlite3
+
+    from sql_lease.sql.migrate import migrate_error
+
+    error = migrate_error(sqlite3.OperationalError("unable to open database file"), "sqlite:////srv/x.db")
+    _assert_config_error(error, "/srv/x.db", "cannot be opened", cause=False)
+    other = migrate_error(sqlite3.OperationalError("disk I/O error"), "sqlite:////srv/x.db")
+    assert type(other).__name__ == "LeaseBackendError" and "disk I/O error" in str(other)

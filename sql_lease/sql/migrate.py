@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import io
 import itertools
+import os
 import re
 import sqlite3
 import threading
@@ -199,10 +200,17 @@ def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
 
 def _create_sqlite_file(url: URL) -> None:
     path = sqlite_file(url)
-    if path is None or path.exists():
+    if path is not None and path.exists():
+        # checked here, not by a failing connect: aiosqlite's thread outlives a failed connect
+        if not path.is_file():
+            raise LeaseConfigError(f"the SQLite database {path} is not a file; fix the path in the URL")
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise LeaseConfigError(f"the SQLite database {path} is not readable and writable by this user")
+        return
+    if path is None:
         return
     if not path.parent.is_dir():
-        raise LeaseError(f"the directory {path.parent} of the SQLite database does not exist; create it first")
+        raise LeaseConfigError(f"the directory {path.parent} of the SQLite database does not exist; create it first")
     sqlite3.connect("file:" + quote(str(path), safe="/") + "?mode=rwc", uri=True).close()
 
 
