@@ -43,14 +43,17 @@ EX_CONFIG = 78
 DEFAULT_URL = "sqlite:///sql_lease.db"
 URL_ENV = "SQL_LEASE_URL"
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*\Z")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_DURATION = re.compile(rf"\s*(?:{_NUMBER}\s*(?:ms|s|m|h|d)\s*)+\Z|\s*{_NUMBER}\s*\Z")
+_DURATION_PART = re.compile(rf"({_NUMBER})\s*(ms|s|m|h|d)?")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, None: 1.0}
 MAX_DURATION_S = 10 * 365 * 86_400
 """Longest duration any option accepts: 10 years (87600h), in seconds."""
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
-    """A duration such as ``500ms``, ``30s``, ``5m``, ``1h`` or ``2.5`` (seconds); value in seconds."""
+    """A duration such as ``500ms``, ``30s``, ``5m``, ``1h``, ``2d``, ``1h30m`` (parts add up) or
+    ``2.5`` (a bare number is seconds); value in seconds."""
 
     name = "duration"
 
@@ -60,10 +63,9 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)
-        match = _DURATION.match(str(value))
-        if not match:
-            self.fail(f"{value!r} is not a duration like 500ms, 30s, 5m or 1h", param, ctx)
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        if not _DURATION.match(str(value)):
+            self.fail(f"{_printable(value)!r} is not a duration like 500ms, 30s, 5m, 1h30m or 2d", param, ctx)
+        seconds = sum(float(n) * _UNIT_SECONDS[unit or None] for n, unit in _DURATION_PART.findall(str(value)))
         if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
             self.fail(f"{_printable(value)!r} is too long: at most 10 years (87600h)", param, ctx)
         if seconds <= 0 and not (self.allow_zero and seconds == 0):
@@ -472,7 +474,7 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     default="30s",
     type=DURATION,
     show_default=True,
-    help="Lease TTL, renewed every TTL/3. Durations: 500ms, 30s, 5m, 1h (a bare number is seconds).",
+    help="Lease TTL, renewed every TTL/3. Durations: 500ms, 30s, 5m, 1h, 2d, 1h30m (a bare number is seconds).",
 )
 @click.option("--owner", default=None, help="Owner id (default host:pid:random). One holder per owner id.")
 @click.option(
@@ -1018,10 +1020,42 @@ def _exit_status(returncode: int) -> int:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 owner_required = click.option("--owner", required=True, help="Owner id of the lease.")
 ttl_option = click.option(
-    "--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL (500ms, 30s, 5m, 1h)."
+    "--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL (500ms, 30s, 5m, 1h30m, 2d)."
 )
+MAX_DATA_FILE_BYTES = 1 << 20
+"""Most bytes ``--data @FILE`` / ``--data -`` read (the data itself is checked against 4096 bytes)."""
+
+
+def _data_argument(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--data``'s JSON text: as given, read from the file after ``@``, or from stdin for ``-``;
+    a file that cannot be read exits 2 naming it."""
+    if value is None or ctx.resilient_parsing or not (value == "-" or value.startswith("@")):
+        return value
+    if value == "@":
+        _fail(2, "--data @: give a file name after @ (or - for stdin)")
+    where = "stdin" if value == "-" else value[1:]
+    try:
+        if value == "-":
+            raw = sys.stdin.buffer.read(MAX_DATA_FILE_BYTES + 1)
+        else:
+            with open(where, "rb") as f:
+                raw = f.read(MAX_DATA_FILE_BYTES + 1)
+        if len(raw) > MAX_DATA_FILE_BYTES:
+            _fail(2, f"--data {_printable(value)}: more than {MAX_DATA_FILE_BYTES} bytes (lease data is at most 4096)")
+        return raw.decode("utf-8")
+    except OSError as exc:
+        _fail(2, f"--data {_printable(value)}: {_printable(where)} cannot be read: {exc.strerror or exc}")
+    except UnicodeDecodeError:
+        _fail(2, f"--data {_printable(value)}: {_printable(where)} is not UTF-8 text")
+
+
 data_option = click.option(
-    "--data", "data_json", default=None, help="Lease data: a JSON object, e.g. '{\"job\": 42}' (at most 4096 bytes)."
+    "--data",
+    "data_json",
+    default=None,
+    callback=_data_argument,
+    help="Lease data: a JSON object, e.g. '{\"job\": 42}', @FILE to read it from a file, or - for stdin "
+    "(at most 4096 bytes).",
 )
 DATA_CELL_WIDTH = 60
 """Longest data cell in the ``list`` table, in characters (``--json`` and ``show`` print it whole)."""

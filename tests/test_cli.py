@@ -373,3 +373,82 @@ def test_migrate_says_what_it_did(tmp_path: Path) -> None:
     upgraded = run_cli(["migrate", "--url", old, "--table", "sql_leases"], tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
     assert upgraded.stdout.startswith("migrated sql_leases from revision 0002 to 0003 on "), upgraded.stdout
+
+
+# -- issue 21, item 9: compound durations, --data from a file or stdin ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1h30m", 5400.0),
+        ("2d", 172_800.0),
+        ("1m30s", 90.0),
+        ("1d12h", 129_600.0),
+        ("1.5h", 5400.0),
+        ("2m500ms", 120.5),
+        ("30", 30.0),
+        (" 5m ", 300.0),
+        ("1h 30m", 5400.0),
+        ("500ms", 0.5),
+    ],
+)
+def test_durations_accept_units_in_sequence_and_days(text: str, seconds: float) -> None:
+    from sql_lease.cli import DURATION
+
+    assert DURATION.convert(text, None, None) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["1x", "h", "1h30", "30m1h2", "", "1hh", "-1h", "1 d x"])
+def test_bad_durations_are_refused(text: str) -> None:
+    import click
+
+    from sql_lease.cli import DURATION
+
+    with pytest.raises(click.BadParameter):
+        DURATION.convert(text, None, None)
+
+
+def test_compound_durations_on_the_command_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/d.db"
+    done = run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30m", "--json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    remaining = json.loads(done.stdout)["remaining_ms"]
+    assert 5390_000 < remaining <= 5400_000
+    assert run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "2d"], tmp_path).returncode == 0
+    bad = run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30"], tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_data_from_a_file_or_stdin(tmp_path: Path) -> None:
+    import json
+
+    url = f"sqlite:///{tmp_path}/data.db"
+    (tmp_path / "job.json").write_text('{"job": 42, "from": "file"}')
+    done = run_cli(["acquire", "a", "--url", url, "--owner", "o", "--data", f"@{tmp_path}/job.json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = run_cli(["show", "a", "--url", url, "--json"], tmp_path)
+    assert json.loads(shown.stdout)["data"] == {"job": 42, "from": "file"}
+    piped = run_cli(["acquire", "b", "--url", url, "--owner", "o", "--data", "-"], tmp_path, input='{"from": "stdin"}')
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(run_cli(["show", "b", "--url", url, "--json"], tmp_path).stdout)["data"] == {"from": "stdin"}
+    moved = run_cli(
+        ["transfer", "b", "--url", url, "--from", "o", "--to", "p", "--data", f"@{tmp_path}/job.json"], tmp_path
+    )
+    assert moved.returncode == 0, moved.stderr
+    assert json.loads(run_cli(["show", "b", "--url", url, "--json"], tmp_path).stdout)["data"]["from"] == "file"
+    # bad input: a missing file, a directory, bad JSON in the file, too much data: exit 2, one line
+    (tmp_path / "bad.json").write_text("{nope")
+    (tmp_path / "big.json").write_text(json.dumps({"x": "y" * 10_000}))
+    for arg, words in (
+        (f"@{tmp_path}/missing.json", "missing.json"),
+        (f"@{tmp_path}", "cannot be read"),
+        (f"@{tmp_path}/bad.json", "not valid JSON"),
+        (f"@{tmp_path}/big.json", "4096"),
+        ("@", "a file name after @"),
+    ):
+        refused = run_cli(["acquire", "c", "--url", url, "--owner", "o", "--data", arg], tmp_path)
+        assert refused.returncode == 2, (arg, refused.stderr)
+        assert words in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
