@@ -686,15 +686,78 @@ async def _exec(provider: Any, url: str, opts: _ExecOptions) -> int:
 async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: _Signals, taken: _Taken) -> int:
     ttl_ms = opts.ttl_s * 1000
     wait = opts.wait
-    if opts.claim:
-        await _acquire_as_new_holder(provider, opts, taken)
-        wait = False  # held by opts.owner now: hold() re-acquires it (semantic 3)
-    taken.add(opts.owner)
-    async with hold(
-        provider, opts.key, opts.owner, ttl_ms, wait=wait, timeout_s=opts.timeout_s, on_lost="flag"
-    ) as lease:
-        signals.acquiring = False
-        return await _run_command(lease, opts, signals)
+    status = _WaitStatus(provider, opts) if opts.wait and not opts.quiet and sys.stderr.isatty() else None
+    try:
+        if opts.claim:
+            await _acquire_as_new_holder(provider, opts, taken)
+            wait = False  # held by opts.owner now: hold() re-acquires it (semantic 3)
+        taken.add(opts.owner)
+        async with hold(
+            provider, opts.key, opts.owner, ttl_ms, wait=wait, timeout_s=opts.timeout_s, on_lost="flag"
+        ) as lease:
+            if status is not None:
+                await status.stop()
+            signals.acquiring = False
+            return await _run_command(lease, opts, signals)
+    finally:
+        if status is not None:
+            await status.stop()
+
+
+class _WaitStatus:
+    """While ``exec --wait`` waits on a terminal: one line on stderr, "waiting for KEY, held by
+    OWNER, expires in 12s", redrawn in place every second from the lease the database reports,
+    and erased when the wait ends."""
+
+    REFRESH_S = 1.0
+
+    def __init__(self, provider: Any, opts: _ExecOptions) -> None:
+        self.provider = provider
+        self.opts = opts
+        self.shown = False
+        self.task: asyncio.Task[None] | None = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            try:  # the waiter reports database failures; the status line only goes quiet
+                lease = await self.provider.get_lease(self.opts.key)
+                if lease is not None and lease.owner != self.opts.owner:
+                    self._draw(
+                        f"waiting for {_printable(self.opts.key)}, held by {_printable(lease.owner)}, "
+                        f"{_expiry_words(lease.remaining_ms)}"
+                    )
+            except Exception:
+                pass
+            await asyncio.sleep(self.REFRESH_S)
+
+    def _draw(self, text: str) -> None:
+        width = shutil.get_terminal_size().columns - 1  # never wrap: a wrapped line cannot be redrawn
+        if width > 0 and len(text) > width:
+            text = text[: max(width - 1, 0)] + "…"
+        sys.stderr.write("\r\x1b[K" + text)
+        sys.stderr.flush()
+        self.shown = True
+
+    async def stop(self) -> None:
+        """Stop redrawing and erase the line (idempotent)."""
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})  # a cancellation of exec itself still propagates
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+def _expiry_words(remaining_ms: float | None) -> str:
+    """``expires in 12s`` (whole seconds, rounded up), ``expires in 4m05s``, or ``expired``."""
+    if remaining_ms is None:
+        return "expiry unknown"
+    if remaining_ms <= 0:
+        return "expired"
+    seconds = remaining_ms / 1000
+    return f"expires in {math.ceil(seconds)}s" if seconds < 60 else f"expires in {_span(seconds)}"
 
 
 async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Taken) -> None:
