@@ -64,13 +64,19 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)
         if not _DURATION.match(str(value)):
-            self.fail(f"{_printable(value)!r} is not a duration like 500ms, 30s, 5m, 1h30m or 2d", param, ctx)
+            self._bad(f"{_printable(value)!r} is not a duration like 500ms, 30s, 5m, 1h30m or 2d", param, ctx)
         seconds = sum(float(n) * _UNIT_SECONDS[unit or None] for n, unit in _DURATION_PART.findall(str(value)))
         if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
-            self.fail(f"{_printable(value)!r} is too long: at most 10 years (87600h)", param, ctx)
+            self._bad(f"{_printable(value)!r} is too long: at most 10 years (87600h)", param, ctx)
         if seconds <= 0 and not (self.allow_zero and seconds == 0):
-            self.fail(f"{value!r} must be longer than zero", param, ctx)
+            self._bad(f"{_printable(value)!r} must be longer than zero", param, ctx)
         return seconds
+
+    def _bad(self, message: str, param: click.Parameter | None, ctx: click.Context | None) -> NoReturn:
+        """On the command line: one line naming the option, exit 2; elsewhere click's BadParameter."""
+        if ctx is None or param is None:
+            self.fail(message, param, ctx)
+        _fail(2, f"{param.opts[0] if param.opts else param.name}: {message}")
 
 
 DURATION = Duration()

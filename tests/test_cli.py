@@ -420,6 +420,7 @@ def test_compound_durations_on_the_command_line(tmp_path: Path) -> None:
     assert run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "2d"], tmp_path).returncode == 0
     bad = run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30"], tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("sql-lease: --ttl: '1h30' is not a duration") and bad.stderr.count("\n") == 1
 
 
 def test_data_from_a_file_or_stdin(tmp_path: Path) -> None:
