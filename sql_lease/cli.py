@@ -238,7 +238,13 @@ def _provider(url: str, table_name: str, schema: str | None, version_table: str 
     try:
         return SqlLeaseProvider(url, table_name=table_name, schema=schema, version_table=version_table)
     except (TypeError, ValueError, LeaseConfigError) as exc:  # LeaseConfigError: a driver not installed
-        _fail(EX_CONFIG, str(exc))
+        _fail(EX_CONFIG, str(exc) + _from_config_file())
+
+
+def _from_config_file() -> str:
+    """`` (from the config file PATH)`` when the settings came from one, else ``""``."""
+    source = _url_source()
+    return f" (from the config file {source.path})" if source is not None and source.origin == "config" else ""
 
 
 def _run(main: Callable[[], Awaitable[T]]) -> T:
@@ -291,7 +297,7 @@ def migrate(
         names = LeaseTableNames(table_name, schema, version_table)
         shown_url = safe_url(to_async_url(url))
     except (TypeError, ValueError) as exc:
-        _fail(EX_CONFIG, str(exc))
+        _fail(EX_CONFIG, str(exc) + _from_config_file())
     if fences_only:
         if offline:
             click.echo(fence_table_sql(url, names), nl=False)
@@ -1595,13 +1601,17 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
 
     import sqlalchemy as sa
 
-    from .sql.migrate import HEAD_REVISION, read_state
+    from .sql.migrate import HEAD_REVISION, migrate_error, read_state
     from .sql.statements import qualified_name
     from .sql.translate import translate
     from .sql.urls import safe_url
 
     checks: list[_Check] = [_Check("url", None, _describe_source(url))]
     postgres = provider.dialect_name == "postgresql"
+    path = getattr(provider, "database_file", None)
+    if path is not None and path.exists() and not path.is_file():  # said without a connect that must fail
+        checks.append(_Check("database", False, f"the SQLite database {path} is not a file; fix the path in the URL"))
+        return checks, EX_CONFIG
     try:
         async with provider.engine.connect() as conn:
             clock_sql = (
@@ -1651,6 +1661,8 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
         return checks, EX_CONFIG if isinstance(exc, (SchemaMissingError, LeaseConfigError)) else EX_UNAVAILABLE
     except Exception as exc:
         error = translate(exc, "check", provider.safe_url, provider._schema_missing)
+        if not isinstance(error, SchemaMissingError):  # one line, the driver's words, no SQLAlchemy text
+            error = migrate_error(exc, provider.engine.url, "checking")
         checks.append(_Check("database", False, str(error)))
         return checks, EX_CONFIG if isinstance(error, (SchemaMissingError, LeaseConfigError)) else EX_UNAVAILABLE
     return checks, 0 if all(check.ok is not False for check in checks) else EX_CONFIG
@@ -1723,7 +1735,8 @@ def _sqlite_access(provider: Any) -> _Check:
 def check(url: str, table_name: str, schema: str | None, version_table: str | None, as_json: bool) -> None:
     """Check the database answers, the schema is at head, and the role may use the lease table.
 
-    Also prints the offset between this machine's clock and the database's (informational: expiry
+    First prints where the URL came from (--url, $SQL_LEASE_URL, a config file, or the local
+    SQLite default). Also prints the offset between this machine's clock and the database's (informational: expiry
     is decided by the database's clock alone). Exit 0 all good, 78 a missing or old schema or a
     missing privilege (the message names the fix), 69 the database does not answer.
     """

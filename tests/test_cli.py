@@ -453,3 +453,35 @@ def test_data_from_a_file_or_stdin(tmp_path: Path) -> None:
         refused = run_cli(["acquire", "c", "--url", url, "--owner", "o", "--data", arg], tmp_path)
         assert refused.returncode == 2, (arg, refused.stderr)
         assert words in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_check_of_an_unopenable_sqlite_file_is_one_clean_line(tmp_path: Path) -> None:
+    (tmp_path / "dir.db").mkdir()
+    done = run_cli(["check", "--url", f"sqlite:///{tmp_path}/dir.db"], tmp_path)
+    assert done.returncode == 78, done.stdout + done.stderr
+    assert "sqlalche.me" not in done.stdout and "\\n" not in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.postgres
+def test_check_of_a_refused_database_or_role_exits_78_without_sqlalchemy_text(pg_url: str, tmp_path: Path) -> None:
+    from sqlalchemy.engine import make_url
+
+    base = make_url(pg_url)
+    for url in (
+        base.set(database="sql_lease_no_such_db").render_as_string(hide_password=False),
+        base.set(username="sql_lease_no_role", password="hunter2").render_as_string(hide_password=False),
+    ):
+        done = run_cli(["check", "--url", url], tmp_path)
+        assert done.returncode == 78, done.stdout + done.stderr
+        assert "does not exist" in done.stdout
+        assert "sqlalche.me" not in done.stdout and "\\n" not in done.stdout and "hunter2" not in done.stdout
+
+
+def test_a_bad_url_in_a_config_file_names_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('url = "nonsense"\n')
+    env = dict(os.environ, SQL_LEASE_CONFIG=str(config))
+    env.pop("SQL_LEASE_URL", None)
+    for args in (["list"], ["migrate"]):
+        done = run_cli(args, tmp_path, env=env)
+        assert done.returncode == 78 and str(config) in done.stderr and done.stderr.count("\n") == 1, done.stderr
