@@ -43,14 +43,17 @@ EX_CONFIG = 78
 DEFAULT_URL = "sqlite:///sql_lease.db"
 URL_ENV = "SQL_LEASE_URL"
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*\Z")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_DURATION = re.compile(rf"\s*(?:{_NUMBER}\s*(?:ms|s|m|h|d)\s*)+\Z|\s*{_NUMBER}\s*\Z")
+_DURATION_PART = re.compile(rf"({_NUMBER})\s*(ms|s|m|h|d)?")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, None: 1.0}
 MAX_DURATION_S = 10 * 365 * 86_400
 """Longest duration any option accepts: 10 years (87600h), in seconds."""
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
-    """A duration such as ``500ms``, ``30s``, ``5m``, ``1h`` or ``2.5`` (seconds); value in seconds."""
+    """A duration such as ``500ms``, ``30s``, ``5m``, ``1h``, ``2d``, ``1h30m`` (parts add up) or
+    ``2.5`` (a bare number is seconds); value in seconds."""
 
     name = "duration"
 
@@ -60,28 +63,167 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)
-        match = _DURATION.match(str(value))
-        if not match:
-            self.fail(f"{value!r} is not a duration like 500ms, 30s, 5m or 1h", param, ctx)
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        if not _DURATION.match(str(value)):
+            self._bad(f"{_printable(value)!r} is not a duration like 500ms, 30s, 5m, 1h30m or 2d", param, ctx)
+        seconds = sum(float(n) * _UNIT_SECONDS[unit or None] for n, unit in _DURATION_PART.findall(str(value)))
         if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
-            self.fail(f"{_printable(value)!r} is too long: at most 10 years (87600h)", param, ctx)
+            self._bad(f"{_printable(value)!r} is too long: at most 10 years (87600h)", param, ctx)
         if seconds <= 0 and not (self.allow_zero and seconds == 0):
-            self.fail(f"{value!r} must be longer than zero", param, ctx)
+            self._bad(f"{_printable(value)!r} must be longer than zero", param, ctx)
         return seconds
+
+    def _bad(self, message: str, param: click.Parameter | None, ctx: click.Context | None) -> NoReturn:
+        """On the command line: one line naming the option, exit 2; elsewhere click's BadParameter."""
+        if ctx is None or param is None:
+            self.fail(message, param, ctx)
+        _fail(2, f"{param.opts[0] if param.opts else param.name}: {message}")
 
 
 DURATION = Duration()
 
+CONFIG_ENV = "SQL_LEASE_CONFIG"
+SYSTEM_CONFIG = "/etc/sql-lease/config.toml"
+_SYSTEM_CONFIG_ENV = "_SQL_LEASE_TEST_SYSTEM_CONFIG"  # private: tests point the system file elsewhere
+CONFIG_KEYS = ("url", "table", "schema")
+DEFAULT_TABLE = "sql_leases"
+_SOURCE = "sql_lease.url_source"
+
+
+@dataclasses.dataclass(frozen=True)
+class _UrlSource:
+    """Where the CLI's database URL came from, and the table and schema a config file gave with it."""
+
+    origin: str  # "--url", "$SQL_LEASE_URL", "config", "default"
+    path: str | None = None  # the config file (origin "config"), or its default's SQLite file
+    table: str | None = None
+    schema: str | None = None
+
+
+def _config_file() -> str | None:
+    """The config file to read: $SQL_LEASE_CONFIG (it must exist), else the first that exists of
+    $XDG_CONFIG_HOME/sql-lease/config.toml (~/.config/... when unset) and /etc/sql-lease/config.toml."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        return os.path.abspath(named)
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".config")
+    system = os.environ.get(_SYSTEM_CONFIG_ENV) or SYSTEM_CONFIG
+    for candidate in (os.path.join(base, "sql-lease", "config.toml"), system):
+        if os.path.lexists(candidate):  # a dangling link is a broken file, not a missing one
+            return candidate
+    return None
+
+
+def _read_config(path: str) -> dict[str, str]:
+    """The settings of the TOML file ``path``; exit 78 naming it if it cannot be read, is not
+    TOML, names a key other than url, table and schema, or gives one that is not a string."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            settings = tomllib.load(f)
+    except OSError as exc:
+        _fail(EX_CONFIG, f"config file {path} cannot be read: {exc.strerror or exc}")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        _fail(EX_CONFIG, f"config file {path} is not valid TOML: {' '.join(str(exc).split())}")
+    for name, value in settings.items():
+        if name not in CONFIG_KEYS:
+            _fail(EX_CONFIG, f"config file {path}: unknown key {_printable(repr(name))} (expected url, table, schema)")
+        if not isinstance(value, str):
+            _fail(EX_CONFIG, f"config file {path}: {name!r} must be a string")
+    return settings
+
+
+def _resolve_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--url, else $SQL_LEASE_URL, else ``url`` of the config file, else the local SQLite default."""
+    if ctx.resilient_parsing:
+        return value
+    if value is not None:
+        source = _UrlSource("--url")
+    elif os.environ.get(URL_ENV):
+        value, source = os.environ[URL_ENV], _UrlSource(f"${URL_ENV}")
+    else:
+        path = _config_file()
+        settings = _read_config(path) if path is not None else {}
+        table, schema = settings.get("table"), settings.get("schema")
+        if "url" in settings:
+            value, source = settings["url"], _UrlSource("config", path, table, schema)
+        else:
+            default_file = os.path.abspath(DEFAULT_URL.removeprefix("sqlite:///"))
+            value, source = DEFAULT_URL, _UrlSource("default", default_file, table, schema)
+    ctx.meta[_SOURCE] = source
+    return value
+
+
+def _config_default(name: str, fallback: str | None) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A callback giving --table / --schema the config file's value when the option is not given."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is not None or ctx.resilient_parsing:
+            return value
+        source = ctx.meta.get(_SOURCE)
+        configured = getattr(source, name, None) if source is not None else None
+        return configured if configured is not None else fallback
+
+    return callback
+
+
 url_option = click.option(
     "--url",
-    envvar=URL_ENV,
-    default=DEFAULT_URL,
-    show_default=True,
-    help=f"Database URL (postgresql://... or sqlite:///path). Also read from ${URL_ENV}.",
+    default=None,
+    is_eager=True,  # resolved first: a config file's table and schema are the other options' defaults
+    callback=_resolve_url,
+    help=f"Database URL (postgresql://... or sqlite:///path). Else ${URL_ENV}, else `url` in the TOML "
+    f"config file (${CONFIG_ENV}, else $XDG_CONFIG_HOME/sql-lease/config.toml, else "
+    f"{SYSTEM_CONFIG}), else {DEFAULT_URL} in the working directory (said on stderr).",
 )
-table_option = click.option("--table", "table_name", default="sql_leases", show_default=True, help="Lease table name.")
-schema_option = click.option("--schema", default=None, help="PostgreSQL schema of the lease table.")
+table_option = click.option(
+    "--table",
+    "table_name",
+    default=None,
+    callback=_config_default("table", DEFAULT_TABLE),
+    help=f"Lease table name [default: the config file's `table`, else {DEFAULT_TABLE}].",
+)
+schema_option = click.option(
+    "--schema",
+    default=None,
+    callback=_config_default("schema", None),
+    help="PostgreSQL schema of the lease table [default: the config file's `schema`].",
+)
+
+
+def _url_source() -> _UrlSource | None:
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get(_SOURCE)
+
+
+def _describe_source(url: str) -> str:
+    """Where the URL came from, for `sql-lease check`."""
+    from .sql.urls import safe_url
+
+    source = _url_source()
+    shown = safe_url(url)
+    if source is None or source.origin in ("--url", f"${URL_ENV}"):
+        return f"{shown} from {source.origin if source else '--url'}"
+    if source.origin == "config":
+        return f"{shown} from the config file {source.path}"
+    return (
+        f"{shown}: the default (no --url, ${URL_ENV} or config file gave one), the SQLite file "
+        f"{source.path}, which excludes only processes on this machine"
+    )
+
+
+def _announce_default() -> None:
+    """Say on stderr, in one line, that the local SQLite default is used (not with --quiet)."""
+    ctx = click.get_current_context(silent=True)
+    source = _url_source()
+    if ctx is None or source is None or source.origin != "default" or ctx.params.get("quiet"):
+        return
+    click.echo(
+        f"sql-lease: no --url, ${URL_ENV} or config file gives a database: using the SQLite file "
+        f"{source.path}, which excludes only processes on this machine",
+        err=True,
+    )
 
 
 def _fail(code: int, message: str) -> NoReturn:
@@ -92,10 +234,17 @@ def _fail(code: int, message: str) -> NoReturn:
 def _provider(url: str, table_name: str, schema: str | None, version_table: str | None = None) -> Any:
     from .sql.provider import SqlLeaseProvider
 
+    _announce_default()
     try:
         return SqlLeaseProvider(url, table_name=table_name, schema=schema, version_table=version_table)
     except (TypeError, ValueError, LeaseConfigError) as exc:  # LeaseConfigError: a driver not installed
-        _fail(EX_CONFIG, str(exc))
+        _fail(EX_CONFIG, str(exc) + _from_config_file())
+
+
+def _from_config_file() -> str:
+    """`` (from the config file PATH)`` when the settings came from one, else ``""``."""
+    source = _url_source()
+    return f" (from the config file {source.path})" if source is not None and source.origin == "config" else ""
 
 
 def _run(main: Callable[[], Awaitable[T]]) -> T:
@@ -148,7 +297,7 @@ def migrate(
         names = LeaseTableNames(table_name, schema, version_table)
         shown_url = safe_url(to_async_url(url))
     except (TypeError, ValueError) as exc:
-        _fail(EX_CONFIG, str(exc))
+        _fail(EX_CONFIG, str(exc) + _from_config_file())
     if fences_only:
         if offline:
             click.echo(fence_table_sql(url, names), nl=False)
@@ -157,6 +306,7 @@ def migrate(
         async def fences() -> str:
             return await create_fence_table(url, names)
 
+        _announce_default()
         click.echo(f"sql_lease fence table {_run(fences)} on {shown_url}")
         return
     if offline:
@@ -164,12 +314,34 @@ def migrate(
         return
     provider = _provider(url, table_name, schema, version_table)
 
-    async def main() -> str | None:
+    async def main() -> tuple[tuple[bool, tuple[str, ...] | None], str | None]:
         async with provider:
-            return await provider.migrate()  # type: ignore[no-any-return]
+            before = await _schema_before(provider)
+            return before, await provider.migrate()
 
-    revision = _run(main)
-    click.echo(f"sql_lease schema at revision {revision} on {shown_url}")
+    (existed, versions), revision = _run(main)
+    table = f"{names.schema}.{names.table}" if names.schema else names.table
+    if not existed:
+        click.echo(f"created {table} at revision {revision} on {shown_url}")
+    elif versions == (revision,):
+        click.echo(f"{table} already at revision {revision} on {shown_url}")
+    else:
+        earlier = ", ".join(versions or ()) or "unknown"
+        click.echo(f"migrated {table} from revision {earlier} to {revision} on {shown_url}")
+
+
+async def _schema_before(provider: Any) -> tuple[bool, tuple[str, ...] | None]:
+    """(does the lease table exist, its recorded revisions) before ``migrate``: what it then did."""
+    from .sql.migrate import migrate_error, read_state
+
+    path = getattr(provider, "database_file", None)
+    if provider.dialect_name == "sqlite" and path is not None and not path.is_file():
+        return False, None  # migrate creates the file (or says why it cannot); a connection here must not
+    try:
+        async with provider.engine.connect() as conn:
+            return await conn.run_sync(read_state, provider.names)  # type: ignore[no-any-return]
+    except Exception as exc:
+        raise migrate_error(exc, provider.engine.url) from exc
 
 
 @cli.command()
@@ -314,7 +486,7 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     default="30s",
     type=DURATION,
     show_default=True,
-    help="Lease TTL, renewed every TTL/3. Durations: 500ms, 30s, 5m, 1h (a bare number is seconds).",
+    help="Lease TTL, renewed every TTL/3. Durations: 500ms, 30s, 5m, 1h, 2d, 1h30m (a bare number is seconds).",
 )
 @click.option("--owner", default=None, help="Owner id (default host:pid:random). One holder per owner id.")
 @click.option(
@@ -354,6 +526,13 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     type=click.IntRange(0, 255),
     help="Exit code when another owner holds the lease (as flock -E).",
 )
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="Print nothing when another owner holds the lease (or --wait times out), as flock -n: "
+    "cron mails what a job prints. Also hushes the note that the local SQLite default is used.",
+)
 @click.pass_context
 def exec_(
     ctx: click.Context,
@@ -370,6 +549,7 @@ def exec_(
     kill_after: float | None,
     allow_kill_after_beyond_ttl: bool,
     conflict_exit_code: int,
+    quiet: bool,
 ) -> None:
     command = tuple(ctx.meta.get("sql_lease.command", ()))
     if not command:
@@ -398,7 +578,9 @@ def exec_(
             "--allow-kill-after-beyond-ttl",
         )
     provider = _provider(url, table_name, schema)
-    options = _ExecOptions(key, owner, claim, ttl, wait, timeout, kill_after, on_exit, command, conflict_exit_code)
+    options = _ExecOptions(
+        key, owner, claim, ttl, wait, timeout, kill_after, on_exit, command, conflict_exit_code, quiet
+    )
     code = _run(lambda: _exec(provider, url, options))
     sys.exit(code)
 
@@ -415,6 +597,7 @@ class _ExecOptions:
     on_exit: str
     command: tuple[str, ...]
     conflict_exit_code: int
+    quiet: bool = False  # a refusal prints nothing
 
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -501,7 +684,8 @@ async def _exec(provider: Any, url: str, opts: _ExecOptions) -> int:
                 await taken.release(provider, opts.key)
                 return signals.exit_code()
             except LeaseNotAcquiredError as exc:
-                click.echo(f"sql-lease: {_printable(exc)}", err=True)
+                if not opts.quiet:
+                    click.echo(f"sql-lease: {_printable(exc)}", err=True)
                 return opts.conflict_exit_code
     except asyncio.CancelledError:  # while the provider opened or closed
         if not signals.take_cancellation():
@@ -514,15 +698,78 @@ async def _exec(provider: Any, url: str, opts: _ExecOptions) -> int:
 async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: _Signals, taken: _Taken) -> int:
     ttl_ms = opts.ttl_s * 1000
     wait = opts.wait
-    if opts.claim:
-        await _acquire_as_new_holder(provider, opts, taken)
-        wait = False  # held by opts.owner now: hold() re-acquires it (semantic 3)
-    taken.add(opts.owner)
-    async with hold(
-        provider, opts.key, opts.owner, ttl_ms, wait=wait, timeout_s=opts.timeout_s, on_lost="flag"
-    ) as lease:
-        signals.acquiring = False
-        return await _run_command(lease, opts, signals)
+    status = _WaitStatus(provider, opts) if opts.wait and not opts.quiet and sys.stderr.isatty() else None
+    try:
+        if opts.claim:
+            await _acquire_as_new_holder(provider, opts, taken)
+            wait = False  # held by opts.owner now: hold() re-acquires it (semantic 3)
+        taken.add(opts.owner)
+        async with hold(
+            provider, opts.key, opts.owner, ttl_ms, wait=wait, timeout_s=opts.timeout_s, on_lost="flag"
+        ) as lease:
+            if status is not None:
+                await status.stop()
+            signals.acquiring = False
+            return await _run_command(lease, opts, signals)
+    finally:
+        if status is not None:
+            await status.stop()
+
+
+class _WaitStatus:
+    """While ``exec --wait`` waits on a terminal: one line on stderr, "waiting for KEY, held by
+    OWNER, expires in 12s", redrawn in place every second from the lease the database reports,
+    and erased when the wait ends."""
+
+    REFRESH_S = 1.0
+
+    def __init__(self, provider: Any, opts: _ExecOptions) -> None:
+        self.provider = provider
+        self.opts = opts
+        self.shown = False
+        self.task: asyncio.Task[None] | None = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            try:  # the waiter reports database failures; the status line only goes quiet
+                lease = await self.provider.get_lease(self.opts.key)
+                if lease is not None and lease.owner != self.opts.owner:
+                    self._draw(
+                        f"waiting for {_printable(self.opts.key)}, held by {_printable(lease.owner)}, "
+                        f"{_expiry_words(lease.remaining_ms)}"
+                    )
+            except Exception:
+                pass
+            await asyncio.sleep(self.REFRESH_S)
+
+    def _draw(self, text: str) -> None:
+        width = shutil.get_terminal_size().columns - 1  # never wrap: a wrapped line cannot be redrawn
+        if width > 0 and len(text) > width:
+            text = text[: max(width - 1, 0)] + "…"
+        sys.stderr.write("\r\x1b[K" + text)
+        sys.stderr.flush()
+        self.shown = True
+
+    async def stop(self) -> None:
+        """Stop redrawing and erase the line (idempotent)."""
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})  # a cancellation of exec itself still propagates
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+def _expiry_words(remaining_ms: float | None) -> str:
+    """``expires in 12s`` (whole seconds, rounded up), ``expires in 4m05s``, or ``expired``."""
+    if remaining_ms is None:
+        return "expiry unknown"
+    if remaining_ms <= 0:
+        return "expired"
+    seconds = remaining_ms / 1000
+    return f"expires in {math.ceil(seconds)}s" if seconds < 60 else f"expires in {_span(seconds)}"
 
 
 async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Taken) -> None:
@@ -848,10 +1095,42 @@ def _exit_status(returncode: int) -> int:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 owner_required = click.option("--owner", required=True, help="Owner id of the lease.")
 ttl_option = click.option(
-    "--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL (500ms, 30s, 5m, 1h)."
+    "--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL (500ms, 30s, 5m, 1h30m, 2d)."
 )
+MAX_DATA_FILE_BYTES = 1 << 20
+"""Most bytes ``--data @FILE`` / ``--data -`` read (the data itself is checked against 4096 bytes)."""
+
+
+def _data_argument(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--data``'s JSON text: as given, read from the file after ``@``, or from stdin for ``-``;
+    a file that cannot be read exits 2 naming it."""
+    if value is None or ctx.resilient_parsing or not (value == "-" or value.startswith("@")):
+        return value
+    if value == "@":
+        _fail(2, "--data @: give a file name after @ (or - for stdin)")
+    where = "stdin" if value == "-" else value[1:]
+    try:
+        if value == "-":
+            raw = sys.stdin.buffer.read(MAX_DATA_FILE_BYTES + 1)
+        else:
+            with open(where, "rb") as f:
+                raw = f.read(MAX_DATA_FILE_BYTES + 1)
+        if len(raw) > MAX_DATA_FILE_BYTES:
+            _fail(2, f"--data {_printable(value)}: more than {MAX_DATA_FILE_BYTES} bytes (lease data is at most 4096)")
+        return raw.decode("utf-8")
+    except OSError as exc:
+        _fail(2, f"--data {_printable(value)}: {_printable(where)} cannot be read: {exc.strerror or exc}")
+    except UnicodeDecodeError:
+        _fail(2, f"--data {_printable(value)}: {_printable(where)} is not UTF-8 text")
+
+
 data_option = click.option(
-    "--data", "data_json", default=None, help="Lease data: a JSON object, e.g. '{\"job\": 42}' (at most 4096 bytes)."
+    "--data",
+    "data_json",
+    default=None,
+    callback=_data_argument,
+    help="Lease data: a JSON object, e.g. '{\"job\": 42}', @FILE to read it from a file, or - for stdin "
+    "(at most 4096 bytes).",
 )
 DATA_CELL_WIDTH = 60
 """Longest data cell in the ``list`` table, in characters (``--json`` and ``show`` print it whole)."""
@@ -1322,13 +1601,17 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
 
     import sqlalchemy as sa
 
-    from .sql.migrate import HEAD_REVISION, read_state
+    from .sql.migrate import HEAD_REVISION, migrate_error, read_state
     from .sql.statements import qualified_name
     from .sql.translate import translate
     from .sql.urls import safe_url
 
-    checks: list[_Check] = []
+    checks: list[_Check] = [_Check("url", None, _describe_source(url))]
     postgres = provider.dialect_name == "postgresql"
+    path = getattr(provider, "database_file", None)
+    if path is not None and path.exists() and not path.is_file():  # said without a connect that must fail
+        checks.append(_Check("database", False, f"the SQLite database {path} is not a file; fix the path in the URL"))
+        return checks, EX_CONFIG
     try:
         async with provider.engine.connect() as conn:
             clock_sql = (
@@ -1378,6 +1661,8 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
         return checks, EX_CONFIG if isinstance(exc, (SchemaMissingError, LeaseConfigError)) else EX_UNAVAILABLE
     except Exception as exc:
         error = translate(exc, "check", provider.safe_url, provider._schema_missing)
+        if not isinstance(error, SchemaMissingError):  # one line, the driver's words, no SQLAlchemy text
+            error = migrate_error(exc, provider.engine.url, "checking")
         checks.append(_Check("database", False, str(error)))
         return checks, EX_CONFIG if isinstance(error, (SchemaMissingError, LeaseConfigError)) else EX_UNAVAILABLE
     return checks, 0 if all(check.ok is not False for check in checks) else EX_CONFIG
@@ -1450,7 +1735,8 @@ def _sqlite_access(provider: Any) -> _Check:
 def check(url: str, table_name: str, schema: str | None, version_table: str | None, as_json: bool) -> None:
     """Check the database answers, the schema is at head, and the role may use the lease table.
 
-    Also prints the offset between this machine's clock and the database's (informational: expiry
+    First prints where the URL came from (--url, $SQL_LEASE_URL, a config file, or the local
+    SQLite default). Also prints the offset between this machine's clock and the database's (informational: expiry
     is decided by the database's clock alone). Exit 0 all good, 78 a missing or old schema or a
     missing privilege (the message names the fix), 69 the database does not answer.
     """

@@ -322,3 +322,166 @@ def test_exec_wait_then_run_longer_than_the_ttl(tmp_path: Path) -> None:
     second = run_cli(["exec", "w2", "--wait", "--ttl", "1s", "--", "sleep", "1.5"], tmp_path)
     first.communicate(timeout=20)
     assert second.returncode == 0, second.stderr
+
+
+# -- migrate: configuration errors exit 78, and it says what it did (issue 21, item 3) ---------------
+
+
+def _one_clean_line(stderr: str, *secrets: str) -> None:
+    assert stderr.count("\n") == 1 and stderr.startswith("sql-lease: "), stderr
+    assert "Traceback" not in stderr and "sqlalche.me" not in stderr, stderr
+    for secret in secrets:
+        assert secret not in stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("extra", [[], ["--fences-only"]])
+def test_migrate_refused_database_or_role_exits_78(pg_url: str, extra: list[str], tmp_path: Path) -> None:
+    from sqlalchemy.engine import make_url
+
+    base = make_url(pg_url)
+    no_db = base.set(database="sql_lease_no_such_db").render_as_string(hide_password=False)
+    no_role = base.set(username="sql_lease_no_role", password="hunter2").render_as_string(hide_password=False)
+    for url, words in ((no_db, "database does not exist"), (no_role, 'role "sql_lease_no_role" does not exist')):
+        done = run_cli(["migrate", *extra, "--url", url], tmp_path)
+        assert done.returncode == 78, done.stderr
+        assert words in done.stderr
+        _one_clean_line(done.stderr, "hunter2")
+
+
+@pytest.mark.parametrize("extra", [[], ["--fences-only"]])
+def test_migrate_of_an_unopenable_sqlite_file_exits_78(extra: list[str], tmp_path: Path) -> None:
+    (tmp_path / "dir.db").mkdir()
+    done = run_cli(["migrate", *extra, "--url", f"sqlite:///{tmp_path}/dir.db"], tmp_path)
+    assert done.returncode == 78, done.stderr
+    assert "is not a file" in done.stderr and "dir.db" in done.stderr
+    _one_clean_line(done.stderr)
+
+
+def test_migrate_says_what_it_did(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/said.db"
+    created = run_cli(["migrate", "--url", url], tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("created sql_leases at revision 0003 on "), created.stdout
+    again = run_cli(["migrate", "--url", url], tmp_path)
+    assert again.stdout.startswith("sql_leases already at revision 0003 on "), again.stdout
+    old = f"sqlite:///{tmp_path}/old.db"
+    alembic = str(Path(sys.executable).with_name("alembic"))
+    repo = Path(__file__).resolve().parent.parent
+    stepped = subprocess.run([alembic, "-x", f"url={old}", "upgrade", "0002"], cwd=repo, capture_output=True, text=True)
+    assert stepped.returncode == 0, stepped.stderr
+    upgraded = run_cli(["migrate", "--url", old, "--table", "sql_leases"], tmp_path)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert upgraded.stdout.startswith("migrated sql_leases from revision 0002 to 0003 on "), upgraded.stdout
+
+
+# -- issue 21, item 9: compound durations, --data from a file or stdin ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1h30m", 5400.0),
+        ("2d", 172_800.0),
+        ("1m30s", 90.0),
+        ("1d12h", 129_600.0),
+        ("1.5h", 5400.0),
+        ("2m500ms", 120.5),
+        ("30", 30.0),
+        (" 5m ", 300.0),
+        ("1h 30m", 5400.0),
+        ("500ms", 0.5),
+    ],
+)
+def test_durations_accept_units_in_sequence_and_days(text: str, seconds: float) -> None:
+    from sql_lease.cli import DURATION
+
+    assert DURATION.convert(text, None, None) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["1x", "h", "1h30", "30m1h2", "", "1hh", "-1h", "1 d x"])
+def test_bad_durations_are_refused(text: str) -> None:
+    import click
+
+    from sql_lease.cli import DURATION
+
+    with pytest.raises(click.BadParameter):
+        DURATION.convert(text, None, None)
+
+
+def test_compound_durations_on_the_command_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/d.db"
+    done = run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30m", "--json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    remaining = json.loads(done.stdout)["remaining_ms"]
+    assert 5390_000 < remaining <= 5400_000
+    assert run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "2d"], tmp_path).returncode == 0
+    bad = run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30"], tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("sql-lease: --ttl: '1h30' is not a duration") and bad.stderr.count("\n") == 1
+
+
+def test_data_from_a_file_or_stdin(tmp_path: Path) -> None:
+    import json
+
+    url = f"sqlite:///{tmp_path}/data.db"
+    (tmp_path / "job.json").write_text('{"job": 42, "from": "file"}')
+    done = run_cli(["acquire", "a", "--url", url, "--owner", "o", "--data", f"@{tmp_path}/job.json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = run_cli(["show", "a", "--url", url, "--json"], tmp_path)
+    assert json.loads(shown.stdout)["data"] == {"job": 42, "from": "file"}
+    piped = run_cli(["acquire", "b", "--url", url, "--owner", "o", "--data", "-"], tmp_path, input='{"from": "stdin"}')
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(run_cli(["show", "b", "--url", url, "--json"], tmp_path).stdout)["data"] == {"from": "stdin"}
+    moved = run_cli(
+        ["transfer", "b", "--url", url, "--from", "o", "--to", "p", "--data", f"@{tmp_path}/job.json"], tmp_path
+    )
+    assert moved.returncode == 0, moved.stderr
+    assert json.loads(run_cli(["show", "b", "--url", url, "--json"], tmp_path).stdout)["data"]["from"] == "file"
+    # bad input: a missing file, a directory, bad JSON in the file, too much data: exit 2, one line
+    (tmp_path / "bad.json").write_text("{nope")
+    (tmp_path / "big.json").write_text(json.dumps({"x": "y" * 10_000}))
+    for arg, words in (
+        (f"@{tmp_path}/missing.json", "missing.json"),
+        (f"@{tmp_path}", "cannot be read"),
+        (f"@{tmp_path}/bad.json", "not valid JSON"),
+        (f"@{tmp_path}/big.json", "4096"),
+        ("@", "a file name after @"),
+    ):
+        refused = run_cli(["acquire", "c", "--url", url, "--owner", "o", "--data", arg], tmp_path)
+        assert refused.returncode == 2, (arg, refused.stderr)
+        assert words in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_check_of_an_unopenable_sqlite_file_is_one_clean_line(tmp_path: Path) -> None:
+    (tmp_path / "dir.db").mkdir()
+    done = run_cli(["check", "--url", f"sqlite:///{tmp_path}/dir.db"], tmp_path)
+    assert done.returncode == 78, done.stdout + done.stderr
+    assert "sqlalche.me" not in done.stdout and "\\n" not in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.postgres
+def test_check_of_a_refused_database_or_role_exits_78_without_sqlalchemy_text(pg_url: str, tmp_path: Path) -> None:
+    from sqlalchemy.engine import make_url
+
+    base = make_url(pg_url)
+    for url in (
+        base.set(database="sql_lease_no_such_db").render_as_string(hide_password=False),
+        base.set(username="sql_lease_no_role", password="hunter2").render_as_string(hide_password=False),
+    ):
+        done = run_cli(["check", "--url", url], tmp_path)
+        assert done.returncode == 78, done.stdout + done.stderr
+        assert "does not exist" in done.stdout
+        assert "sqlalche.me" not in done.stdout and "\\n" not in done.stdout and "hunter2" not in done.stdout
+
+
+def test_a_bad_url_in_a_config_file_names_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('url = "nonsense"\n')
+    env = dict(os.environ, SQL_LEASE_CONFIG=str(config))
+    env.pop("SQL_LEASE_URL", None)
+    for args in (["list"], ["migrate"]):
+        done = run_cli(args, tmp_path, env=env)
+        assert done.returncode == 78 and str(config) in done.stderr and done.stderr.count("\n") == 1, done.stderr

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import select
 import signal
 import subprocess
@@ -446,3 +447,112 @@ def test_a_second_exec_with_the_same_owner_is_refused(tmp_path: Path) -> None:
         if first.poll() is None:
             first.kill()
             first.communicate()
+
+
+# Issue 21 item 4: --quiet, as flock -n: a refused run prints nothing -----------------------------------
+
+
+def test_quiet_refusal_prints_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/quiet.db"
+    held = run_cli(["acquire", "nightly", "--url", url, "--owner", "other-host", "--ttl", "5m"], tmp_path)
+    assert held.returncode == 0, held.stderr
+    ran = tmp_path / "ran"
+    for extra, code in (
+        (["--quiet"], 75),
+        (["-q"], 75),
+        (["-q", "--conflict-exit-code", "0"], 0),
+        (["-q", "--wait", "--timeout", "200ms"], 75),
+        (["-q", "--owner", "other-host"], 75),  # the same owner id: refused as a second run
+    ):
+        done = run_cli(["exec", "nightly", "--url", url, *extra, "--", "touch", str(ran)], tmp_path)
+        assert (done.returncode, done.stdout, done.stderr) == (code, "", ""), extra
+    assert not ran.exists()
+    loud = run_cli(["exec", "nightly", "--url", url, "--", "touch", str(ran)], tmp_path)
+    assert loud.returncode == 75 and "held by 'other-host'" in loud.stderr
+    # --quiet hushes refusals only: the command's own output and failures still show
+    script = "echo out; echo err >&2; exit 3"
+    free = run_cli(["exec", "free-key", "--url", url, "-q", "--", "sh", "-c", script], tmp_path)
+    assert (free.returncode, free.stdout, free.stderr) == (3, "out\n", "err\n")
+    bad = run_cli(["exec", "k", "-q", "--url", f"sqlite:///{tmp_path}/no-such-dir/x.db", "--", "true"], tmp_path)
+    assert bad.returncode == 78 and bad.stderr.startswith("sql-lease: ")
+
+
+# Issue 21 item 9: while exec --wait waits on a terminal, one status line --------------------------------
+
+
+def screen(output: bytes) -> list[str]:
+    """The lines a terminal shows for ``output``: a carriage return moves to the line's start,
+    ESC[K erases from the cursor to its end, a newline starts the next line."""
+    lines, line, col = [], "", 0
+    text = output.decode("utf-8", "replace")
+    i = 0
+    while i < len(text):
+        if text.startswith("\x1b[K", i):
+            line, i = line[:col], i + 3
+            continue
+        ch = text[i]
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            lines.append(line)
+            line, col = "", 0
+        else:
+            line = line[:col] + ch + line[col + 1 :]
+            col += 1
+        i += 1
+    return [*lines, line] if line else lines
+
+
+def test_waiting_on_a_terminal_shows_one_status_line_that_disappears(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/wait.db"
+    held = run_cli(["acquire", "report", "--url", url, "--owner", "other-host", "--ttl", "1m"], tmp_path)
+    assert held.returncode == 0, held.stderr
+    master, slave = os.openpty()
+    try:
+        proc = subprocess.Popen(
+            [*CLI, "exec", "report", "--url", url, "--wait", "--", "echo", "ran"],
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=slave,
+            stderr=slave,
+        )
+    finally:
+        os.close(slave)
+    output, released = b"", False
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError as exc:  # EIO: the process closed the terminal
+                    if exc.errno != errno.EIO:
+                        raise
+                    chunk = b""
+                if not chunk:
+                    break
+                output += chunk
+            elif proc.poll() is not None:
+                break
+            if not released and output.count(b"waiting for report") >= 2:  # shown, then updated in place
+                release = run_cli(["release", "report", "--url", url, "--owner", "other-host"], tmp_path)
+                assert release.returncode == 0, release.stderr
+                released = True
+        assert proc.wait(timeout=10) == 0, output
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert released, output
+    assert re.search(rb"waiting for report, held by other-host, expires in \d+s", output), output
+    assert b"\n" not in output[: output.rfind(b"waiting for")]  # updated in place, on one line
+    assert screen(output) == ["ran"], (screen(output), output)
+
+
+def test_waiting_without_a_terminal_prints_no_status_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/wait.db"
+    assert run_cli(["acquire", "k", "--url", url, "--owner", "other", "--ttl", "1m"], tmp_path).returncode == 0
+    done = run_cli(["exec", "k", "--url", url, "--wait", "--timeout", "1500ms", "--", "true"], tmp_path)
+    assert done.returncode == 75 and "waiting for" not in done.stderr and done.stderr.count("\n") == 1

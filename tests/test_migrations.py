@@ -240,3 +240,109 @@ async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path
         await asyncio.sleep(0.2)
         assert not migrate._PROCESS_LOCK.locked()
         assert await asyncio.wait_for(provider.migrate(), 10) == "0003"
+
+
+# -- configuration errors are configuration errors, on both faces (issue 21, item 3) -------------------
+
+
+def _with(pg_url: str, **parts: Any) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(pg_url).set(**parts).render_as_string(hide_password=False)
+
+
+async def _migrate_both_faces(url: str) -> list[BaseException]:
+    """The error each face's ``migrate()`` raises for ``url``."""
+    from sql_lease import SyncSqlLeaseProvider
+
+    errors: list[BaseException] = []
+    async with SqlLeaseProvider(url) as provider:
+        with pytest.raises(Exception) as raised:
+            await provider.migrate()
+        errors.append(raised.value)
+
+    def sync() -> None:
+        with SyncSqlLeaseProvider(url) as provider, pytest.raises(Exception) as raised:
+            provider.migrate()
+        errors.append(raised.value)
+
+    await asyncio.to_thread(sync)
+    return errors
+
+
+def _assert_config_error(error: BaseException, *words: str, secret: str | None = None, cause: bool = True) -> None:
+    from sql_lease import LeaseConfigError
+
+    message = str(error)
+    assert isinstance(error, LeaseConfigError), repr(error)
+    assert not cause or error.__cause__ is not None
+    assert "\n" not in message and "sqlalche.me" not in message and "Background on this error" not in message
+    for word in words:
+        assert word in message, message
+    if secret is not None:
+        assert secret not in message
+
+
+@pytest.mark.postgres
+async def test_migrate_of_a_missing_database_is_a_configuration_error(pg_url: str) -> None:
+    for error in await _migrate_both_faces(_with(pg_url, database="sql_lease_no_such_db")):
+        _assert_config_error(error, "sql_lease_no_such_db", "does not exist")
+
+
+@pytest.mark.postgres
+async def test_migrate_as_an_unknown_role_is_a_configuration_error(pg_url: str) -> None:
+    url = _with(pg_url, username="sql_lease_no_such_role", password="hunter2")
+    for error in await _migrate_both_faces(url):
+        _assert_config_error(error, "sql_lease_no_such_role", secret="hunter2")
+
+
+@pytest.fixture(scope="module")
+def password_cluster() -> Any:
+    """A throwaway cluster that checks passwords on 127.0.0.1 (the shared one trusts loopback),
+    with a role ``lease_user`` whose password is ``right-password``. Yields the cluster's URL."""
+    import tempfile
+
+    from tests.support.pgserver import throwaway_postgres
+
+    hba_dir = tempfile.mkdtemp(prefix="sql_lease_hba_")
+    os.chmod(hba_dir, 0o755)
+    hba = Path(hba_dir) / "pg_hba.conf"
+    hba.write_text(
+        "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+    )
+    hba.chmod(0o644)
+    with throwaway_postgres(hba_file=str(hba), log_min_messages="fatal") as (url, _executor):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE ROLE lease_user LOGIN PASSWORD 'right-password'")
+        yield url
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+async def test_migrate_with_a_wrong_password_is_a_configuration_error(password_cluster: str) -> None:
+    wrong = _with(password_cluster, username="lease_user", password="wrong-password")
+    for error in await _migrate_both_faces(wrong):
+        _assert_config_error(error, "password", "lease_user", secret="wrong-password")
+    # the right password gets past authentication (to a missing privilege, another configuration error)
+    right = _with(password_cluster, username="lease_user", password="right-password")
+    for error in await _migrate_both_faces(right):
+        assert "password authentication failed" not in str(error)
+
+
+async def test_migrate_of_an_unopenable_sqlite_file_is_a_configuration_error(tmp_path: Path) -> None:
+    (tmp_path / "a-directory.db").mkdir()
+    for error in await _migrate_both_faces(f"sqlite:///{tmp_path}/a-directory.db"):
+        _assert_config_error(error, "a-directory.db", "not a file", cause=False)
+
+
+def test_sqlite_that_cannot_open_its_file_is_a_configuration_error() -> None:
+    import sqlite3
+
+    from sql_lease.sql.migrate import migrate_error
+
+    error = migrate_error(sqlite3.OperationalError("unable to open database file"), "sqlite:////srv/x.db")
+    _assert_config_error(error, "/srv/x.db", "cannot be opened", cause=False)
+    other = migrate_error(sqlite3.OperationalError("disk I/O error"), "sqlite:////srv/x.db")
+    assert type(other).__name__ == "LeaseBackendError" and "disk I/O error" in str(other)

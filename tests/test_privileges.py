@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from sql_lease import LeaseBackendError, LeaseNotAcquiredError, SqlLeaseProvider, acquire_lease_wait
+from sql_lease import LeaseBackendError, LeaseConfigError, LeaseNotAcquiredError, SqlLeaseProvider, acquire_lease_wait
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,7 +99,7 @@ async def test_the_application_role_cannot_migrate(app_role: tuple[str, str, str
     url, schema, empty = app_role
     for target in (empty, schema):
         async with SqlLeaseProvider(url, schema=target, operation_timeout_s=10) as leases:
-            with pytest.raises(LeaseBackendError, match="permission denied") as info:
+            with pytest.raises(LeaseConfigError, match="permission denied") as info:
                 await leases.migrate()
             assert info.value.__cause__ is not None
     import asyncpg

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import io
 import itertools
+import os
+import re
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -23,9 +25,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..errors import LeaseError
+from ..errors import LeaseBackendError, LeaseConfigError, LeaseError
 from .schema import DEFAULT_VERSION_TABLE, LeaseTableNames
-from .urls import sqlite_file
+from .urls import MASK, sqlite_file
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -35,6 +37,7 @@ __all__ = [
     "alembic_config",
     "create_fence_table",
     "fence_table_sql",
+    "migrate_error",
     "migrations_dir",
     "offline_sql",
     "read_state",
@@ -83,6 +86,15 @@ async def upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | N
     (the whole upgrade is one transaction; no lock file). A missing SQLite database file is
     created here, and only here (its directory must exist).
     """
+    try:
+        return await _upgrade_engine(engine, names)
+    except LeaseError:
+        raise
+    except Exception as exc:
+        raise migrate_error(exc, engine.url) from exc
+
+
+async def _upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | None:
     head = HEAD_REVISION
     if engine.dialect.name == "sqlite":
         await asyncio.to_thread(_create_sqlite_file, engine.url)
@@ -100,6 +112,15 @@ def upgrade_sync_engine(engine: Engine, names: LeaseTableNames) -> str | None:
     the revision now in place. Serialised as there: this process's lock, then the advisory lock."""
     if engine.dialect.name == "sqlite":
         raise ValueError("upgrade_sync_engine is for PostgreSQL; SQLite databases are upgraded by upgrade_engine")
+    try:
+        return _upgrade_sync_engine(engine, names)
+    except LeaseError:
+        raise
+    except Exception as exc:
+        raise migrate_error(exc, engine.url) from exc
+
+
+def _upgrade_sync_engine(engine: Engine, names: LeaseTableNames) -> str | None:
     with engine.connect() as conn:
         table_exists, versions = read_state(conn, names)
         conn.rollback()
@@ -111,12 +132,85 @@ def upgrade_sync_engine(engine: Engine, names: LeaseTableNames) -> str | None:
         return revision
 
 
+# Errors no retry can fix: the URL names a database, role or password the server refuses, the role
+# may not create the schema, or SQLite cannot open the file. SQLSTATE class 28 is authorization.
+_CONFIG_STATES = {
+    "3D000": "the database does not exist: create it or fix the database name in the URL",
+    "42501": "the role lacks a privilege that migrate needs (CREATE on the database or schema)",
+    "42704": "the role does not exist: create it or fix the user name in the URL",
+}
+_AUTHORIZATION = "the server refused the role or its password: check the user and password of the URL"
+# psycopg reports a refused connection without its SQLSTATE (libpq keeps only the text): the
+# server's words then decide, as they read with lc_messages in English.
+_REFUSED_CONNECTION = (
+    (re.compile(r'FATAL:\s+database ".*" does not exist'), "3D000"),
+    (re.compile(r'FATAL:\s+role ".*" does not exist'), "28000"),
+    (re.compile(r"FATAL:\s+(password|[\w-]+) authentication failed"), "28P01"),
+    (re.compile(r"FATAL:\s+no pg_hba\.conf entry"), "28000"),
+    (re.compile(r"FATAL:\s+permission denied for database"), "42501"),
+)
+_SQLITE_CONFIG = {
+    "unable to open database file": "the SQLite database file cannot be opened: check its path and permissions",
+    "readonly database": "the SQLite database is read-only to this user: check its permissions",
+}
+
+
+def _driver_message(exc: BaseException, password: str | None) -> str:
+    """The driver's own words for ``exc`` on one line: without SQLAlchemy's wrapper (its
+    documentation link, its statement) and with the URL's password masked."""
+    orig = getattr(exc, "orig", None)
+    inner: BaseException = orig if isinstance(orig, BaseException) else exc
+    message = " ".join(str(inner).split()) or type(inner).__name__
+    if password:
+        message = message.replace(password, MASK)
+    return message
+
+
+def migrate_error(exc: BaseException, url: URL | str, what: str = "migrating") -> LeaseError:
+    """The library's error for a driver error raised while ``what`` (``migrating``) the database
+    at ``url``: ``LeaseConfigError`` for a missing database or role, a refused password, a missing
+    privilege or an SQLite file that cannot be opened; else ``LeaseBackendError``. One line, the
+    URL and the driver's text with the password masked; the original goes on ``__cause__``."""
+    from .translate import sqlstate
+    from .urls import safe_url
+
+    url = sa.engine.make_url(url) if isinstance(url, str) else url
+    where = safe_url(url)
+    message = _driver_message(exc, url.password if isinstance(url.password, str) else None)
+    state = sqlstate(exc)
+    if state is None:
+        state = next((code for pattern, code in _REFUSED_CONNECTION if pattern.search(message)), None)
+    hint = _CONFIG_STATES.get(state or "") or (_AUTHORIZATION if state and state.startswith("28") else None)
+    if hint is None and _sqlite_error(exc) is not None:
+        hint = next((h for text, h in _SQLITE_CONFIG.items() if text in str(_sqlite_error(exc))), None)
+    if hint is not None:
+        return LeaseConfigError(f"{what} {where}: {hint} ({message})")
+    inner = getattr(exc, "orig", None) or exc
+    return LeaseBackendError(f"{what} {where} failed: {type(inner).__name__}: {message}")
+
+
+def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None or isinstance(seen, sqlite3.Error):
+            return seen
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
+
+
 def _create_sqlite_file(url: URL) -> None:
     path = sqlite_file(url)
-    if path is None or path.exists():
+    if path is not None and path.exists():
+        # checked here, not by a failing connect: aiosqlite's thread outlives a failed connect
+        if not path.is_file():
+            raise LeaseConfigError(f"the SQLite database {path} is not a file; fix the path in the URL")
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise LeaseConfigError(f"the SQLite database {path} is not readable and writable by this user")
+        return
+    if path is None:
         return
     if not path.parent.is_dir():
-        raise LeaseError(f"the directory {path.parent} of the SQLite database does not exist; create it first")
+        raise LeaseConfigError(f"the directory {path.parent} of the SQLite database does not exist; create it first")
     sqlite3.connect("file:" + quote(str(path), safe="/") + "?mode=rwc", uri=True).close()
 
 
@@ -270,8 +364,7 @@ async def create_fence_table(url: str | URL, names: LeaseTableNames) -> str:
     from sqlalchemy.ext.asyncio import create_async_engine
     from sqlalchemy.pool import NullPool
 
-    from ..errors import LeaseBackendError
-    from .urls import safe_url, to_async_url
+    from .urls import to_async_url
 
     engine = create_async_engine(to_async_url(url), poolclass=NullPool)
     try:
@@ -285,9 +378,7 @@ async def create_fence_table(url: str | URL, names: LeaseTableNames) -> str:
     except LeaseError:
         raise
     except Exception as exc:
-        raise LeaseBackendError(
-            f"creating the fence table in {safe_url(engine.url)} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise migrate_error(exc, engine.url, "creating the fence table in") from exc
     finally:
         await engine.dispose()
     return f"{names.schema}.{names.fence_table}" if names.schema else names.fence_table
