@@ -881,6 +881,12 @@ class HoldRules:
             self.transferred_to = next_owner
         return moved
 
+    def _transfer_failed(self, next_owner: str, exc: BaseException) -> None:
+        """A transfer raised: a database failure leaves its outcome unknown (``next_owner`` may
+        hold the lease), so the lease is lost to this holder (declared now)."""
+        if isinstance(exc, LeaseBackendError) and not self.lost.is_set():
+            self._declare_lost(f"the transfer to {next_owner!r} failed, its outcome unknown: {exc}")
+
     def _transfer_unanswered(self, next_owner: str) -> LeaseBackendError:
         """A transfer had no answer by the deadline: ``next_owner`` may hold the lease, so it is
         lost to this holder (declared now); the error to raise."""
@@ -1255,6 +1261,8 @@ class HeldLease(HoldRules):
                 transfer.cancel()
                 transfer.add_done_callback(_consume_result)
                 raise self._transfer_unanswered(next_owner)
+            if not transfer.cancelled() and (exc := transfer.exception()) is not None:
+                self._transfer_failed(next_owner, exc)
             moved = self._transferred(bool(transfer.result()), next_owner)
         if self.transferred_to is not None:
             await self._stop_renewer()
