@@ -76,7 +76,7 @@ def leased(
             when decorating, passed to the provider only when given.
 
     If the function has a parameter named ``lease``, it receives the held lease
-    (``SyncHeldLease``/``HeldLease``: ``fence``, ``lost``, ``check()`` for threads, ``transfer_to``);
+    (``SyncHeldLease``/``HeldLease``: ``fence``, ``lost``, ``valid``, ``check()``, ``transfer_to``);
     a parameter named ``fence`` receives the fencing token (an ``int``). Callers do not pass them.
     A lease lost during the call raises ``LeaseLostError`` (an async body is cancelled; a plain
     one finds out from ``lease.check()`` or when it returns).

@@ -967,6 +967,13 @@ class HeldLease(HoldRules):
     without ``renew_lease_info``, the acquire's answer advanced by the time elapsed since), ``lost``
     (an ``asyncio.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to`` and
     ``data`` (the lease data given to :func:`hold`, or None).
+
+    ``check()`` raises ``LeaseLostError`` and ``valid`` is False once the local deadline (the last
+    confirmed expiry less 10% of the TTL, by the loop's clock) has passed, judged when called: ask
+    right before a side effect, even after the loop was blocked. A loop timer at that deadline
+    sets ``lost`` as soon as the loop runs again, before the task wake-ups of the same turn. A
+    loss the body itself finds (``check()``, ``valid``, ``transfer_to``) does not cancel it: it
+    acts on the answer, and with ``on_lost="cancel"`` leaving the block raises ``LeaseLostError``.
     """
 
     def __init__(
@@ -1300,7 +1307,8 @@ def hold(
     Raises ``LeaseNotAcquiredError`` (naming the holder) when the key is held by another owner,
     ``LeaseBackendError`` when the database fails at acquire. A renewal that raises is retried with
     backoff; the lease is declared lost only when no renewal succeeded before the last known expiry
-    minus a safety margin (10% of the TTL), or a renewal returns False. On exit (normal, exception
+    minus a safety margin (10% of the TTL), or a renewal returns False; ``lease.check()`` and
+    ``lease.valid`` judge that deadline by the loop's clock when called. On exit (normal, exception
     or cancellation) the lease is released, shielded from cancellation, unless it was transferred.
     """
     return HeldLease(
