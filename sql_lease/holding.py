@@ -840,7 +840,10 @@ class HoldRules:
     def _expired_reason(self, late_note: str) -> str:
         """Why a lease whose deadline passed is lost: how late its renewer or judge ran (a
         ``_late`` note), else the last renewal's error."""
-        cause = late_note.strip(" ()") if late_note else f"last error: {self._last_error or 'none'}"
+        if late_note:
+            cause = late_note.strip(" ()")
+        else:
+            cause = f"last error: {self._last_error}" if self._last_error else "no renewal answered in time"
         return f"{EXPIRED} ({cause})"
 
     def check(self) -> None:
