@@ -67,11 +67,16 @@ def leased(
             ``LeaseNotAcquiredError``; ``"raise"`` raises ``LeaseNotAcquiredError`` at once.
         timeout_s: with ``"wait"``, the longest wait in seconds.
         owner: the owner id of every call; default: a fresh unique id per call (``host:pid:random``).
+            Calls with a fixed owner still never run at once: an acquire by the current owner
+            succeeds, so each call takes the key under a fresh id (refused, or waiting, while
+            anyone holds it, that owner included), then transfers it to ``owner`` (atomic: the key
+            is never free in between; the fence grows), as ``sql-lease exec --owner`` does. That
+            costs two statements more per call.
         data: lease data stored with every call's lease (a ``dict``, see ``LeaseProvider``); checked
             when decorating, passed to the provider only when given.
 
     If the function has a parameter named ``lease``, it receives the held lease
-    (``SyncHeldLease``/``HeldLease``: ``fence``, ``lost``, ``check()`` for threads, ``transfer_to``);
+    (``SyncHeldLease``/``HeldLease``: ``fence``, ``lost``, ``valid``, ``check()``, ``transfer_to``);
     a parameter named ``fence`` receives the fencing token (an ``int``). Callers do not pass them.
     A lease lost during the call raises ``LeaseLostError`` (an async body is cancelled; a plain
     one finds out from ``lease.check()`` or when it returns).
@@ -96,6 +101,8 @@ def leased(
     }
     if data is not None:
         options["data"] = data
+    # The hold under the fixed owner, once the key is ours: nothing to wait for.
+    handed_on = {**options, "wait": False, "timeout_s": None}
 
     def key_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         return key if isinstance(key, str) else key(*args, **kwargs)
@@ -137,9 +144,16 @@ def leased(
                 lease_key = key_for(args, kwargs)
                 async with contextlib.AsyncExitStack() as stack:
                     try:
+                        # A fresh id: exclusive even against a call of the fixed owner.
                         lease = await stack.enter_async_context(
-                            async_hold(provider, lease_key, owner, ttl_ms, **options)
+                            async_hold(provider, lease_key, None, ttl_ms, **options)
                         )
+                        if owner is not None:
+                            if not await lease.transfer_to(owner, ttl_ms, data=data):
+                                raise LeaseNotAcquiredError(lease_key, None)  # expired meanwhile: TTL too short
+                            lease = await stack.enter_async_context(
+                                async_hold(provider, lease_key, owner, ttl_ms, **handed_on)
+                            )
                     except LeaseNotAcquiredError as exc:
                         if on_conflict != "skip":
                             raise
@@ -161,7 +175,12 @@ def leased(
                 lease_key = key_for(args, kwargs)
                 with contextlib.ExitStack() as stack:
                     try:
-                        lease = stack.enter_context(sync_hold(provider, lease_key, owner, ttl_ms, **options))
+                        # A fresh id: exclusive even against a call of the fixed owner.
+                        lease = stack.enter_context(sync_hold(provider, lease_key, None, ttl_ms, **options))
+                        if owner is not None:
+                            if not lease.transfer_to(owner, ttl_ms, data=data):
+                                raise LeaseNotAcquiredError(lease_key, None)  # expired meanwhile: TTL too short
+                            lease = stack.enter_context(sync_hold(provider, lease_key, owner, ttl_ms, **handed_on))
                     except LeaseNotAcquiredError as exc:
                         if on_conflict != "skip":
                             raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import random
@@ -474,7 +475,7 @@ class _BatchedRenewal:
     def __init__(self, batcher: _RenewalBatcher, lease: HeldLease, course: RenewalCourse, due: float) -> None:
         self.batcher, self.lease, self.course, self.due = batcher, lease, course, due
         self.holder = (lease.key, lease.owner)
-        self.deadline = lease._valid_until - lease._margin_s
+        self.deadline = lease._deadline
         self.sent: float | None = None
         self.done = False
 
@@ -521,7 +522,8 @@ class _RenewalBatcher:
             self._task = self._spawn(self._run(), "sql_lease renewal batcher")
 
     def _spawn(self, coro: Any, name: str | None = None) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
+        # In an empty context: renewals are no request's work (spans, context variables).
+        task = asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
@@ -645,7 +647,7 @@ class _RenewalBatcher:
 
     def _judge(self, renewal: _BatchedRenewal, answer: Any) -> None:
         lease, course = renewal.lease, renewal.course
-        if lease.transferred_to is not None:
+        if lease.transferred_to is not None or lease.lost.is_set():
             renewal.done = True
             return
         now = asyncio.get_running_loop().time()
@@ -666,7 +668,7 @@ class _RenewalBatcher:
         if next_at is None:
             renewal.done = True
             return
-        renewal.due, renewal.deadline, renewal.sent = next_at, lease._valid_until - lease._margin_s, None
+        renewal.due, renewal.deadline, renewal.sent = next_at, lease._deadline, None
         self._schedule(renewal)
 
 
@@ -719,12 +721,20 @@ class RenewalCourse:
         self.lease = lease
         self.interval = interval
         self.backoff = min(0.05, interval)
-        self.last_error: str | None = None
+        lease._last_error = None
+
+    @property
+    def last_error(self) -> str | None:
+        """The last failed renewal's error (kept on the lease, for its clock judge too)."""
+        return self.lease._last_error  # type: ignore[no-any-return]
+
+    @last_error.setter
+    def last_error(self, error: str | None) -> None:
+        self.lease._last_error = error
 
     def lose_too_late(self, late: str) -> None:
         """The renewal's turn came at or after the deadline: the loss, with why."""
-        cause = late.strip(" ()") if late else f"last error: {self.last_error or 'none'}"
-        self.lease._declare_lost(f"no renewal succeeded before the lease expired ({cause})")
+        self.lease._declare_lost(self.lease._expired_reason(late))
 
     def no_answer(self) -> None:
         self.last_error = self.last_error or "the database did not answer in time"
@@ -777,7 +787,182 @@ class RenewalCourse:
         return sent + self.interval
 
 
-class HeldLease:
+EXPIRED = "no renewal succeeded before the lease expired"
+
+
+class HoldRules:
+    """The rules both faces of ``hold()`` (:class:`HeldLease`, asyncio; ``SyncHeldLease``,
+    threads) judge a lease by, in one place. Times are the face's monotonic clock (``_clock``), in
+    seconds. The lease is surely ours up to ``_valid_until`` (when the last successful acquire or
+    renewal was sent, plus the TTL); its loss is declared at the *deadline*, ``LOSS_MARGIN`` of
+    the TTL before that, by the clock alone: whether a renewal or transfer statement has returned
+    does not matter."""
+
+    key: str
+    owner: str
+    ttl_ms: float
+    fence: int | None
+    lost: Any
+    lost_reason: str | None
+    transferred_to: str | None
+    _valid_until: float
+    _last_error: str | None = None  # the last failed renewal's error, until one succeeds
+    stall_cause = "the event loop was blocked"
+    """What delays a renewal by more than scheduling jitter on this face."""
+
+    def _clock(self) -> float:
+        raise NotImplementedError
+
+    def _declare_lost(self, reason: str) -> None:
+        raise NotImplementedError
+
+    @property
+    def _margin_s(self) -> float:
+        """Loss is declared this long before the last known expiry, so the body stops in time."""
+        return self.ttl_ms / 1000 * LOSS_MARGIN
+
+    @property
+    def _deadline(self) -> float:
+        """When (``_clock()``) the loss is declared unless a renewal succeeds first."""
+        return self._valid_until - self._margin_s
+
+    def _past_deadline(self, late_note: str = "") -> bool:
+        """Declare the loss if the deadline has passed by the clock now; True once lost."""
+        if (
+            not self.lost.is_set()
+            and self.transferred_to is None
+            and self.fence is not None
+            and self._clock() >= self._deadline
+        ):
+            self._declare_lost(self._expired_reason(late_note))
+        return bool(self.lost.is_set())
+
+    def _expired_reason(self, late_note: str) -> str:
+        """Why a lease whose deadline passed is lost: how late its renewer or judge ran (a
+        ``_late`` note), else the last renewal's error."""
+        if late_note:
+            cause = late_note.strip(" ()")
+        else:
+            cause = f"last error: {self._last_error}" if self._last_error else "no renewal answered in time"
+        return f"{EXPIRED} ({cause})"
+
+    def check(self) -> None:
+        """Raise ``LeaseLostError`` if the lease is lost: a renewal was refused, or the local
+        deadline (the last known expiry less 10% of the TTL, by this process's monotonic clock)
+        has passed, judged when called, even if no renewer has run since (a blocked event loop, a
+        renewal or transfer statement that hangs). Returns None while the lease is held, and
+        after it was transferred (``valid`` is then False)."""
+        if self._past_deadline():
+            raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost")
+
+    @property
+    def valid(self) -> bool:
+        """True while this holder may act as the owner: acquired, neither lost nor transferred,
+        and the local deadline not passed (judged by the clock when read, as :meth:`check`; reading
+        it past the deadline declares the loss). Ask it, or call ``check()``, before a side effect."""
+        return not self._past_deadline() and self.transferred_to is None and self.fence is not None
+
+    def _late(self, late_s: float) -> str:
+        """The note a reason gets when a renewal ran ``late_s`` seconds late: ``stall_cause``, or,
+        when late by no more than scheduling jitter, a TTL too short to renew in."""
+        if late_s <= self._margin_s:
+            return ""
+        if late_s < JITTER_S:
+            return f" (the renewal ran {late_s:.3f} s late: a TTL of {self.ttl_ms:g} ms is too short to renew in)"
+        return f" (the renewal ran {late_s:.2f} s late: {self.stall_cause})"
+
+    def _transfer_window(self) -> float | None:
+        """Seconds a transfer may take (it is bounded by the deadline), or None when the deadline
+        has passed (the loss is then declared: nothing is ours to hand on)."""
+        if self._past_deadline():
+            return None
+        return self._deadline - self._clock()
+
+    def _transferred(self, moved: bool, next_owner: str) -> bool:
+        """A transfer's answer: on success to another owner this holder stops renewing."""
+        if moved and next_owner != self.owner:
+            self.transferred_to = next_owner
+        return moved
+
+    def _transfer_failed(self, next_owner: str, exc: BaseException) -> None:
+        """A transfer raised: a database failure leaves its outcome unknown (``next_owner`` may
+        hold the lease), so the lease is lost to this holder (declared now)."""
+        if isinstance(exc, LeaseBackendError) and not self.lost.is_set():
+            self._declare_lost(f"the transfer to {next_owner!r} failed, its outcome unknown: {exc}")
+
+    def _transfer_unanswered(self, next_owner: str) -> LeaseBackendError:
+        """A transfer had no answer by the deadline: ``next_owner`` may hold the lease, so it is
+        lost to this holder (declared now); the error to raise."""
+        if not self.lost.is_set():
+            self._declare_lost(
+                f"the transfer to {next_owner!r} had no answer by the lease's deadline (its outcome is unknown)"
+            )
+        return LeaseBackendError(
+            f"transferring lease {self.key!r} to {next_owner!r}: no answer by the lease's deadline; its outcome "
+            "is unknown, and the lease is declared lost"
+        )
+
+
+class _LossTimer:
+    """One event-loop timer at the earliest deadline of the ``hold()`` blocks in one loop: it
+    declares each lease lost as soon as the loop runs after its deadline, before the wake-ups of
+    tasks (a renewer's or a body's) that the same turn makes ready. No object per lease or renewal."""
+
+    def __init__(self) -> None:
+        self.leases: set[HeldLease] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._at = float("inf")
+
+    def add(self, lease: HeldLease) -> None:
+        self.leases.add(lease)
+        self._arm(lease._deadline)
+
+    def discard(self, lease: HeldLease) -> None:
+        self.leases.discard(lease)
+        if not self.leases and self._handle is not None:
+            self._handle.cancel()  # keep no finished loop alive
+            self._handle, self._at = None, float("inf")
+
+    def _arm(self, at: float) -> None:
+        if at < self._at:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._at = at
+            loop = asyncio.get_running_loop()
+            self._handle = loop.call_at(at, self._fire, context=contextvars.Context())
+
+    def _fire(self) -> None:
+        self._handle, self._at = None, float("inf")
+        now = asyncio.get_running_loop().time()
+        earliest = float("inf")
+        for lease in list(self.leases):
+            if lease.lost.is_set() or lease.transferred_to is not None:
+                self.leases.discard(lease)
+                continue
+            deadline = lease._deadline
+            if now >= deadline:
+                late = now - deadline
+                note = f" (noticed {late:.2f} s after its deadline: {lease.stall_cause})" if late >= JITTER_S else ""
+                lease._past_deadline(note)
+                self.leases.discard(lease)
+            elif deadline < earliest:
+                earliest = deadline
+        if earliest < float("inf"):
+            self._arm(earliest)
+
+
+_loss_timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LossTimer] = weakref.WeakKeyDictionary()
+
+
+def _loss_timer() -> _LossTimer:
+    loop = asyncio.get_running_loop()
+    timer = _loss_timers.get(loop)
+    if timer is None:
+        timer = _loss_timers[loop] = _LossTimer()
+    return timer
+
+
+class HeldLease(HoldRules):
     """A lease held for the duration of an ``async with`` block; made by :func:`hold`.
 
     Attributes: ``key``, ``owner``, ``fence`` (the fencing token of this tenure), ``expires_at``
@@ -785,6 +970,13 @@ class HeldLease:
     without ``renew_lease_info``, the acquire's answer advanced by the time elapsed since), ``lost``
     (an ``asyncio.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to`` and
     ``data`` (the lease data given to :func:`hold`, or None).
+
+    ``check()`` raises ``LeaseLostError`` and ``valid`` is False once the local deadline (the last
+    confirmed expiry less 10% of the TTL, by the loop's clock) has passed, judged when called: ask
+    right before a side effect, even after the loop was blocked. A loop timer at that deadline
+    sets ``lost`` as soon as the loop runs again, before the task wake-ups of the same turn. A
+    loss the body itself finds (``check()``, ``valid``, ``transfer_to``) does not cancel it: it
+    acts on the answer, and with ``on_lost="cancel"`` leaving the block raises ``LeaseLostError``.
     """
 
     def __init__(
@@ -827,6 +1019,8 @@ class HeldLease:
         self._closing = False
         self._counted = False
         self._background: set[asyncio.Future[Any]] = set()
+        self._time: Any = None  # the block's loop.time
+        self._loss_timer: _LossTimer | None = None
 
     def __repr__(self) -> str:
         state = (
@@ -838,10 +1032,9 @@ class HeldLease:
         )
         return f"<HeldLease {self.key!r} owner={self.owner!r} fence={self.fence} {state}>"
 
-    @property
-    def _margin_s(self) -> float:
-        """Loss is declared this long before the last known expiry, so the body stops in time."""
-        return self.ttl_ms / 1000 * LOSS_MARGIN
+    def _clock(self) -> float:
+        """The event loop's clock (``loop.time()``, seconds), readable from the block's loop."""
+        return self._time() if self._time is not None else asyncio.get_running_loop().time()
 
     @property
     def _call_ttl_ms(self) -> float:
@@ -883,6 +1076,9 @@ class HeldLease:
         self._acquired_expiry = result.expires_at
         self._body_task = asyncio.current_task()
         self._cancelling = self._body_task.cancelling() if self._body_task is not None else 0
+        self._time = loop.time
+        self._loss_timer = _loss_timer()
+        self._loss_timer.add(self)  # the loss at the deadline, whatever the renewer is doing
         first_due = sent + self.renew_every_ms / 1000  # from the acquire, not from when renewing starts
         batcher = _batcher_for(self.provider)
         if batcher is not None:
@@ -922,6 +1118,9 @@ class HeldLease:
         return None
 
     async def _stop_renewer(self) -> None:
+        timer, self._loss_timer = self._loss_timer, None
+        if timer is not None:
+            timer.discard(self)
         batched, self._batched = self._batched, None
         if batched is not None:
             batched.withdraw()
@@ -983,7 +1182,15 @@ class HeldLease:
         log.warning("lease %r held by %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason)
         if observe.observers:
             observe.lease_lost(self, reason)
-        if self.on_lost == "cancel" and not self._closing and self._body_task is not None:
+        if self._batched is not None:
+            self._batched.withdraw()  # nothing left to renew
+        try:
+            current = asyncio.current_task()
+        except RuntimeError:
+            current = None
+        # Declared by the body itself (check(), valid, transfer_to): it acts on the answer at once.
+        if self.on_lost == "cancel" and not self._closing and self._body_task not in (None, current):
+            assert self._body_task is not None
             self._cancelled_for_loss = True
             self._body_task.cancel(f"sql_lease: lease {self.key!r} lost: {reason}")
 
@@ -1004,11 +1211,11 @@ class HeldLease:
         while next_at is not None:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             async with self._renew_lock:
-                if self.transferred_to is not None:
+                if self.transferred_to is not None or self.lost.is_set():
                     return
                 sent = loop.time()
                 late = self._late(sent - next_at)
-                deadline = self._valid_until - self._margin_s
+                deadline = self._deadline
                 if sent >= deadline:  # woke too late (a blocked loop, or the last retry's turn came)
                     course.lose_too_late(late)
                     return
@@ -1032,30 +1239,41 @@ class HeldLease:
                     renewed = renewal.result()
                 next_at = course.after(renewed, loop.time(), sent, deadline, late)
 
-    def _late(self, late_s: float) -> str:
-        """The note a reason gets when a renewal ran ``late_s`` seconds late: a blocked loop, or,
-        when late by no more than scheduling jitter, a TTL too short to renew in."""
-        if late_s <= self._margin_s:
-            return ""
-        if late_s < JITTER_S:
-            return f" (the renewal ran {late_s:.3f} s late: a TTL of {self.ttl_ms:g} ms is too short to renew in)"
-        return f" (the renewal ran {late_s:.2f} s late: the event loop was blocked)"
-
     async def transfer_to(
         self, next_owner: str, ttl_ms: int | float | None = None, *, data: dict[str, Any] | None = None
     ) -> bool:
         """Hand the lease to ``next_owner`` with no gap (``transfer_lease``), for ``ttl_ms``
         milliseconds (default: this lease's TTL), with lease ``data`` for the next owner (None:
         none). On success this holder stops renewing and will not release on exit. Returns False
-        if the lease was no longer ours."""
+        if the lease was no longer ours (lost, its deadline passed, or refused by the provider).
+
+        The transfer is bounded by the lease's deadline: with no answer by then its outcome is
+        unknown (``next_owner`` may hold the lease), so the lease is declared lost and
+        ``LeaseBackendError`` is raised. Loss detection goes on while a transfer is in flight."""
         validate_owner(next_owner, "next_owner"), encode_data(data)
         ttl = self.ttl_ms if ttl_ms is None else validate_ttl_ms(ttl_ms)
         async with self._renew_lock:
-            if self.transferred_to is not None or self.lost.is_set():
+            if self.transferred_to is not None:
                 return False
-            moved = await self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **data_kw(data))
-            if moved and next_owner != self.owner:
-                self.transferred_to = next_owner
+            window = self._transfer_window()
+            if window is None:
+                return False
+            transfer = asyncio.ensure_future(
+                self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **data_kw(data))
+            )
+            try:
+                await asyncio.wait({transfer}, timeout=window)
+            except asyncio.CancelledError:
+                transfer.cancel()
+                transfer.add_done_callback(_consume_result)
+                raise
+            if not transfer.done():  # the deadline passed: stop the statement
+                transfer.cancel()
+                transfer.add_done_callback(_consume_result)
+                raise self._transfer_unanswered(next_owner)
+            if not transfer.cancelled() and (exc := transfer.exception()) is not None:
+                self._transfer_failed(next_owner, exc)
+            moved = self._transferred(bool(transfer.result()), next_owner)
         if self.transferred_to is not None:
             await self._stop_renewer()
         return moved
@@ -1092,7 +1310,8 @@ def hold(
     Raises ``LeaseNotAcquiredError`` (naming the holder) when the key is held by another owner,
     ``LeaseBackendError`` when the database fails at acquire. A renewal that raises is retried with
     backoff; the lease is declared lost only when no renewal succeeded before the last known expiry
-    minus a safety margin (10% of the TTL), or a renewal returns False. On exit (normal, exception
+    minus a safety margin (10% of the TTL), or a renewal returns False; ``lease.check()`` and
+    ``lease.valid`` judge that deadline by the loop's clock when called. On exit (normal, exception
     or cancellation) the lease is released, shielded from cancellation, unless it was transferred.
     """
     return HeldLease(

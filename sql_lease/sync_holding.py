@@ -18,6 +18,7 @@ provider on PostgreSQL: ``LISTEN``/``NOTIFY``); without one, waiters poll with j
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -37,8 +38,9 @@ from .errors import (
 )
 from .holding import (
     ATTEMPT_GRACE_S,
-    LOSS_MARGIN,
+    JITTER_S,
     HoldRegistry,
+    HoldRules,
     RenewalCourse,
     _seconds_left,
     _validate_timeout_s,
@@ -199,16 +201,88 @@ def _renews_with_info(provider: Any) -> bool:
     return callable(getattr(type(provider), "renew_lease_info", None))
 
 
-class SyncHeldLease:
+class _LossWatch:
+    """One thread per process that declares each sync ``hold()`` lost at its deadline, by the
+    clock, whether or not its renewal (or transfer) statement has returned: a renewer stuck in a
+    statement cannot delay the loss. It only waits on a condition and reads the clock."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._leases: set[SyncHeldLease] = set()
+        self._thread: threading.Thread | None = None
+        self._at = float("inf")  # when the thread wakes next
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        # The parent's thread and lock state do not carry over; the next hold() starts a thread.
+        self._cond, self._thread, self._at = threading.Condition(), None, float("inf")
+
+    def add(self, lease: SyncHeldLease) -> None:
+        with self._cond:
+            self._leases.add(lease)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="sql_lease loss watch", daemon=True)
+                self._thread.start()
+            elif lease._deadline < self._at:
+                self._cond.notify()
+
+    def discard(self, lease: SyncHeldLease) -> None:
+        with self._cond:
+            self._leases.discard(lease)
+            if not self._leases:
+                self._cond.notify()  # nothing to watch: let the thread end
+
+    def is_watcher(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def _run(self) -> None:
+        while True:
+            due: list[tuple[SyncHeldLease, float]] = []
+            with self._cond:
+                now = time.monotonic()
+                earliest = float("inf")
+                for lease in list(self._leases):
+                    if lease._stop.is_set() or lease.lost.is_set() or lease.transferred_to is not None:
+                        self._leases.discard(lease)
+                        continue
+                    deadline = lease._deadline
+                    if now >= deadline:
+                        due.append((lease, now - deadline))
+                        self._leases.discard(lease)
+                    elif deadline < earliest:
+                        earliest = deadline
+                if not due and not self._leases:  # no thread lingers while no lease is held
+                    if self._thread is threading.current_thread():
+                        self._thread = None
+                    return
+                if not due:
+                    self._at = earliest
+                    self._cond.wait(None if earliest == float("inf") else earliest - now)
+                    self._at = float("inf")
+                    continue
+            for lease, late in due:  # outside the lock: a declaration logs and may call back
+                note = f" (noticed {late:.2f} s after its deadline: {lease.stall_cause})" if late >= JITTER_S else ""
+                lease._past_deadline(note)
+
+
+_watch = _LossWatch()
+
+
+class SyncHeldLease(HoldRules):
     """A lease held while a ``with`` block runs, renewed by a background thread; made by :func:`hold`.
 
     Attributes: ``key``, ``owner``, ``fence`` (this tenure's fencing token), ``expires_at`` (aware
     UTC, the database's answer: from the acquire, then from each renewal), ``lost`` (a
     ``threading.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to``, ``data``
     (the lease data given to :func:`hold`, or None).
-    Call :meth:`check` between steps of long work: it raises ``LeaseLostError`` once the lease is
-    lost.
+    Call :meth:`check` (or read ``valid``) between steps of long work: it raises ``LeaseLostError``
+    once the lease is lost, judged by the clock when called (the last known expiry less 10% of the
+    TTL), even while a renewal or transfer statement hangs. A process-wide watch thread declares
+    the loss at that deadline too, whatever the renewer is doing.
     """
+
+    stall_cause = "the renewal thread was held up (a suspended process, or a call holding the GIL)"
 
     def __init__(
         self,
@@ -247,6 +321,7 @@ class SyncHeldLease:
         self._acquired_expiry: datetime | None = None
         self._lock = threading.Lock()  # one renewal or transfer at a time
         self._stop = threading.Event()
+        self._declaring = threading.Lock()  # the renewer and the watch may both declare
         self._renewer: threading.Thread | None = None
         self._counted = False
 
@@ -260,9 +335,8 @@ class SyncHeldLease:
         )
         return f"<SyncHeldLease {self.key!r} owner={self.owner!r} fence={self.fence} {state}>"
 
-    @property
-    def _margin_s(self) -> float:
-        return self.ttl_ms / 1000 * LOSS_MARGIN
+    def _clock(self) -> float:
+        return time.monotonic()
 
     @property
     def _call_ttl_ms(self) -> float:
@@ -277,33 +351,50 @@ class SyncHeldLease:
             else:
                 sent = time.monotonic()
                 result = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **data_kw(self.data))
+            if not result.acquired:
+                raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
+            _holds.add(self)
+            self._counted = True
+            # The database counted the TTL from when it ran the statement, after `sent`: the safe side.
+            self._acquired_at, self._valid_until = sent, sent + self.ttl_ms / 1000
+            self.fence, self.expires_at = result.fence, result.expires_at
+            self._acquired_expiry = result.expires_at
+            first_due = sent + self.renew_every_ms / 1000  # from the acquire, not from the thread's start
+            self._renewer = threading.Thread(
+                target=self._renew_loop, args=(first_due,), name=f"sql_lease renew {self.key}", daemon=True
+            )
+            self._renewer.start()
+            _watch.add(self)
         except (LeaseNotAcquiredError, LeaseConfigError, SchemaMissingError, ProviderClosedError):
             raise  # nothing can have been acquired
-        except BaseException:
-            # The acquire may have committed (a timeout, KeyboardInterrupt): release whatever it
-            # took, in the background (the database may be failing), unless an outer hold keeps it.
-            if not _holds.holds_of(self.provider, self.key, self.owner):
-                self._release_in_background()
+        except BaseException as exc:
+            self._stop.set()
+            _watch.discard(self)
+            if self._counted:
+                self._counted = False
+                _holds.forget(self)
+            self._undo_acquire(exc)
             raise
-        if not result.acquired:
-            raise LeaseNotAcquiredError(self.key, result.owner, result.fence, result.expires_at)
-        _holds.add(self)
-        self._counted = True
-        # The database counted the TTL from when it ran the statement, after `sent`: the safe side.
-        self._acquired_at, self._valid_until = sent, sent + self.ttl_ms / 1000
-        self.fence, self.expires_at = result.fence, result.expires_at
-        self._acquired_expiry = result.expires_at
-        first_due = sent + self.renew_every_ms / 1000  # from the acquire, not from the thread's start
-        self._renewer = threading.Thread(
-            target=self._renew_loop, args=(first_due,), name=f"sql_lease renew {self.key}", daemon=True
-        )
-        self._renewer.start()
         return self
+
+    def _undo_acquire(self, exc: BaseException) -> None:
+        """The acquire may have committed (a timeout, Ctrl-C): release whatever it took, unless an
+        outer hold of this owner keeps it. A database failure releases in the background (don't
+        make the caller wait for a second timeout); an interrupt (``KeyboardInterrupt``,
+        ``SystemExit``) releases before it goes on, bounded by the TTL: the interpreter may be
+        exiting, and a background thread would die with it."""
+        if _holds.holds_of(self.provider, self.key, self.owner):
+            return
+        if isinstance(exc, Exception):
+            self._release_in_background()
+        else:
+            self._release(self.ttl_ms / 1000)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._stop.set()
+        _watch.discard(self)
         renewer, self._renewer = self._renewer, None
         if renewer is not None and renewer is not threading.current_thread():
             # A renewal in flight is bounded by the provider; a release racing it is harmless (a
@@ -320,16 +411,6 @@ class SyncHeldLease:
         if self.lost.is_set() and self.on_lost != "flag" and exc_type is None:
             raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost")
 
-    def check(self) -> None:
-        """Raise ``LeaseLostError`` if the lease is lost (also when the renewer is stuck and the last
-        known expiry, less the safety margin, has passed); return None while it is held."""
-        if not self.lost.is_set() and self.transferred_to is None and self.fence is not None:
-            now = time.monotonic()
-            if now >= self._valid_until or (now >= self._valid_until - self._margin_s and not self._lock.locked()):
-                self._declare_lost("no renewal succeeded before the lease expired")
-        if self.lost.is_set():
-            raise LeaseLostError(self.key, self.owner, self.lost_reason or "lost")
-
     def _release(self, limit_s: float | None) -> None:
         try:
             self.provider.release_lease(self.key, self.owner, **_timeout_kw(self.provider, limit_s))
@@ -340,18 +421,26 @@ class SyncHeldLease:
         threading.Thread(target=self._release, args=(None,), name=f"sql_lease release {self.key}", daemon=True).start()
 
     def _declare_lost(self, reason: str) -> None:
-        if self.lost.is_set() or self.transferred_to is not None:
-            return
-        self.lost_reason = reason
-        self.lost.set()
+        with self._declaring:
+            if self.lost.is_set() or self.transferred_to is not None:
+                return
+            self.lost_reason = reason
+            self.lost.set()
         log.warning("lease %r held by %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason)
         if observe.observers:
             observe.lease_lost(self, reason)
         if self._callback is not None:
-            try:
-                self._callback(self)
-            except Exception:
-                log.exception("the on_lost callback of lease %r raised", self.key)
+            if _watch.is_watcher():  # a slow callback must not delay other leases' losses
+                threading.Thread(target=self._call_back, name=f"sql_lease on_lost {self.key}", daemon=True).start()
+            else:
+                self._call_back()
+
+    def _call_back(self) -> None:
+        assert self._callback is not None
+        try:
+            self._callback(self)
+        except Exception:
+            log.exception("the on_lost callback of lease %r raised", self.key)
 
     def _renew_once(self, wait_s: float) -> LeaseInfo | bool:
         bound = _timeout_kw(self.provider, wait_s)
@@ -362,16 +451,14 @@ class SyncHeldLease:
 
     def _renew_loop(self, first_due: float) -> None:
         course = RenewalCourse(self, self.renew_every_ms / 1000)
-        margin = self._margin_s
         next_at: float | None = first_due
         while next_at is not None and not self._stop.wait(max(0.0, next_at - time.monotonic())):
             with self._lock:
                 if self._stop.is_set() or self.lost.is_set() or self.transferred_to is not None:
                     return
                 sent = time.monotonic()
-                late_s = sent - next_at
-                late = f" (the renewal ran {late_s:.2f} s late)" if late_s > margin else ""
-                deadline = self._valid_until - margin
+                late = self._late(sent - next_at)
+                deadline = self._deadline
                 if sent >= deadline:  # woke too late (the last retry's turn, or a stalled thread)
                     course.lose_too_late(late)
                     return
@@ -390,15 +477,30 @@ class SyncHeldLease:
         """Hand the lease to ``next_owner`` with no gap (``transfer_lease``) for ``ttl_ms``
         milliseconds (default: this lease's TTL), with lease ``data`` for the next owner (None:
         none). On success this holder stops renewing and does not release on exit. Returns False
-        if the lease was no longer ours."""
+        if the lease was no longer ours (lost, its deadline passed, or refused by the provider).
+
+        The transfer is bounded by the lease's deadline (on providers whose calls take a bound);
+        a database failure, that bound's included, leaves its outcome unknown (``next_owner`` may
+        hold the lease): the lease is declared lost and the error raised. While it is in flight,
+        the loss is still declared at the deadline and ``check()`` raises from then on."""
         validate_owner(next_owner, "next_owner"), encode_data(data)
         ttl = self.ttl_ms if ttl_ms is None else validate_ttl_ms(ttl_ms)
         with self._lock:
-            if self.transferred_to is not None or self.lost.is_set():
+            if self.transferred_to is not None:
                 return False
-            moved = bool(self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **data_kw(data)))
-            if moved and next_owner != self.owner:
-                self.transferred_to = next_owner
+            window = self._transfer_window()
+            if window is None:
+                return False
+            try:
+                moved = bool(
+                    self.provider.transfer_lease(
+                        self.key, self.owner, next_owner, ttl, **data_kw(data), **_timeout_kw(self.provider, window)
+                    )
+                )
+            except Exception as exc:
+                self._transfer_failed(next_owner, exc)
+                raise
+            if self._transferred(moved, next_owner) and self.transferred_to is not None:
                 self._stop.set()
         return moved
 

@@ -118,7 +118,65 @@ def test_a_fixed_owner(sync_provider: Any, key: str) -> None:
     assert job() == "cron@host-1"
 
 
+def test_a_fixed_owner_never_runs_two_calls_at_once(sync_provider: Any, key: str) -> None:
+    """Issue 20 item 7: an acquire by the current owner succeeds, so with a fixed owner every
+    concurrent call ran at once. Each call now takes the key under a fresh id, then hands it on."""
+    running, overlaps, runs = [0], [0], [0]
+    lock = threading.Lock()
+    barrier = threading.Barrier(4)
+
+    @leased(sync_provider, key, owner="cron@host-1", on_conflict="wait", timeout_s=30, ttl_ms=5_000)
+    def job(fence: int) -> str | None:
+        with lock:
+            running[0] += 1
+            runs[0] += 1
+            overlaps[0] += running[0] > 1
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return sync_provider.get_lease_owner(key)
+
+    def call() -> None:
+        barrier.wait()
+        assert job() == "cron@host-1"
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert runs[0] == 4 and overlaps[0] == 0, f"{overlaps[0]} calls ran while another held the key"
+    assert sync_provider.get_lease_owner(key) is None
+
+
 # -- async functions, on every async provider ------------------------------------------------------
+
+
+async def test_async_a_fixed_owner_never_runs_two_calls_at_once(provider: Any, key: str) -> None:
+    """Issue 20 item 7, asyncio: concurrent calls with one fixed owner never overlap."""
+    running, overlaps, runs = 0, 0, 0
+
+    @leased(provider, key, owner="cron@host-1", on_conflict="wait", timeout_s=30, ttl_ms=5_000)
+    async def job(lease: HeldLease) -> str | None:
+        nonlocal running, overlaps, runs
+        running += 1
+        runs += 1
+        overlaps += running > 1
+        await asyncio.sleep(0.05)
+        running -= 1
+        assert lease.owner == "cron@host-1"
+        return await provider.get_lease_owner(key)  # type: ignore[no-any-return]
+
+    assert await asyncio.gather(*(job() for _ in range(4))) == ["cron@host-1"] * 4
+    assert runs == 4 and overlaps == 0, f"{overlaps} calls ran while another held the key"
+    assert await provider.get_lease_owner(key) is None
+
+    @leased(provider, key, owner="cron@host-1")
+    async def skipped() -> None:
+        raise AssertionError("must not run while the fixed owner holds the key")
+
+    await provider.acquire_lease(key, "cron@host-1", 5_000)  # an earlier call still running
+    assert await skipped() is None
 
 
 async def test_async_modes(provider: Any, key: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,8 @@ import pytest
 
 from sql_lease import (
     InMemoryLeaseProvider,
+    LeaseBackendError,
+    LeaseLostError,
     LeaseNotAcquiredError,
     SqlLeaseProvider,
     acquire_lease_wait,
@@ -635,3 +638,133 @@ def test_a_waiting_acquire_asks_again_until_its_refusal_flags_the_row() -> None:
     with pytest.raises(StopIteration) as done:
         plan.send(refused)
     assert done.value.value.owner == "holder" and not done.value.value.acquired
+
+
+# == Issue 20: no holder believes it holds what another holds ==========================================
+
+
+class _HangingRenewals(InMemoryLeaseProvider):
+    """Renewals (batched and one by one) and transfers hang until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.hang_renewals = True
+        self.hang_transfers = True
+
+    async def renew_lease(self, *args: Any, **kwargs: Any) -> bool:
+        if self.hang_renewals:
+            await self.release.wait()
+        return await super().renew_lease(*args, **kwargs)
+
+    async def renew_lease_info(self, *args: Any, **kwargs: Any) -> Any:
+        if self.hang_renewals:
+            await self.release.wait()
+        return await super().renew_lease_info(*args, **kwargs)
+
+    async def renew_leases(self, *args: Any, **kwargs: Any) -> Any:
+        if self.hang_renewals:
+            await self.release.wait()
+        return await super().renew_leases(*args, **kwargs)
+
+    async def transfer_lease(self, *args: Any, **kwargs: Any) -> bool:
+        if self.hang_transfers:
+            await self.release.wait()
+        return await super().transfer_lease(*args, **kwargs)
+
+
+def _renewing(provider: Any, renewing: str) -> Any:
+    return provider if renewing == "batched" else _RenewsOneByOne(provider)
+
+
+@pytest.mark.parametrize("renewing", ["batched", "one by one"])
+@pytest.mark.parametrize("on_lost", ["flag", "cancel"])
+async def test_20_3_check_judges_by_the_clock_right_after_a_blocked_loop(renewing: str, on_lost: str) -> None:
+    """Item 3: after the loop was blocked past the TTL, ``check()`` and ``valid`` know it before
+    any await lets a renewer or timer run."""
+    provider = InMemoryLeaseProvider()
+    with contextlib.suppress(LeaseLostError):
+        async with hold(_renewing(provider, renewing), "k", "me", ttl_ms=300, on_lost=on_lost) as lease:  # type: ignore[arg-type]
+            assert lease.valid
+            lease.check()
+            time.sleep(0.35)  # noqa: ASYNC251 - the loop is blocked past the whole TTL
+            assert not lease.valid
+            with pytest.raises(LeaseLostError, match="no renewal succeeded"):
+                lease.check()
+            assert lease.lost.is_set()
+            raised_at_once = True
+    assert raised_at_once
+
+
+@pytest.mark.parametrize("renewing", ["batched", "one by one"])
+async def test_20_3_lost_is_set_before_later_wakeups_after_a_blocked_loop(renewing: str) -> None:
+    """Item 3: a body whose sleep ended before the lease's deadline, but that runs after it (the
+    loop was blocked), finds ``lost`` set: the loss is a loop timer at the deadline, not a
+    renewer task's turn that comes after the body's."""
+    provider = _HangingRenewals()
+    loop = asyncio.get_running_loop()
+    async with hold(_renewing(provider, renewing), "k", "me", ttl_ms=1_000, on_lost="flag") as lease:
+        deadline = lease._valid_until - lease._margin_s
+        await asyncio.sleep(0.45)  # a renewal is in flight (it hangs), waited for until the deadline
+        seen: list[bool] = []
+
+        async def body() -> None:
+            await asyncio.sleep(deadline - 0.05 - loop.time())
+            seen.append(lease.lost.is_set())
+
+        task = asyncio.create_task(body())
+        await asyncio.sleep(0)  # its timer is armed
+        time.sleep(max(0.0, deadline + 0.1 - loop.time()))  # noqa: ASYNC251 - the loop blocked past the deadline
+        await task
+        assert seen == [True], "the body ran after the deadline with lost=False"
+        provider.release.set()
+
+
+@pytest.mark.parametrize("renewing", ["batched", "one by one"])
+async def test_20_2_a_hung_transfer_does_not_suspend_loss_detection(renewing: str) -> None:
+    """Item 2: a transfer stuck (behind a row lock) holds the renewal lock; the loss is still
+    declared by the deadline, and transfer_to gives up there (its outcome unknown)."""
+    provider = _HangingRenewals()
+    provider.hang_renewals = False
+    ttl_s = 1.0
+    loop = asyncio.get_running_loop()
+    async with hold(_renewing(provider, renewing), "k", "me", ttl_ms=ttl_s * 1000, on_lost="flag") as lease:
+        started = loop.time()
+        transfer = asyncio.create_task(lease.transfer_to("next"))
+        await asyncio.wait_for(lease.lost.wait(), 3 * ttl_s)
+        lost_after = loop.time() - started
+        with pytest.raises(LeaseBackendError, match="outcome is unknown"):
+            await asyncio.wait_for(transfer, ttl_s)
+        provider.release.set()
+    assert lost_after <= ttl_s * (1 - 0.1) + 0.1, f"loss declared {lost_after:.2f} s after the transfer began"
+
+
+async def test_20_2_a_hung_transfer_in_the_body_ends_it_by_the_deadline() -> None:
+    """Item 2, on_lost="cancel": the body waiting on a hung transfer is cancelled at the deadline."""
+    provider = _HangingRenewals()
+    provider.hang_renewals = False
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(LeaseLostError):
+        async with asyncio.timeout(3), hold(provider, "k", "me", ttl_ms=1_000) as lease:
+            await lease.transfer_to("next")
+    assert loop.time() - started <= 0.9 + 0.15
+    assert lease.lost.is_set() and lease.transferred_to is None
+
+
+async def test_20_13_renewals_run_in_no_requests_context() -> None:
+    """Item 13: the batcher's task starts in an empty context, so renewal spans (and anything
+    else keyed on context variables) are not parented to whichever request started it."""
+    request = contextvars.ContextVar("request", default="none")
+    seen: list[str] = []
+
+    class Recording(InMemoryLeaseProvider):
+        async def renew_leases(self, *args: Any, **kwargs: Any) -> Any:
+            seen.append(request.get())
+            return await super().renew_leases(*args, **kwargs)
+
+    provider = Recording()
+    request.set("first request")
+    async with hold(provider, "k", "me", ttl_ms=300):
+        await asyncio.sleep(0.25)
+    assert seen and set(seen) == {"none"}, seen

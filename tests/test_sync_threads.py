@@ -530,3 +530,161 @@ def test_sync_loss_is_declared_at_the_deadline_not_one_margin_later(key: str) ->
         assert lease.lost.wait(5)
         lost_after = _time.monotonic() - started
     assert lost_after <= ttl_s * (1 - 0.1) + 0.05, f"loss declared {lost_after:.2f} s after the acquire"
+
+
+# -- issue 20: a sync holder that has lost knows it before anyone else can hold ------------------------
+
+
+class Hanging(SyncInMemoryLeaseProvider):
+    """Renewals and transfers block until ``release`` is set, ignoring any per-call bound (a
+    statement stuck in a C call, a frozen server)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.hang_renewals = True
+        self.hang_transfers = True
+
+    def renew_lease(self, *args: Any, **kwargs: Any) -> bool:
+        if self.hang_renewals:
+            self.release.wait()
+        return super().renew_lease(*args, **kwargs)
+
+    def renew_lease_info(self, *args: Any, **kwargs: Any) -> Any:
+        if self.hang_renewals:
+            self.release.wait()
+        return super().renew_lease_info(*args, **kwargs)
+
+    def transfer_lease(self, *args: Any, **kwargs: Any) -> bool:
+        if self.hang_transfers:
+            self.release.wait()
+        return super().transfer_lease(*args, **kwargs)
+
+
+def test_20_1_a_hold_whose_renewal_hangs_declares_its_loss_by_the_deadline() -> None:
+    """Item 1: the loss is judged by the clock, by a timer that does not wait for the renewal."""
+    provider = Hanging()
+    ttl_s = 1.0
+    called = threading.Event()
+    try:
+        started = time.monotonic()
+        with provider.hold("k", "me", ttl_ms=ttl_s * 1000, on_lost=lambda lease: called.set()) as lease:
+            assert lease.lost.wait(3 * ttl_s), "no loss declared while the renewal hangs"
+            lost_after = time.monotonic() - started
+            with pytest.raises(LeaseLostError, match="no renewal succeeded"):
+                lease.check()
+            assert called.wait(2), "the on_lost callback did not run"
+            assert not lease.valid
+    except LeaseLostError:
+        pass
+    finally:
+        provider.release.set()
+    assert lost_after <= ttl_s * (1 - 0.1) + 0.08, f"loss declared {lost_after:.2f} s after the acquire"
+
+
+def test_20_1_check_raises_at_the_deadline_while_a_renewal_is_in_flight() -> None:
+    """Item 1/2: check() judged with no margin while a statement held the renewal lock."""
+    provider = Hanging()
+    ttl_s = 1.0
+    try:
+        with provider.hold("k", "me", ttl_ms=ttl_s * 1000, on_lost="flag") as lease:
+            time.sleep(ttl_s * (1 - 0.1) + 0.02)  # a renewal is in flight (it hangs); the deadline has passed
+            with pytest.raises(LeaseLostError):
+                lease.check()
+    finally:
+        provider.release.set()
+
+
+def test_20_2_a_hung_transfer_does_not_suspend_loss_detection() -> None:
+    """Item 2: a transfer stuck behind a row lock holds the renewal lock; the loss is still
+    declared by the deadline and check() raises from then on (with the renewals' margin)."""
+    provider = Hanging()
+    provider.hang_renewals = False
+    ttl_s = 1.0
+    result: list[Any] = []
+    try:
+        with provider.hold("k", "me", ttl_ms=ttl_s * 1000, on_lost="flag") as lease:
+            started = time.monotonic()
+            transfer = threading.Thread(target=lambda: result.append(lease.transfer_to("next")))
+            transfer.start()
+            assert lease.lost.wait(3 * ttl_s), "no loss declared while the transfer hangs"
+            lost_after = time.monotonic() - started
+            with pytest.raises(LeaseLostError):
+                lease.check()
+            provider.release.set()
+            transfer.join(5)
+    finally:
+        provider.release.set()
+    assert lost_after <= ttl_s * (1 - 0.1) + 0.08, f"loss declared {lost_after:.2f} s after the transfer began"
+
+
+def test_20_2_a_transfer_is_bounded_by_the_deadline(key: str) -> None:
+    """Item 2: a provider that takes per-call bounds is given the time left to the deadline."""
+    seen: list[float | None] = []
+
+    class Bounded(SyncInMemoryLeaseProvider):
+        def transfer_lease(self, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> bool:
+            seen.append(timeout_s)
+            return super().transfer_lease(*args, timeout_s=timeout_s, **kwargs)
+
+    with Bounded().hold(key, "me", ttl_ms=1_000) as lease:
+        assert lease.transfer_to("next")
+    assert seen and seen[0] is not None and 0 < seen[0] <= 0.9
+
+
+def test_20_14_a_late_sync_renewal_blames_a_stalled_thread_only_when_late_by_more_than_jitter() -> None:
+    """Item 14: the thread face uses the asyncio face's rule, and names its own cause."""
+    short = SyncHeldLease(SyncInMemoryLeaseProvider(), "k", "a", ttl_ms=15)
+    note = short._late(0.01)
+    assert "TTL of 15 ms" in note and "late" in note
+    assert short._late(0.001) == ""
+    long = SyncHeldLease(SyncInMemoryLeaseProvider(), "k", "a", ttl_ms=15_000)._late(2.0)
+    assert "event loop" not in long and "thread" in long
+
+
+def test_20_8_keyboard_interrupt_during_the_acquire_releases_before_it_propagates(key: str) -> None:
+    """Item 8: Ctrl-C landing while hold(wait=True) acquires (the statement committed) releases
+    the lease synchronously, before the KeyboardInterrupt goes on, not in a daemon thread that
+    dies with the interpreter."""
+    released_in: list[str] = []
+
+    class Interrupted(SyncInMemoryLeaseProvider):
+        def acquire_lease(self, *args: Any, **kwargs: Any) -> Any:
+            super().acquire_lease(*args, **kwargs)
+            raise KeyboardInterrupt  # as if delivered just after the commit
+
+        def release_lease(self, *args: Any, **kwargs: Any) -> bool:
+            time.sleep(0.2)  # a release that takes a moment, as over a network
+            released_in.append(threading.current_thread().name)
+            return super().release_lease(*args, **kwargs)
+
+    provider = Interrupted()
+    with pytest.raises(KeyboardInterrupt), provider.hold(key, "me", ttl_ms=60_000, wait=True):
+        pytest.fail("the body must not run")
+    assert provider.get_lease_owner(key) is None, "the lease stayed held after Ctrl-C"
+    assert released_in == [threading.current_thread().name]
+
+
+def test_20_8_interrupt_main_during_a_waiting_hold_leaves_the_key_free(key: str) -> None:
+    """Item 8 with a real interrupt: _thread.interrupt_main() while the acquire is in flight."""
+    import _thread
+
+    in_acquire = threading.Event()
+
+    class Slow(SyncInMemoryLeaseProvider):
+        def acquire_lease(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().acquire_lease(*args, **kwargs)
+            in_acquire.set()
+            for _ in range(200):  # the answer is on its way back (interruptible Python code)
+                time.sleep(0.01)
+            return result
+
+        def release_lease(self, *args: Any, **kwargs: Any) -> bool:
+            time.sleep(0.2)  # a release that takes a moment, as over a network
+            return super().release_lease(*args, **kwargs)
+
+    provider = Slow()
+    threading.Thread(target=lambda: (in_acquire.wait(5), _thread.interrupt_main())).start()
+    with pytest.raises(KeyboardInterrupt), provider.hold(key, "me", ttl_ms=60_000, wait=True):
+        pytest.fail("the body must not run")
+    assert SyncInMemoryLeaseProvider.get_lease_owner(provider, key) is None
