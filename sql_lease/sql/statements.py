@@ -34,7 +34,9 @@ tenure keeps the stored data when given NULL (docs/statements.md, "Lease data").
 set wherever a new fence is drawn, kept wherever the fence is kept; NULL on rows written before
 migration 0003 (docs/statements.md, "Tenure start").
 
-``remaining_ms`` is ``expires_at`` minus the database's ``now()``: waiters pace themselves by it,
+``remaining_ms`` is ``expires_at`` minus the database's clock (on PostgreSQL writes read
+``clock_timestamp()`` after their locks, so a grant that waited for a lock counts its TTL from when
+it took effect: docs/statements.md, "Time after the lock"): waiters pace themselves by it,
 never by comparing ``expires_at`` with the client's clock. ``acquire`` returns no row when it was
 refused and the holder is not visible to the statement's snapshot; the executor then asks again
 (a waiting acquire re-runs, so its refusal flags the row) or reads ``holder``. On PostgreSQL,
@@ -189,6 +191,10 @@ class PostgresStatements(LeaseStatements):
         seq = qualified_name(dialect, names, names.fence_sequence).replace("'", "''")
         expires = "now() + $3::float8 * interval '1 millisecond'"
         remaining = "(extract(epoch FROM expires_at - now()) * 1000)::float8"
+        # After a lock wait (docs/statements.md, "Time after the lock"): the clock when the statement gets there.
+        after = "clock_timestamp()"
+        remaining_after = f"(extract(epoch FROM expires_at - {after}) * 1000)::float8"
+        ttl = "$3::float8 * interval '1 millisecond'"
         live = "expires_at + interval '0' > now()"
         notify = f"pg_notify('sql_lease_' || {table_oid}, key)"
         lock = f"pg_advisory_xact_lock({table_oid}::int4, hashtext($1::varchar))"
@@ -209,27 +215,30 @@ class PostgresStatements(LeaseStatements):
 )"""
         upsert = f"""
     INSERT INTO {t} AS held (key, owner, fence, expires_at, data, acquired_at)
-    SELECT $1, $2, nextval('{seq}'), {expires}, $4::json, now() FROM serialised
+    SELECT $1, $2, nextval('{seq}'), at + {ttl}, $4::json, at FROM granted
     ON CONFLICT (key) DO UPDATE
        SET owner = excluded.owner,
-           expires_at = excluded.expires_at,
-           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
+           expires_at = {after} + {ttl},
+           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > {after}
                         THEN held.fence ELSE excluded.fence END,
-           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
+           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > {after}
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
-           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
-                              THEN held.acquired_at ELSE excluded.acquired_at END,
+           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > {after}
+                              THEN held.acquired_at ELSE {after} END,
            has_waiters = held.has_waiters AND held.owner = excluded.owner
-     WHERE held.owner = excluded.owner OR held.expires_at <= now()
+     WHERE held.owner = excluded.owner OR held.expires_at <= {after}
     RETURNING held.owner, held.fence, held.expires_at"""
+        # granted: the clock read from serialised's row, i.e. after the advisory lock.
         acquire_head = f"""
 WITH {busy}, serialised AS (
     SELECT {lock}{pin} WHERE NOT EXISTS (SELECT FROM busy)
+), granted AS (
+    SELECT {after} AS at FROM serialised
 ), attempt AS ({upsert}
 )"""
         super().__init__(
             acquire=f"""{acquire_head}
-SELECT true, owner, fence, expires_at, {remaining} FROM attempt
+SELECT true, owner, fence, expires_at, {remaining_after} FROM attempt
 UNION ALL
 SELECT false, owner, fence, expires_at, remaining FROM busy""",
             acquire_waiting=f"""{acquire_head}, waiting AS (
@@ -237,9 +246,9 @@ SELECT false, owner, fence, expires_at, remaining FROM busy""",
      WHERE key = $1 AND NOT EXISTS (SELECT FROM attempt)
     RETURNING owner, fence, expires_at
 )
-SELECT true, owner, fence, expires_at, {remaining} FROM attempt
+SELECT true, owner, fence, expires_at, {remaining_after} FROM attempt
 UNION ALL
-SELECT false, owner, fence, expires_at, {remaining} FROM waiting WHERE expires_at > now() AND owner <> $2""",
+SELECT false, owner, fence, expires_at, {remaining_after} FROM waiting WHERE expires_at > {after} AND owner <> $2""",
             holder=f"""
 SELECT owner, fence, expires_at, {remaining}, data::text, acquired_at FROM {t} WHERE key = $1 AND {live}""",
             owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
@@ -251,30 +260,34 @@ SELECT was_unexpired, CASE WHEN has_waiters THEN {notify} END FROM gone""",
             renew=f"""
 {pinned}UPDATE {t} SET expires_at = {expires}{renew_from}
  WHERE key = $1 AND owner = $2 AND {live}
-RETURNING owner, fence, expires_at, {remaining}""",
+RETURNING owner, fence, expires_at, {remaining_after}""",
             renew_many=f"""
 {pinned}UPDATE {t} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
   FROM {from_pinned}unnest($1::varchar[], $2::varchar[], $3::float8[]) AS r(key, owner, ttl)
  WHERE l.key = r.key AND l.owner = r.owner AND l.{live}
-RETURNING l.key, l.owner, l.fence, l.expires_at, {remaining}""",
+RETURNING l.key, l.owner, l.fence, l.expires_at, {remaining_after}""",
             transfer=f"""
 WITH serialised AS (SELECT {lock}{pin}), mine AS (
-    SELECT l.key, l.has_waiters FROM {t} AS l, serialised
+    SELECT l.key, l.has_waiters, l.expires_at FROM {t} AS l, serialised
      WHERE l.key = $1 AND l.owner = $2 AND l.{live}
        FOR UPDATE OF l
+), granted AS (
+    SELECT key, has_waiters, at FROM (SELECT key, has_waiters, expires_at, {after} AS at FROM mine) AS locked
+     WHERE expires_at > at
 ), moved AS (
     UPDATE {t} AS l
        SET owner = $3::varchar,
-           expires_at = now() + $4::float8 * interval '1 millisecond',
+           expires_at = granted.at + $4::float8 * interval '1 millisecond',
            fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval('{seq}') END,
            data = CASE WHEN l.owner = $3::varchar THEN coalesce($5::json, l.data) ELSE $5::json END,
-           acquired_at = CASE WHEN l.owner = $3::varchar THEN l.acquired_at ELSE now() END,
+           acquired_at = CASE WHEN l.owner = $3::varchar THEN l.acquired_at ELSE granted.at END,
            has_waiters = l.has_waiters AND l.owner = $3::varchar
-      FROM mine
-     WHERE l.key = mine.key
-    RETURNING l.key, l.owner, l.fence, l.expires_at, mine.has_waiters AS had_waiters
+      FROM granted
+     WHERE l.key = granted.key
+    RETURNING l.key, l.owner, l.fence, l.expires_at, granted.has_waiters AS had_waiters
 )
-SELECT owner, fence, expires_at, {remaining}, CASE WHEN had_waiters AND $2 <> $3 THEN {notify} END FROM moved""",
+SELECT owner, fence, expires_at, {remaining_after}, CASE WHEN had_waiters AND $2 <> $3 THEN {notify} END
+  FROM moved""",
             sweep=f"""
 WITH doomed AS (
     SELECT key FROM {t}
