@@ -128,3 +128,91 @@ async def test_async_grant_after_a_guarded_transaction_counts_its_ttl_from_the_g
         assert result.expires_at >= released + timedelta(milliseconds=TTL_MS)
         third = await a.acquire_lease(key, "c", TTL_MS)
         assert not third.acquired and third.owner == "b"
+
+
+# -- issue 21 item 7: a held lease is refused at once, whatever transaction guards it ------------------
+
+
+def test_a_guarded_held_lease_is_refused_at_once(db: dict[str, Any], key: str) -> None:
+    with (
+        SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as a,
+        SyncSqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=5) as b,
+    ):
+        held = a.acquire_lease(key, "a", 60_000)
+        with db["engine"].connect() as conn:
+            conn.begin()
+            a.check_held(conn, key, "a", held.fence)
+            started = time.monotonic()
+            refused = b.acquire_lease(key, "b", 10_000)
+            assert not refused.acquired and refused.owner == "a" and refused.fence == held.fence
+            assert time.monotonic() - started < 1.5
+            started = time.monotonic()
+            with pytest.raises(LeaseNotAcquiredError) as waited:
+                b.acquire_lease_wait(key, "b", 10_000, timeout_s=1)
+            assert waited.value.holder == "a"
+            assert time.monotonic() - started < 3.0
+            conn.commit()
+        assert a.get_lease(key).owner == "a"  # type: ignore[union-attr]
+
+
+async def test_async_a_guarded_held_lease_is_refused_at_once(db: dict[str, Any], key: str) -> None:
+    async with (
+        SqlLeaseProvider(db["url"], schema=db["schema"]) as a,
+        SqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=5) as b,
+    ):
+        held = await a.acquire_lease(key, "a", 60_000)
+        with db["engine"].connect() as conn, SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as guard:
+            conn.begin()
+            guard.check_held(conn, key, "a", held.fence)
+            started = time.monotonic()
+            refused = await b.acquire_lease(key, "b", 10_000)
+            assert not refused.acquired and refused.owner == "a" and refused.fence == held.fence
+            assert time.monotonic() - started < 1.5
+            started = time.monotonic()
+            with pytest.raises(LeaseNotAcquiredError) as waited:
+                await b.acquire_lease_wait(key, "b", 10_000, timeout_s=1)
+            assert waited.value.holder == "a"
+            assert time.monotonic() - started < 3.0
+            conn.commit()
+        assert (await a.get_lease(key)).owner == "a"  # type: ignore[union-attr]
+
+
+def test_a_waiting_acquire_refused_against_a_locked_row_answers_after_a_few_tries() -> None:
+    """The plan: an unflagged refusal (the row is locked) is asked again, then answered as refused."""
+    from sql_lease.sql.operations import UNFLAGGED_RETRIES, acquire
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import PostgresStatements
+
+    s = PostgresStatements(LeaseTableNames())
+    plan = acquire(s, "k", "waiter", 1000, waiting=True)
+    asked = [next(plan)]
+    unflagged = (False, "holder", 7, datetime.now(UTC), 500.0, False)
+    for _ in range(UNFLAGGED_RETRIES):
+        asked.append(plan.send(unflagged))
+    assert all(query.sql == s.acquire_waiting for query in asked)
+    with pytest.raises(StopIteration) as done:
+        plan.send(unflagged)
+    assert done.value.value.owner == "holder" and not done.value.value.acquired
+
+
+async def test_a_waiter_that_flagged_the_row_is_woken_by_the_release_after_a_guard(
+    pg_schema: tuple[str, str], key: str
+) -> None:
+    """A waiter that came before the guard flagged the row; the holder guards, commits and releases,
+    and the waiter is woken by NOTIFY (well before the 5 s re-check)."""
+    url, schema = pg_schema
+    engine = sa.create_engine(to_sync_url(url))
+    async with SqlLeaseProvider(url, schema=schema) as a, SqlLeaseProvider(url, schema=schema) as b:
+        held = await a.acquire_lease(key, "a", 60_000)
+        waiter = asyncio.create_task(b.acquire_lease_wait(key, "b", 10_000, timeout_s=30))
+        await asyncio.sleep(0.5)
+        with engine.connect() as conn, SyncSqlLeaseProvider(url, schema=schema) as guard:
+            conn.begin()
+            guard.check_held(conn, key, "a", held.fence)
+            await asyncio.sleep(0.3)
+            conn.commit()
+        released = time.monotonic()
+        assert await a.release_lease(key, "a")
+        got = await asyncio.wait_for(waiter, 30)
+        assert got.acquired and time.monotonic() - released < 2.5
+    engine.dispose()

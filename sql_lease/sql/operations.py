@@ -98,6 +98,11 @@ def acquire(
     return _acquire(s, key, owner, params, waiting)
 
 
+UNFLAGGED_RETRIES = 2
+"""A waiting acquire refused against a locked row asks again this many times before it answers
+with a refusal that flagged nothing (docs/statements.md, "Waiters beside a guarded transaction")."""
+
+
 def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], waiting: bool) -> Plan[AcquireResult]:
     # No row: refused by a holder the statement's snapshot could not see, or the key was freed
     # meanwhile. A waiting acquire asks again until it acquires or its refusal flags the row:
@@ -106,11 +111,22 @@ def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], 
     # Each empty answer means another transaction changed the key since the statement's
     # snapshot, so this loop only spins while others make progress; the executor's operation
     # timeout bounds it (docs/statements.md).
+    if s.acquire_reads_first:  # a held lease is refused without waiting for the write lock
+        holder = yield Query(s.holder, (key,))
+        if holder is not None and holder[0] != owner:
+            return s.refusal(holder)
     if waiting:
+        unflagged = 0
         while True:
             row = yield Query(s.acquire_waiting, params)
-            if row is not None:
-                return s.acquire_result(row)
+            if row is None:
+                continue
+            # Refused but not flagged: a transaction locks the row (a caller's check_held, or a
+            # write under way). Ask again a few times; then answer at once (no NOTIFY will come).
+            if len(row) > 5 and not row[0] and not row[5] and unflagged < UNFLAGGED_RETRIES:
+                unflagged += 1
+                continue
+            return s.acquire_result(row)
     for _ in range(3):
         row = yield Query(s.acquire, params)
         if row is not None:

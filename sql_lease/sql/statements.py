@@ -5,7 +5,9 @@ caller's transaction); time comes from the database's clock. Parameters are posi
 same for both dialects:
 
     acquire   (key, owner, ttl, data) -> (acquired, owner, fence, expires_at, remaining_ms) or no row
-    acquire_waiting                -> the same; a refusal also marks the row has_waiters
+    acquire_waiting                -> the same (PostgreSQL: and flagged); a refusal also marks the row
+                                      has_waiters, unless another transaction locks it: then
+                                      flagged is false (the executor asks again, then gives up)
     holder    (key,)               -> (owner, fence, expires_at, remaining_ms, data, acquired_at) of the
                                       unexpired lease
     owner     (key,)               -> (owner,) of the unexpired lease
@@ -88,6 +90,9 @@ class LeaseStatements:
     list_all: str = ""
     break_lease: str = ""
     renew_many: str = ""
+    acquire_reads_first: bool = False
+    """Run ``holder`` before ``acquire`` and refuse on its answer (SQLite: a read is never blocked by
+    a caller's transaction holding the write lock, the write would wait for it)."""
 
     def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
         """The parameters of ``renew_many`` for ``(key, owner, ttl_ms)`` items (TTLs as milliseconds)."""
@@ -211,7 +216,8 @@ class PostgresStatements(LeaseStatements):
             else f"WITH gone AS (\n    DELETE FROM {t}"
         )
         busy = f"""busy AS (
-    SELECT owner, fence, expires_at, {remaining} AS remaining FROM {t} WHERE key = $1 AND {live} AND owner <> $2
+    SELECT owner, fence, expires_at, {remaining} AS remaining, has_waiters FROM {t}
+     WHERE key = $1 AND {live} AND owner <> $2
 )"""
         upsert = f"""
     INSERT INTO {t} AS held (key, owner, fence, expires_at, data, acquired_at)
@@ -241,14 +247,22 @@ WITH {busy}, serialised AS (
 SELECT true, owner, fence, expires_at, {remaining_after} FROM attempt
 UNION ALL
 SELECT false, owner, fence, expires_at, remaining FROM busy""",
-            acquire_waiting=f"""{acquire_head}, waiting AS (
-    UPDATE {t} SET has_waiters = true
-     WHERE key = $1 AND NOT EXISTS (SELECT FROM attempt)
-    RETURNING owner, fence, expires_at
+            # A row some transaction locks (a caller's check_held) is not flagged but refused at once,
+            # its last column false (docs/statements.md, "Waiters beside a guarded transaction").
+            acquire_waiting=f"""{acquire_head}, flag AS (
+    SELECT key FROM {t}
+     WHERE key = $1 AND NOT has_waiters AND NOT EXISTS (SELECT FROM attempt)
+       FOR NO KEY UPDATE SKIP LOCKED
+), waiting AS (
+    UPDATE {t} AS l SET has_waiters = true FROM flag
+     WHERE l.key = flag.key
+    RETURNING l.owner, l.fence, l.expires_at
 )
-SELECT true, owner, fence, expires_at, {remaining_after} FROM attempt
+SELECT true, owner, fence, expires_at, {remaining_after}, true FROM attempt
 UNION ALL
-SELECT false, owner, fence, expires_at, {remaining_after} FROM waiting WHERE expires_at > {after} AND owner <> $2""",
+SELECT false, owner, fence, expires_at, {remaining_after}, true FROM waiting WHERE expires_at > {after} AND owner <> $2
+UNION ALL
+SELECT false, owner, fence, expires_at, remaining, has_waiters FROM busy WHERE NOT EXISTS (SELECT FROM waiting)""",
             holder=f"""
 SELECT owner, fence, expires_at, {remaining}, data::text, acquired_at FROM {t} WHERE key = $1 AND {live}""",
             owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
@@ -361,6 +375,7 @@ RETURNING 1, owner, fence, expires_at, expires_at - {now}"""
         super().__init__(
             acquire=acquire,
             acquire_waiting=acquire,  # no NOTIFY on SQLite: waiters poll
+            acquire_reads_first=True,
             holder=f"""
 SELECT owner, fence, expires_at, expires_at - {now}, data, acquired_at FROM {t}
  WHERE key = ?1 AND expires_at > {now}""",
