@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "MAX_DATA_BYTES",
     "MAX_DATA_DEPTH",
+    "MAX_FENCE",
     "MAX_KEY_LENGTH",
     "MAX_LIST_LIMIT",
     "MAX_OWNER_LENGTH",
@@ -31,6 +32,7 @@ __all__ = [
     "decode_data",
     "encode_data",
     "is_lease_provider",
+    "validate_fence",
     "validate_key",
     "validate_list",
     "validate_owner",
@@ -253,6 +255,19 @@ def _validate_identifier(value: object, what: str, max_length: int) -> str:
 def validate_key(key: object) -> str:
     """Return ``key`` if it is a valid lease key, else raise ``TypeError``/``ValueError``."""
     return _validate_identifier(key, "key", MAX_KEY_LENGTH)
+
+
+MAX_FENCE = 2**63 - 1
+"""Largest fencing token (a signed 64-bit integer, as the databases store it)."""
+
+
+def validate_fence(fence: object) -> int:
+    """``fence`` if it is an ``int`` (not ``bool``) from 1 to 2**63-1, else ``TypeError``/``ValueError``."""
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(f"fence must be an int, not {type(fence).__name__}")
+    if not 1 <= fence <= MAX_FENCE:
+        raise ValueError(f"fence must be from 1 to {MAX_FENCE}, not {fence}")
+    return int.__int__(fence)
 
 
 MAX_LIST_LIMIT = 100_000

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..contract import validate_key, validate_owner
+from ..contract import MAX_FENCE, validate_fence, validate_key, validate_owner
 from ..errors import LeaseLostError, StaleFenceError
 from .schema import LeaseTableNames
 from .statements import SQLITE_NOW_MS, qualified_name
@@ -51,7 +51,6 @@ __all__ = [
     "validate_resource",
 ]
 
-MAX_FENCE = 2**63 - 1  # bigint
 MAX_RESOURCE_LENGTH = 512
 
 
@@ -136,15 +135,6 @@ def format_paramstyle_statement(
         raise ValueError(f"no fenced-write statement {statement!r}")
     sql, order = _format_paramstyle(dialect_name, getattr(fence_statements_for(dialect_name, names), statement))
     return sql, [params[name] for name in order]
-
-
-def validate_fence(fence: object) -> int:
-    """``fence`` if it is an ``int`` (not ``bool``) from 1 to 2**63-1, else ``TypeError``/``ValueError``."""
-    if isinstance(fence, bool) or not isinstance(fence, int):
-        raise TypeError(f"fence must be an int, not {type(fence).__name__}")
-    if not 1 <= fence <= MAX_FENCE:
-        raise ValueError(f"fence must be from 1 to {MAX_FENCE}, not {fence}")
-    return fence
 
 
 def validate_resource(resource: object) -> str:

@@ -18,6 +18,7 @@ from ..contract import (
     AcquireResult,
     LeaseInfo,
     encode_data,
+    validate_fence,
     validate_key,
     validate_list,
     validate_owner,
@@ -261,8 +262,10 @@ def prefix_upper_bound(prefix: str) -> str:
     return chr(_LAST_CODE_POINT) * (MAX_KEY_LENGTH + 1)
 
 
-def break_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
-    """Delete the lease on ``key`` whoever holds it; the lease it broke, or None if there was no
-    unexpired one (an expired row is deleted all the same)."""
+def break_lease(s: LeaseStatements, key: str, fence: object = None) -> Plan[LeaseInfo | None]:
+    """Delete the lease on ``key`` whoever holds it, or (``fence`` given) only the tenure with that
+    fence; the lease it broke, or None if there was no such unexpired one (a matching expired row
+    is deleted all the same)."""
     key = validate_key(key)
-    return _single(Query(s.break_lease, (key,)), lambda row: s.lease_info(key, row) if row[4] else None)
+    fence = None if fence is None else validate_fence(fence)
+    return _single(Query(s.break_lease, (key, fence)), lambda row: s.lease_info(key, row) if row[4] else None)

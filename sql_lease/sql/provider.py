@@ -514,11 +514,14 @@ class SqlLeaseProvider(LeaseProviderBase):
         s = self.statements
         return await self._run("list", None, lambda: operations.list_leases(s, prefix, include_expired, limit))
 
-    async def break_lease(self, key: str) -> LeaseInfo | None:
-        """Delete the lease on ``key`` whoever holds it (for operators); the lease it broke, or None
-        if there was no unexpired one. The next acquire gets a new, larger fence; the holder's next
-        renewal is refused (``hold()`` reports the loss); waiters are woken as by a release."""
-        broken = await self._run("break", key, lambda: operations.break_lease(self.statements, key))
+    async def break_lease(self, key: str, *, fence: int | None = None) -> LeaseInfo | None:
+        """Delete the lease on ``key`` (for operators): whoever holds it, or, with ``fence`` (an
+        int from 1 to 2**63-1), only the tenure with that fencing token, so a lease that changed
+        hands since you looked is left alone. The lease it broke, or None if there was no such
+        unexpired one. The next acquire gets a new, larger fence; the holder's next renewal is
+        refused (``hold()`` reports the loss); waiters are woken as by a release.
+        ``TypeError``/``ValueError`` for a bad key or fence before any SQL."""
+        broken = await self._run("break", key, lambda: operations.break_lease(self.statements, key, fence))
         if broken is not None:
             log.warning("lease %r held by %r (fence %s) broken by an operator", key, broken.owner, broken.fence)
         return broken

@@ -24,8 +24,9 @@ same for both dialects:
                                       acquired_at), by key,
                                       of keys in [prefix, upper) by code point (= starting with prefix)
     list_all  (include_expired, limit) -> the same rows, every key
-    break_lease (key,)             -> (owner, fence, expires_at, remaining_ms, was_unexpired) of the
-                                      row it deleted, whoever held it
+    break_lease (key, fence)       -> (owner, fence, expires_at, remaining_ms, was_unexpired) of the
+                                      row it deleted: whoever held it (fence NULL), or only the
+                                      tenure with that fence
 
 ``data`` goes in as JSON text or NULL (:func:`sql_lease.contract.encode_data`) and comes out as
 text (PostgreSQL: ``data::text`` of a ``json`` column, kept verbatim; SQLite: ``TEXT``), decoded by
@@ -330,7 +331,7 @@ SELECT key, owner, fence, expires_at, {remaining}, data::text, acquired_at FROM 
             # As release, for any owner: no advisory lock (deleting draws no fence) and no durability pin.
             break_lease=f"""
 WITH gone AS (
-    DELETE FROM {t} WHERE key = $1
+    DELETE FROM {t} WHERE key = $1 AND ($2::bigint IS NULL OR fence = $2::bigint)
     RETURNING key, owner, fence, expires_at, has_waiters
 )
 SELECT owner, fence, expires_at, {remaining}, expires_at > now(),
@@ -415,7 +416,7 @@ SELECT key, owner, fence, expires_at, expires_at - {now}, data, acquired_at FROM
  ORDER BY key
  LIMIT ?2""",
             break_lease=f"""
-DELETE FROM {t} WHERE key = ?1
+DELETE FROM {t} WHERE key = ?1 AND (?2 IS NULL OR fence = ?2)
 RETURNING owner, fence, expires_at, expires_at - {now}, expires_at > {now}""",
         )
 

@@ -383,11 +383,12 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         plan = operations.list_leases(self.statements, prefix, include_expired, limit)
         return self._run("list", None, plan, timeout_s)
 
-    def break_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
-        """Delete the lease on ``key`` whoever holds it (for operators); the lease it broke, or None
-        if there was no unexpired one. The next acquire gets a larger fence; the holder's next
-        renewal is refused."""
-        broken = self._run("break", key, operations.break_lease(self.statements, key), timeout_s)
+    def break_lease(self, key: str, *, fence: int | None = None, timeout_s: float | None = None) -> LeaseInfo | None:
+        """Delete the lease on ``key`` (for operators): whoever holds it, or, with ``fence``, only
+        the tenure with that fencing token. The lease it broke, or None if there was no such
+        unexpired one. The next acquire gets a larger fence; the holder's next renewal is refused.
+        See :meth:`SqlLeaseProvider.break_lease`."""
+        broken = self._run("break", key, operations.break_lease(self.statements, key, fence), timeout_s)
         if broken is not None:
             log.warning("lease %r held by %r (fence %s) broken by an operator", key, broken.owner, broken.fence)
         return broken
