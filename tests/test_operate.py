@@ -296,7 +296,14 @@ async def test_sql_break_logs_the_broken_holder(
 
 # -- break_lease(key, fence=N): only that tenure (issue 20 item 9) -------------------------------------
 
-BAD_FENCES = [(True, TypeError), (1.0, TypeError), ("3", TypeError), (0, ValueError), (-1, ValueError), (2**63, ValueError)]
+BAD_FENCES = [
+    (True, TypeError),
+    (1.0, TypeError),
+    ("3", TypeError),
+    (0, ValueError),
+    (-1, ValueError),
+    (2**63, ValueError),
+]
 
 
 async def test_break_with_a_fence_breaks_only_that_tenure(provider: Any, key: str) -> None:
