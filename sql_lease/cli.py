@@ -866,14 +866,26 @@ def _data(data_json: str | None) -> dict[str, Any] | None:
     if data_json is None:
         return None
     try:
-        data = json.loads(data_json)
+        data = json.loads(data_json, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        _fail(2, "--data is nested too deep")
     except ValueError as exc:
-        _fail(2, f"--data is not valid JSON: {exc}")
+        _fail(2, f"--data is not valid JSON: {_printable(str(exc))}")
     try:
         encode_data(data)
     except (TypeError, ValueError) as exc:
         _fail(2, f"--data: {exc}")
     return data  # type: ignore[no-any-return]
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members as a dict; ``ValueError`` naming a key given twice."""
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in found:
+            raise ValueError(f"the key {name!r} appears twice in one object")
+        found[name] = value
+    return found
 
 
 def _data_text(data: dict[str, Any] | None) -> str:
@@ -959,7 +971,7 @@ def _lease_json(lease: Any, read_row: bool = True) -> dict[str, Any]:
 def _print_json(value: object) -> None:
     import json
 
-    click.echo(json.dumps(value, ensure_ascii=True))
+    click.echo(json.dumps(value, ensure_ascii=True, allow_nan=False))  # strict JSON: no NaN or Infinity
 
 
 _LIST_COLUMNS = ("KEY", "OWNER", "FENCE", "EXPIRES IN", "HELD FOR", "EXPIRES AT", "DATA")

@@ -327,3 +327,12 @@ def test_check_names_missing_grants(pg_schema: tuple[str, str], tmp_path: Path) 
         )
     finally:
         subprocess.run([*admin, f"DROP OWNED BY {role}; DROP ROLE {role};"], check=False, capture_output=True)
+
+
+def test_data_with_a_duplicate_key_is_refused(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:dup"
+    for bad in ('{"job": 1, "job": 2}', '{"a": {"b": 1, "b": 1}}', '{"a": ' + "[" * 3000 + "]" * 3000 + "}"):
+        refused = run_cli(["acquire", key, "--owner", "a", "--data", bad, *db_args], tmp_path)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "appears twice" in run_cli(["acquire", key, "--owner", "a", "--data", '{"j":1,"j":1}'], tmp_path).stderr
+    assert run_cli(["show", key, *db_args], tmp_path).returncode == 1  # nothing acquired
