@@ -67,7 +67,14 @@ async def run_async(plan: Plan[T], fetch: Callable[[str, tuple[Any, ...]], Await
     connection); a query that is not ``many`` receives its first row, or None."""
     query = next(plan)
     while True:
-        rows = await fetch(query.sql, query.params)
+        try:
+            rows = await fetch(query.sql, query.params)
+        except Exception as exc:  # the plan may answer it (a lock wait that ran out); else it is raised
+            try:
+                query = plan.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            continue
         try:
             query = plan.send(rows if query.many else rows[0] if rows else None)
         except StopIteration as done:
@@ -82,7 +89,14 @@ def run_sync(
     """Run ``plan`` with blocking fetch functions (all its queries on one connection)."""
     query = next(plan)
     while True:
-        rows = (fetch_all if query.many else fetch_one)(query.sql, query.params)
+        try:
+            rows = (fetch_all if query.many else fetch_one)(query.sql, query.params)
+        except Exception as exc:  # the plan may answer it (a lock wait that ran out); else it is raised
+            try:
+                query = plan.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            continue
         try:
             query = plan.send(rows)
         except StopIteration as done:
@@ -90,14 +104,41 @@ def run_sync(
 
 
 def acquire(
-    s: LeaseStatements, key: str, owner: str, ttl_ms: object, *, waiting: bool = False, data: object = None
+    s: LeaseStatements,
+    key: str,
+    owner: str,
+    ttl_ms: object,
+    *,
+    waiting: bool = False,
+    data: object = None,
+    lock_wait_ms: float | None = None,
 ) -> Plan[AcquireResult]:
     """Acquire with lease ``data`` (a dict or None); ``waiting`` marks a refused row so that its
-    release sends NOTIFY (PostgreSQL)."""
+    release sends NOTIFY (PostgreSQL). ``lock_wait_ms``: how long the statement may wait for a
+    lock (a caller's ``check_held`` transaction guarding an expired lease) before it answers
+    "not acquired" (PostgreSQL; None: no bound of its own)."""
     key, owner = validate_key(key), validate_owner(owner)
-    params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data))
-    return _acquire(s, key, owner, params, waiting)
+    params = s.acquire_params(key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data), lock_wait_ms)
+    return _guarded_acquire(s, key, owner, params, waiting)
 
+
+def _guarded_acquire(
+    s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], waiting: bool
+) -> Plan[AcquireResult]:
+    # A lock wait that ran out wrote nothing (its transaction rolled back): not acquired, naming
+    # the holder if an unexpired one is visible now.
+    try:
+        return (yield from _acquire(s, key, owner, params, waiting))
+    except Exception as exc:
+        if not s.lock_timed_out(exc):
+            raise
+    holder = yield Query(s.holder, (key,))
+    return s.refusal(holder) if holder is not None and holder[0] != owner else AcquireResult(False, None)
+
+
+LOCK_WAIT_SHARE = 0.5
+"""The share of an acquire's time limit its statement may wait for a lock (a caller's ``check_held``
+transaction guarding an expired lease) before it answers "not acquired" (PostgreSQL)."""
 
 UNFLAGGED_RETRIES = 2
 """A waiting acquire refused against a locked row asks again this many times before it answers

@@ -31,7 +31,7 @@ from ..holding import LeaseProviderBase
 from . import operations
 from .deadlines import DeadlineWatch
 from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor
-from .operations import Plan
+from .operations import LOCK_WAIT_SHARE, Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
@@ -453,8 +453,12 @@ class SqlLeaseProvider(LeaseProviderBase):
     def _acquire(
         self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool, data: dict[str, Any] | None = None
     ) -> Awaitable[AcquireResult]:
-        s = self.statements
-        return self._run("acquire", key, lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data))
+        s, wait_ms = self.statements, self.operation_timeout_s * LOCK_WAIT_SHARE * 1000
+        return self._run(
+            "acquire",
+            key,
+            lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms),
+        )
 
     async def get_lease_owner(self, key: str) -> str | None:
         return await self._run("get owner of", key, lambda: operations.get_owner(self.statements, key))

@@ -5,6 +5,8 @@ caller's transaction); time comes from the database's clock. Parameters are posi
 same for both dialects:
 
     acquire   (key, owner, ttl, data) -> (acquired, owner, fence, expires_at, remaining_ms) or no row
+                                      (PostgreSQL: a fifth parameter, the lock_timeout of the
+                                      statement's transaction, e.g. '2500ms', or NULL)
     acquire_waiting                -> the same (PostgreSQL: and flagged); a refusal also marks the row
                                       has_waiters, unless another transaction locks it: then
                                       flagged is false (the executor asks again, then gives up)
@@ -106,6 +108,17 @@ class LeaseStatements:
     def ttl_param(self, ttl_ms: float) -> Any:
         """The TTL as the statements expect it (milliseconds)."""
         return ttl_ms
+
+    def acquire_params(
+        self, key: str, owner: str, ttl: Any, data: str | None, lock_wait_ms: float | None
+    ) -> tuple[Any, ...]:
+        """The parameters of ``acquire``/``acquire_waiting``; ``lock_wait_ms`` bounds its lock waits
+        (PostgreSQL ``lock_timeout``; None: the session's)."""
+        return (key, owner, ttl, data)
+
+    def lock_timed_out(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a statement's lock wait running out (nothing was written)."""
+        return False
 
     def to_datetime(self, value: Any) -> datetime:
         """An ``expires_at`` value from the database as an aware UTC datetime."""
@@ -236,9 +249,12 @@ class PostgresStatements(LeaseStatements):
      WHERE held.owner = excluded.owner OR held.expires_at <= {after}
     RETURNING held.owner, held.fence, held.expires_at"""
         # granted: the clock read from serialised's row, i.e. after the advisory lock.
+        # bounded: this transaction's lock_timeout ($5, e.g. '2500ms'), set before any lock is waited for.
         acquire_head = f"""
-WITH {busy}, serialised AS (
-    SELECT {lock}{pin} WHERE NOT EXISTS (SELECT FROM busy)
+WITH {busy}, bounded AS (
+    SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
+), serialised AS (
+    SELECT {lock}{pin} FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
 ), granted AS (
     SELECT {after} AS at FROM serialised
 ), attempt AS ({upsert}
@@ -340,6 +356,17 @@ SELECT owner, fence, expires_at, {remaining}, expires_at > now(),
 
     def swept_count(self, rows: list[Any]) -> int:
         return int(rows[0][0])
+
+    def acquire_params(
+        self, key: str, owner: str, ttl: Any, data: str | None, lock_wait_ms: float | None
+    ) -> tuple[Any, ...]:
+        wait = None if lock_wait_ms is None else f"{max(1, math.ceil(lock_wait_ms))}ms"
+        return (key, owner, ttl, data, wait)
+
+    def lock_timed_out(self, exc: BaseException) -> bool:
+        from .translate import sqlstate
+
+        return sqlstate(exc) == "55P03"  # lock_not_available
 
 
 # SQLite's own clock as integer Unix epoch milliseconds. 'now' is stable within one statement.

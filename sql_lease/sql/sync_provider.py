@@ -26,7 +26,7 @@ from ..contract import AcquireResult, LeaseInfo, validate_key, validate_seconds
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
 from ..sync_holding import SyncLeaseProviderBase
 from . import operations
-from .operations import Plan
+from .operations import LOCK_WAIT_SHARE, Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import LeaseStatements, statements_for
@@ -321,7 +321,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
     ) -> AcquireResult:
-        plan = operations.acquire(self.statements, key, owner, ttl_ms, waiting=waiting, data=data)
+        wait_ms = self._limit(timeout_s) * LOCK_WAIT_SHARE * 1000
+        plan = operations.acquire(self.statements, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms)
         return self._run("acquire", key, plan, timeout_s)
 
     def get_lease_owner(self, key: str, *, timeout_s: float | None = None) -> str | None:
