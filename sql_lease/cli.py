@@ -29,7 +29,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from .contract import validate_key, validate_owner, validate_sweep, validate_ttl_ms
+from .contract import validate_fence, validate_key, validate_owner, validate_sweep, validate_ttl_ms
 from .errors import LeaseBackendError, LeaseConfigError, LeaseError, LeaseNotAcquiredError, SchemaMissingError
 from .holding import SWEEP_BATCH_SIZE, acquire_lease_wait, hold, new_owner_id
 
@@ -1145,14 +1145,26 @@ def _data(data_json: str | None) -> dict[str, Any] | None:
     if data_json is None:
         return None
     try:
-        data = json.loads(data_json)
+        data = json.loads(data_json, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        _fail(2, "--data is nested too deep")
     except ValueError as exc:
-        _fail(2, f"--data is not valid JSON: {exc}")
+        _fail(2, f"--data is not valid JSON: {_printable(str(exc))}")
     try:
         encode_data(data)
     except (TypeError, ValueError) as exc:
         _fail(2, f"--data: {exc}")
     return data  # type: ignore[no-any-return]
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members as a dict; ``ValueError`` naming a key given twice."""
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in found:
+            raise ValueError(f"the key {name!r} appears twice in one object")
+        found[name] = value
+    return found
 
 
 def _data_text(data: dict[str, Any] | None) -> str:
@@ -1238,7 +1250,7 @@ def _lease_json(lease: Any, read_row: bool = True) -> dict[str, Any]:
 def _print_json(value: object) -> None:
     import json
 
-    click.echo(json.dumps(value, ensure_ascii=True))
+    click.echo(json.dumps(value, ensure_ascii=True, allow_nan=False))  # strict JSON: no NaN or Infinity
 
 
 _LIST_COLUMNS = ("KEY", "OWNER", "FENCE", "EXPIRES IN", "HELD FOR", "EXPIRES AT", "DATA")
@@ -1389,33 +1401,58 @@ def show(key: str, url: str, table_name: str, schema: str | None, as_json: bool)
 @table_option
 @schema_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (required when stdin is not a terminal).")
+@click.option(
+    "--fence",
+    type=int,
+    default=None,
+    help="Break only the tenure with this fencing token (as `show` printed it); if the lease changed "
+    "hands meanwhile, leave it and exit 1 naming the current holder.",
+)
 @json_option
-def break_(key: str, url: str, table_name: str, schema: str | None, yes: bool, as_json: bool) -> None:
-    """Delete the lease on KEY whoever holds it (exit 0), or exit 1 if nothing is held.
+def break_(
+    key: str, url: str, table_name: str, schema: str | None, yes: bool, fence: int | None, as_json: bool
+) -> None:
+    """Delete the lease on KEY (exit 0), or exit 1 if nothing is held.
 
     For a lease left behind by a holder that died (kill -9). The next acquire gets a new, larger
-    fence; the holder, if it still runs, has its next renewal refused. Asks first on a terminal;
-    without a terminal it refuses unless --yes is given.
+    fence; the holder, if it still runs, has its next renewal refused. Asks first on a terminal,
+    and then breaks only the tenure it showed (its fence); without a terminal it refuses unless
+    --yes is given. With --fence N it breaks only that tenure: a lease that changed hands since is
+    left alone (exit 1, naming its holder).
     """
     _valid(lambda: validate_key(key))
+    if fence is not None:
+        _valid(lambda: validate_fence(fence))
     if not yes and not sys.stdin.isatty():
         _fail(2, f"refusing to break lease {_printable(repr(key))} without --yes: stdin is not a terminal")
     provider = _provider(url, table_name, schema)
 
-    async def main() -> tuple[Any, bool]:
+    async def main() -> tuple[Any, bool, Any]:
+        """(the lease broken, confirmed, the current lease when the tenure to break was not there)."""
         async with provider:
+            expected = fence
             if not yes:
                 current = await provider.get_lease(key)
                 if current is None:
-                    return None, True
+                    return None, True, None
+                if fence is not None and current.fence != fence:
+                    return None, True, current
                 click.echo(_describe(current))
                 if not click.confirm("Break it? Its holder loses it at its next renewal", default=False):
-                    return None, False
-            return await provider.break_lease(key), True
+                    return None, False, None
+                expected = current.fence  # the tenure shown, not whoever holds the key by now
+            broken = await provider.break_lease(key, fence=expected)
+            if broken is None and expected is not None:
+                return None, True, await provider.get_lease(key)
+            return broken, True, None
 
-    broken, confirmed = _run(main)
+    broken, confirmed, now = _run(main)
     if as_json:
         _print_json(None if broken is None else _lease_json(broken, read_row=False))
+    if broken is None and now is not None:
+        _fail(1, f"not broken: lease {_printable(repr(key))} changed hands, now {_describe(now)}")
+    if as_json:
+        pass  # printed above
     elif broken is not None:
         left = _expires_in(broken.remaining_ms)
         click.echo(

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "MAX_DATA_BYTES",
     "MAX_DATA_DEPTH",
+    "MAX_FENCE",
     "MAX_KEY_LENGTH",
     "MAX_LIST_LIMIT",
     "MAX_OWNER_LENGTH",
@@ -28,9 +29,11 @@ __all__ = [
     "ReleaseWaiter",
     "ReleaseWaiters",
     "RenewsWithLeaseInfo",
+    "UnreadableData",
     "decode_data",
     "encode_data",
     "is_lease_provider",
+    "validate_fence",
     "validate_key",
     "validate_list",
     "validate_owner",
@@ -255,6 +258,19 @@ def validate_key(key: object) -> str:
     return _validate_identifier(key, "key", MAX_KEY_LENGTH)
 
 
+MAX_FENCE = 2**63 - 1
+"""Largest fencing token (a signed 64-bit integer, as the databases store it)."""
+
+
+def validate_fence(fence: object) -> int:
+    """``fence`` if it is an ``int`` (not ``bool``) from 1 to 2**63-1, else ``TypeError``/``ValueError``."""
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(f"fence must be an int, not {type(fence).__name__}")
+    if not 1 <= fence <= MAX_FENCE:
+        raise ValueError(f"fence must be from 1 to {MAX_FENCE}, not {fence}")
+    return int.__int__(fence)
+
+
 MAX_LIST_LIMIT = 100_000
 """Most rows one ``list_leases`` call returns."""
 
@@ -331,9 +347,54 @@ def encode_data(data: object) -> str | None:
     return text
 
 
-def decode_data(text: str | None) -> dict[str, Any] | None:
-    """Stored lease data (JSON text, or None for none) as the ``dict`` it encodes; a new object per call."""
-    return None if text is None else json.loads(text)  # type: ignore[no-any-return]
+UNREADABLE_DATA_KEY = "sql_lease_unreadable"
+"""The one key of :class:`UnreadableData`."""
+
+
+class UnreadableData(dict[str, str]):
+    """What :func:`decode_data` returns for stored lease data it cannot read back as a JSON object
+    (written by something other than sql_lease): text that is not JSON, bytes (SQLite), nesting too
+    deep to decode, ``NaN``/``Infinity`` or a number beyond a float (``1e400``), a JSON value that
+    is not an object. A ``dict`` of one entry, ``{"sql_lease_unreadable": <why>}``, so it prints and
+    serialises as strict JSON; tell it apart with ``isinstance(data, UnreadableData)``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__({UNREADABLE_DATA_KEY: reason})
+
+    @property
+    def reason(self) -> str:
+        """Why the stored data could not be read (no part of the data itself)."""
+        return self[UNREADABLE_DATA_KEY]
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError("a number beyond the range of a float")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_data(text: object) -> dict[str, Any] | None:
+    """Stored lease data (JSON text, or None for none) as the ``dict`` it encodes; a new object per
+    call. Data that is not a JSON object of finite numbers decodes as :class:`UnreadableData`
+    instead of raising, so one bad row does not hide the others."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        return UnreadableData(f"stored as {type(text).__name__}, not text")
+    try:
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except RecursionError:
+        return UnreadableData("nested too deep to decode")
+    except ValueError as exc:  # JSONDecodeError, or a number Python will not convert
+        return UnreadableData(f"not valid JSON: {exc}")
+    if not isinstance(value, dict):
+        return UnreadableData(f"a JSON {type(value).__name__}, not an object")
+    return value
 
 
 def validate_owner(owner: object, what: str = "owner") -> str:

@@ -15,6 +15,7 @@ from .contract import (
     LeaseInfo,
     decode_data,
     encode_data,
+    validate_fence,
     validate_key,
     validate_list,
     validate_owner,
@@ -215,10 +216,14 @@ class MemoryLeases:
         rows.sort(key=lambda info: info.key)  # code point order, as SQLite's
         return rows[:limit]
 
-    def break_(self, key: str) -> LeaseInfo | None:
+    def break_(self, key: str, fence: object = None) -> LeaseInfo | None:
         key = validate_key(key)
+        fence = None if fence is None else validate_fence(fence)
         with self._lock:
             now = self._clock()
+            tenure = self._tenures.get(key)
+            if tenure is not None and fence is not None and tenure.fence != fence:
+                return None  # another tenure: left alone
             tenure = self._tenures.pop(key, None)
             if tenure is None or tenure.expires_at_ms <= now:
                 return None
@@ -280,9 +285,10 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         """Leases ordered by key whose key starts with ``prefix`` (all when None), at most ``limit``."""
         return self._leases.list(prefix, include_expired, limit)
 
-    async def break_lease(self, key: str) -> LeaseInfo | None:
-        """Forget the lease on ``key`` whoever holds it; the lease broken, or None if none was held."""
-        return self._leases.break_(key)
+    async def break_lease(self, key: str, *, fence: int | None = None) -> LeaseInfo | None:
+        """Forget the lease on ``key`` whoever holds it, or (``fence`` given) only the tenure with
+        that fence; the lease broken, or None if no such lease was held."""
+        return self._leases.break_(key, fence)
 
 
 class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
@@ -374,6 +380,7 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         """Leases ordered by key whose key starts with ``prefix`` (all when None), at most ``limit``."""
         return self._leases.list(prefix, include_expired, limit)
 
-    def break_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
-        """Forget the lease on ``key`` whoever holds it; the lease broken, or None if none was held."""
-        return self._leases.break_(key)
+    def break_lease(self, key: str, *, fence: int | None = None, timeout_s: float | None = None) -> LeaseInfo | None:
+        """Forget the lease on ``key`` whoever holds it, or (``fence`` given) only the tenure with
+        that fence; the lease broken, or None if no such lease was held."""
+        return self._leases.break_(key, fence)

@@ -137,6 +137,23 @@ def test_break(db_args: list[str], tmp_path: Path, ns: str) -> None:
     assert int(after.stdout.strip().removeprefix("fence=")) > fence
 
 
+def test_break_with_a_fence_leaves_a_new_tenure_alone(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:tenure"
+    old = int(run_cli(["acquire", key, "--owner", "a", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    assert run_cli(["release", key, "--owner", "a", *db_args], tmp_path).returncode == 0
+    new = int(run_cli(["acquire", key, "--owner", "b", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    stale = run_cli(["break", key, "--yes", "--fence", str(old), *db_args], tmp_path, stdin=subprocess.DEVNULL)
+    assert stale.returncode == 1 and "held by b" in stale.stderr and f"fence {new}" in stale.stderr, stale
+    assert "Traceback" not in stale.stderr
+    assert run_cli(["show", key, *db_args], tmp_path).returncode == 0  # still b's
+    for bad in ("0", "-3", "x", str(2**63)):
+        refused = run_cli(["break", key, "--yes", "--fence", bad, *db_args], tmp_path)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
+    broken = run_cli(["break", key, "--yes", "--json", "--fence", str(new), *db_args], tmp_path)
+    assert broken.returncode == 0 and json.loads(broken.stdout)["fence"] == new
+    assert run_cli(["show", key, *db_args], tmp_path).returncode == 1
+
+
 def test_lease_data(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:d"
     data = {"host": "build-3", "pid": 4242, "job": "nightly-report", "note": "ü" * 70}
@@ -192,6 +209,38 @@ def test_break_asks_on_a_terminal(tmp_path: Path, ns: str) -> None:
     code, output = _run_on_terminal(["break", key], tmp_path, b"y\n")
     assert code == 0 and "broke" in output
     assert run_cli(["show", key], tmp_path).returncode == 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty behaviour checked on Linux")
+def test_break_on_a_terminal_breaks_the_tenure_it_showed(tmp_path: Path, ns: str) -> None:
+    """The lease changes hands while the prompt waits: the answer "y" breaks nothing."""
+    key = f"{ns}:shown"
+    assert run_cli(["migrate"], tmp_path).returncode == 0
+    assert run_cli(["acquire", key, "--owner", "dead"], tmp_path).returncode == 0
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([*CLI, "break", key], cwd=tmp_path, stdin=terminal, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    output = b""
+    while b"[y/N]" not in output:
+        chunk = os.read(controller, 4096)
+        assert chunk, output
+        output += chunk
+    assert b"held by dead" in output
+    assert run_cli(["transfer", key, "--from", "dead", "--to", "alive"], tmp_path).returncode == 0
+    os.write(controller, b"y\n")
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    assert proc.wait(timeout=60) == 1
+    assert b"changed hands" in output and b"held by alive" in output
+    shown = run_cli(["show", key], tmp_path)
+    assert shown.returncode == 0 and "alive" in shown.stdout
 
 
 def test_control_characters_are_escaped(db_args: list[str], tmp_path: Path, ns: str) -> None:
@@ -278,3 +327,12 @@ def test_check_names_missing_grants(pg_schema: tuple[str, str], tmp_path: Path) 
         )
     finally:
         subprocess.run([*admin, f"DROP OWNED BY {role}; DROP ROLE {role};"], check=False, capture_output=True)
+
+
+def test_data_with_a_duplicate_key_is_refused(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:dup"
+    for bad in ('{"job": 1, "job": 2}', '{"a": {"b": 1, "b": 1}}', '{"a": ' + "[" * 3000 + "]" * 3000 + "}"):
+        refused = run_cli(["acquire", key, "--owner", "a", "--data", bad, *db_args], tmp_path)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "appears twice" in run_cli(["acquire", key, "--owner", "a", "--data", '{"j":1,"j":1}'], tmp_path).stderr
+    assert run_cli(["show", key, *db_args], tmp_path).returncode == 1  # nothing acquired

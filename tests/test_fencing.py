@@ -609,3 +609,70 @@ def test_migrate_fences_only_on_postgres(pg_url: str, fresh_pg_schema: str) -> N
     engine = sa.create_engine(to_sync_url(pg_url))
     assert sa.inspect(engine).get_table_names(schema=fresh_pg_schema) == ["sql_leases_fences"]
     engine.dispose()
+
+
+# -- a check that guards nothing is refused (issue 20 item 6) -------------------------------------------
+
+
+def test_check_held_in_autocommit_or_a_sqlite_savepoint_is_a_config_error(db: dict[str, Any], key: str) -> None:
+    from sql_lease import LeaseConfigError
+    from sql_lease.sql.fencing import UnguardedCheckError
+
+    autocommit_engine = sync_engine(db, isolation_level="AUTOCOMMIT")
+    engine = sync_engine(db)
+    with SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
+        held = leases.acquire_lease(key, "a", 60_000)
+        with autocommit_engine.connect() as conn, pytest.raises(UnguardedCheckError, match="AUTOCOMMIT") as caught:
+            leases.check_held(conn, key, "a", held.fence)
+        assert isinstance(caught.value, LeaseConfigError) and not isinstance(caught.value, LeaseLostError)
+        with engine.connect() as conn:
+            one = conn.execution_options(isolation_level="AUTOCOMMIT")
+            with pytest.raises(UnguardedCheckError, match="autocommit"):
+                leases.check_held(one, key, "a", held.fence)
+        with Session(autocommit_engine) as session, pytest.raises(UnguardedCheckError):
+            leases.check_held(session, key, "a", held.fence)
+        with engine.connect() as conn, conn.begin():
+            nested = conn.begin_nested()
+            if db["kind"] == "sqlite":  # releasing a savepoint that opened the transaction commits it
+                with pytest.raises(UnguardedCheckError, match="SAVEPOINT"):
+                    leases.check_held(conn, key, "a", held.fence)
+            else:  # PostgreSQL: locks taken in a savepoint pass to the transaction when it is released
+                leases.check_held(conn, key, "a", held.fence)
+            nested.rollback()
+        with Session(engine) as session, session.begin():
+            leases.check_held(session, key, "a", held.fence)  # a plain transaction still passes
+        # a lost lease in autocommit: the configuration is reported first, it is what to fix
+        with autocommit_engine.connect() as conn, pytest.raises(UnguardedCheckError):
+            leases.check_held(conn, key, "b", held.fence)
+    autocommit_engine.dispose()
+    engine.dispose()
+
+
+async def test_async_check_held_in_autocommit_or_a_sqlite_savepoint_is_a_config_error(
+    db: dict[str, Any], key: str
+) -> None:
+    from sql_lease.sql.fencing import UnguardedCheckError
+
+    autocommit_engine = create_async_engine(db["async_url"], isolation_level="AUTOCOMMIT")
+    engine = create_async_engine(db["async_url"])
+    try:
+        async with SqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
+            held = await leases.acquire_lease(key, "a", 60_000)
+            async with autocommit_engine.connect() as conn:
+                with pytest.raises(UnguardedCheckError, match="autocommit"):
+                    await leases.check_held(conn, key, "a", held.fence)
+            async with AsyncSession(autocommit_engine) as session:
+                with pytest.raises(UnguardedCheckError):
+                    await leases.check_held(session, key, "a", held.fence)
+            async with AsyncSession(engine) as session, session.begin():
+                await session.begin_nested()
+                if db["kind"] == "sqlite":
+                    with pytest.raises(UnguardedCheckError, match="SAVEPOINT"):
+                        await leases.check_held(session, key, "a", held.fence)
+                else:
+                    await leases.check_held(session, key, "a", held.fence)
+            async with engine.begin() as conn:
+                await leases.check_held(conn, key, "a", held.fence)
+    finally:
+        await autocommit_engine.dispose()
+        await engine.dispose()

@@ -400,3 +400,106 @@ async def test_new_code_on_an_old_schema_names_the_migrate_command(old_schema: S
     await old_schema.migrate()
     info = await old_schema.get_lease("old")  # the row of the previous release is still held
     assert info is not None and info.owner == "o" and info.data is None
+
+
+# -- data another writer stored badly (issue 20 item 14) ----------------------------------------------
+
+DEEP = '{"a": ' + "[" * 3000 + "]" * 3000 + "}"
+BAD_STORED = {  # key suffix -> (SQL literal text, backends that can store it)
+    "deep": (DEEP, ("sqlite", "postgres")),
+    "huge": ('{"x": 1e400}', ("sqlite", "postgres")),
+    "list": ("[1, 2]", ("sqlite", "postgres")),
+    "invalid": ('{"a": ', ("sqlite",)),
+    "nan": ('{"x": NaN}', ("sqlite",)),
+    "bytes": (b"\xff\xfe{}", ("sqlite",)),
+}
+
+
+def _store_badly(kind: str, url: str, schema: str | None, key: str, value: str | bytes) -> None:
+    """Overwrite the data of the row of ``key`` as another writer might."""
+    if kind == "sqlite":
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+            conn.execute("UPDATE sql_leases SET data = ? WHERE key = ?", (value, key))
+        return
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute(f'UPDATE "{schema}".sql_leases SET data = %s::json WHERE key = %s', (value, key))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def bad_rows(request: pytest.FixtureRequest, tmp_path: Path, key: str) -> dict[str, Any]:
+    """A migrated database with a good lease ``<key>:good`` and one badly stored one per case."""
+    if request.param == "sqlite":
+        url, schema = f"sqlite:///{tmp_path}/bad.db", None
+    else:
+        url, schema = request.getfixturevalue("pg_schema")
+    with SyncSqlLeaseProvider(url, schema=schema) as leases:
+        leases.migrate()
+        assert leases.acquire_lease(f"{key}:good", "o", 60_000, data={"ok": 1}).acquired
+        cases = [name for name, (_, kinds) in BAD_STORED.items() if request.param in kinds]
+        for name in cases:
+            assert leases.acquire_lease(f"{key}:{name}", "o", 60_000, data={"was": "fine"}).acquired
+            _store_badly(request.param, url, schema, f"{key}:{name}", BAD_STORED[name][0])
+    return {"kind": request.param, "url": url, "schema": schema, "cases": cases}
+
+
+def _check_unreadable(leases: list[LeaseInfo], key: str, cases: list[str]) -> None:
+    from sql_lease.contract import UnreadableData
+
+    by_key = {lease.key: lease for lease in leases}
+    assert by_key[f"{key}:good"].data == {"ok": 1}
+    for name in cases:
+        data = by_key[f"{key}:{name}"].data
+        assert isinstance(data, UnreadableData) and data.reason, (name, data)
+        assert list(data) == ["sql_lease_unreadable"]
+
+
+def test_badly_stored_data_reads_as_unreadable_sync(bad_rows: dict[str, Any], key: str) -> None:
+    with SyncSqlLeaseProvider(bad_rows["url"], schema=bad_rows["schema"]) as leases:
+        _check_unreadable(leases.list_leases(prefix=key), key, bad_rows["cases"])
+        for name in bad_rows["cases"]:
+            lease = leases.get_lease(f"{key}:{name}")
+            assert lease is not None and "sql_lease_unreadable" in (lease.data or {})
+
+
+async def test_badly_stored_data_reads_as_unreadable_async(bad_rows: dict[str, Any], key: str) -> None:
+    async with SqlLeaseProvider(bad_rows["url"], schema=bad_rows["schema"]) as leases:
+        _check_unreadable(await leases.list_leases(prefix=key), key, bad_rows["cases"])
+        lease = await leases.get_lease(f"{key}:{bad_rows['cases'][0]}")
+        assert lease is not None and "sql_lease_unreadable" in (lease.data or {})
+
+
+def test_badly_stored_data_in_the_cli_is_shown_unreadable_as_strict_json(
+    bad_rows: dict[str, Any], key: str, tmp_path: Path
+) -> None:
+    import json
+
+    from tests.test_cli import run_cli
+
+    args = ["--url", bad_rows["url"], *(["--schema", bad_rows["schema"]] if bad_rows["schema"] else [])]
+    listed = run_cli(["list", "--prefix", key, "--json", *args], tmp_path)
+    assert listed.returncode == 0, listed.stderr
+
+    def strict(name: str) -> None:
+        raise ValueError(f"{name} in --json output")
+
+    rows = json.loads(listed.stdout, parse_constant=strict)
+    assert {row["key"] for row in rows} == {f"{key}:good", *(f"{key}:{name}" for name in bad_rows["cases"])}
+    for row in rows:
+        assert row["data"] == {"ok": 1} or set(row["data"]) == {"sql_lease_unreadable"}
+    table = run_cli(["list", "--prefix", key, *args], tmp_path)
+    assert table.returncode == 0 and "sql_lease_unreadable" in table.stdout, table.stderr
+    for name in bad_rows["cases"]:
+        shown = run_cli(["show", f"{key}:{name}", "--json", *args], tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        assert set(json.loads(shown.stdout, parse_constant=strict)["data"]) == {"sql_lease_unreadable"}
+
+
+def test_decode_data_marks_what_it_cannot_read() -> None:
+    from sql_lease.contract import UnreadableData, decode_data
+
+    assert decode_data('{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
+    assert decode_data(None) is None
+    for text in (DEEP, '{"x": 1e400}', '{"x": -Infinity}', "[1]", '"x"', "{", b"{}", '{"n": ' + "9" * 5000 + "}"):
+        assert isinstance(decode_data(text), UnreadableData), text

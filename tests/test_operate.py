@@ -292,3 +292,53 @@ async def test_sql_break_logs_the_broken_holder(
         await leases.break_lease(key)
     (line,) = _warnings(caplog)
     assert key in line and "stuck" in line and f"fence {fence}" in line and "broken" in line
+
+
+# -- break_lease(key, fence=N): only that tenure (issue 20 item 9) -------------------------------------
+
+BAD_FENCES = [
+    (True, TypeError),
+    (1.0, TypeError),
+    ("3", TypeError),
+    (0, ValueError),
+    (-1, ValueError),
+    (2**63, ValueError),
+]
+
+
+async def test_break_with_a_fence_breaks_only_that_tenure(provider: Any, key: str) -> None:
+    first = await _acquire(provider, key, "a")
+    assert await provider.release_lease(key, "a")
+    second = await _acquire(provider, key, "b")  # the key changed hands after an operator looked
+    assert await provider.break_lease(key, fence=first) is None
+    assert await provider.get_lease_owner(key) == "b"  # left alone
+    broken = await provider.break_lease(key, fence=second)
+    assert broken is not None and (broken.owner, broken.fence) == ("b", second)
+    assert await provider.get_lease_owner(key) is None
+
+
+def test_sync_break_with_a_fence_breaks_only_that_tenure(sync_provider: Any, key: str) -> None:
+    first = sync_provider.acquire_lease(key, "a", TTL).fence
+    assert sync_provider.transfer_lease(key, "a", "b", TTL)
+    second = sync_provider.get_lease(key).fence
+    assert sync_provider.break_lease(key, fence=first) is None
+    assert sync_provider.get_lease_owner(key) == "b"
+    broken = sync_provider.break_lease(key, fence=second, timeout_s=5)
+    assert broken is not None and (broken.owner, broken.fence) == ("b", second)
+    assert sync_provider.get_lease_owner(key) is None
+
+
+@pytest.mark.parametrize(("bad", "expected"), BAD_FENCES)
+async def test_bad_break_fence_sends_no_sql(provider: Any, key: str, bad: Any, expected: type) -> None:
+    counter = StatementCounter(provider)
+    with pytest.raises(expected):
+        await provider.break_lease(key, fence=bad)
+    assert counter.count == 0
+
+
+@pytest.mark.parametrize(("bad", "expected"), BAD_FENCES)
+def test_sync_bad_break_fence_sends_no_sql(sync_provider: Any, key: str, bad: Any, expected: type) -> None:
+    counter = StatementCounter(sync_provider)
+    with pytest.raises(expected):
+        sync_provider.break_lease(key, fence=bad)
+    assert counter.count == 0

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..contract import validate_key, validate_owner
-from ..errors import LeaseLostError, StaleFenceError
+from ..contract import MAX_FENCE, validate_fence, validate_key, validate_owner
+from ..errors import LeaseConfigError, LeaseLostError, StaleFenceError
 from .schema import LeaseTableNames
 from .statements import SQLITE_NOW_MS, qualified_name
 
@@ -42,6 +42,7 @@ __all__ = [
     "MAX_FENCE",
     "MAX_RESOURCE_LENGTH",
     "FenceStatements",
+    "UnguardedCheckError",
     "accept_fence_result",
     "check_held_result",
     "connection_dialect",
@@ -51,7 +52,6 @@ __all__ = [
     "validate_resource",
 ]
 
-MAX_FENCE = 2**63 - 1  # bigint
 MAX_RESOURCE_LENGTH = 512
 
 
@@ -138,15 +138,6 @@ def format_paramstyle_statement(
     return sql, [params[name] for name in order]
 
 
-def validate_fence(fence: object) -> int:
-    """``fence`` if it is an ``int`` (not ``bool``) from 1 to 2**63-1, else ``TypeError``/``ValueError``."""
-    if isinstance(fence, bool) or not isinstance(fence, int):
-        raise TypeError(f"fence must be an int, not {type(fence).__name__}")
-    if not 1 <= fence <= MAX_FENCE:
-        raise ValueError(f"fence must be from 1 to {MAX_FENCE}, not {fence}")
-    return fence
-
-
 def validate_resource(resource: object) -> str:
     """``resource`` if it is a non-empty ``str`` without NUL of at most 512 characters."""
     if not isinstance(resource, str):
@@ -190,6 +181,91 @@ def accept_fence_result(resource: str, fence: int, row: Sequence[Any] | None, ac
     return int(row[0])
 
 
+# -- is there a transaction for the lock to last in? ----------------------------------------------
+
+
+class UnguardedCheckError(LeaseConfigError):
+    """``check_held`` ran where its lock cannot outlast the statement, so it would guard none of
+    the caller's writes: a connection in autocommit (no transaction open after the check), or, on
+    SQLite, a SAVEPOINT (``begin_nested()``) that may be the outermost transaction, whose release
+    commits and drops the lock. The message names the connection's setting. A configuration error:
+    fix the code (run the check in a transaction), retrying cannot help."""
+
+
+def _transaction_open(driver: Any) -> bool | None:
+    """Whether the driver connection ``driver`` has a transaction open now; None if it cannot tell."""
+    in_transaction = getattr(driver, "in_transaction", None)  # sqlite3, aiosqlite
+    if isinstance(in_transaction, bool):
+        return in_transaction
+    is_in_transaction = getattr(driver, "is_in_transaction", None)  # asyncpg
+    if callable(is_in_transaction):
+        return bool(is_in_transaction())
+    info = getattr(driver, "info", None)  # psycopg 3 (sync and async): pq.TransactionStatus
+    status = getattr(info, "transaction_status", None)
+    if status is not None:
+        return int(status) != 0  # IDLE: no transaction
+    get_status = getattr(driver, "get_transaction_status", None)  # psycopg2
+    if callable(get_status):
+        return int(get_status()) != 0
+    return None
+
+
+def _setting(driver: Any, options: dict[str, Any] | None) -> str:
+    """The connection's transaction setting, for the message."""
+    parts = []
+    level = (options or {}).get("isolation_level")
+    if level is not None:
+        parts.append(f"isolation_level={level!r} (SQLAlchemy)")
+    for name in ("autocommit", "isolation_level"):
+        value = getattr(driver, name, None)
+        if isinstance(value, (bool, str)) or (name == "isolation_level" and value is None and hasattr(driver, name)):
+            parts.append(f"{name}={value!r} ({type(driver).__module__.split('.')[0]})")
+    return ", ".join(parts) or "no transaction open"
+
+
+def check_guarded(dialect_name: str, driver: Any, nested: bool, options: dict[str, Any] | None = None) -> None:
+    """Raise :class:`UnguardedCheckError` unless ``check_held``'s lock lasts until the caller's
+    transaction ends: ``driver`` (the DBAPI driver connection, asked right after the check) must
+    have a transaction open, and on SQLite the check must not run inside a SAVEPOINT (``nested``):
+    a SAVEPOINT outside ``BEGIN`` starts the transaction, and releasing it commits."""
+    if _transaction_open(driver) is False:
+        raise UnguardedCheckError(
+            f"check_held ran on a connection in autocommit ({_setting(driver, options)}): its lock ended with "
+            "the statement and guards none of your writes; run it inside a transaction (engine.begin(), "
+            "session.begin()) on a connection that is not AUTOCOMMIT"
+        )
+    if nested and dialect_name == "sqlite":
+        raise UnguardedCheckError(
+            "check_held ran inside a SAVEPOINT (begin_nested()) on SQLite: releasing a savepoint that opened "
+            "the transaction commits it and drops the lock, so the writes after it are not guarded; call "
+            "check_held in the outer transaction"
+        )
+
+
+def _options(conn: Any) -> dict[str, Any] | None:
+    get = getattr(conn, "get_execution_options", None)
+    options = get() if callable(get) else None
+    return dict(options) if options else None
+
+
+def _guard_sync(conn: Any, dialect_name: str) -> None:
+    """``check_guarded`` for a sync ``Connection`` or ``Session`` (after the check ran on it)."""
+    from sqlalchemy.orm import Session
+
+    connection = conn.connection() if isinstance(conn, Session) else conn
+    driver = connection.connection.driver_connection
+    check_guarded(dialect_name, driver, bool(conn.in_nested_transaction()), _options(connection))
+
+
+async def _guard_async(conn: Any, dialect_name: str) -> None:
+    """``check_guarded`` for an ``AsyncConnection`` or ``AsyncSession`` (after the check ran on it)."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    connection = await conn.connection() if isinstance(conn, AsyncSession) else conn
+    driver = (await connection.get_raw_connection()).driver_connection
+    check_guarded(dialect_name, driver, bool(conn.in_nested_transaction()), _options(connection))
+
+
 # -- running them on the caller's connection (the faces' check_held / accept_fence call these) -----
 
 
@@ -210,15 +286,21 @@ def _prepare_accept(
 
 
 async def check_held_async(conn: Any, names: LeaseTableNames, key: str, owner: str, fence: int) -> None:
-    """``check_held`` on an ``AsyncConnection`` or ``AsyncSession``."""
+    """``check_held`` on an ``AsyncConnection`` or ``AsyncSession``; ``UnguardedCheckError`` where
+    its lock would not last (autocommit; a SQLite SAVEPOINT)."""
     statement, params = _prepare_check(conn, names, key, owner, fence)
-    check_held_result(key, owner, fence, (await conn.execute(statement, params)).first())
+    row = (await conn.execute(statement, params)).first()
+    await _guard_async(conn, connection_dialect(conn))
+    check_held_result(key, owner, fence, row)
 
 
 def check_held_sync(conn: Any, names: LeaseTableNames, key: str, owner: str, fence: int) -> None:
-    """``check_held`` on a ``Connection`` or ``Session``."""
+    """``check_held`` on a ``Connection`` or ``Session``; ``UnguardedCheckError`` where its lock
+    would not last (autocommit; a SQLite SAVEPOINT)."""
     statement, params = _prepare_check(conn, names, key, owner, fence)
-    check_held_result(key, owner, fence, conn.execute(statement, params).first())
+    row = conn.execute(statement, params).first()
+    _guard_sync(conn, connection_dialect(conn))
+    check_held_result(key, owner, fence, row)
 
 
 async def accept_fence_async(conn: Any, names: LeaseTableNames, resource: str, fence: int) -> int:

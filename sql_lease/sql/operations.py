@@ -18,6 +18,7 @@ from ..contract import (
     AcquireResult,
     LeaseInfo,
     encode_data,
+    validate_fence,
     validate_key,
     validate_list,
     validate_owner,
@@ -66,7 +67,14 @@ async def run_async(plan: Plan[T], fetch: Callable[[str, tuple[Any, ...]], Await
     connection); a query that is not ``many`` receives its first row, or None."""
     query = next(plan)
     while True:
-        rows = await fetch(query.sql, query.params)
+        try:
+            rows = await fetch(query.sql, query.params)
+        except Exception as exc:  # the plan may answer it (a lock wait that ran out); else it is raised
+            try:
+                query = plan.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            continue
         try:
             query = plan.send(rows if query.many else rows[0] if rows else None)
         except StopIteration as done:
@@ -81,7 +89,14 @@ def run_sync(
     """Run ``plan`` with blocking fetch functions (all its queries on one connection)."""
     query = next(plan)
     while True:
-        rows = (fetch_all if query.many else fetch_one)(query.sql, query.params)
+        try:
+            rows = (fetch_all if query.many else fetch_one)(query.sql, query.params)
+        except Exception as exc:  # the plan may answer it (a lock wait that ran out); else it is raised
+            try:
+                query = plan.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            continue
         try:
             query = plan.send(rows)
         except StopIteration as done:
@@ -89,13 +104,45 @@ def run_sync(
 
 
 def acquire(
-    s: LeaseStatements, key: str, owner: str, ttl_ms: object, *, waiting: bool = False, data: object = None
+    s: LeaseStatements,
+    key: str,
+    owner: str,
+    ttl_ms: object,
+    *,
+    waiting: bool = False,
+    data: object = None,
+    lock_wait_ms: float | None = None,
 ) -> Plan[AcquireResult]:
     """Acquire with lease ``data`` (a dict or None); ``waiting`` marks a refused row so that its
-    release sends NOTIFY (PostgreSQL)."""
+    release sends NOTIFY (PostgreSQL). ``lock_wait_ms``: how long the statement may wait for a
+    lock (a caller's ``check_held`` transaction guarding an expired lease) before it answers
+    "not acquired" (PostgreSQL; None: no bound of its own)."""
     key, owner = validate_key(key), validate_owner(owner)
-    params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data))
-    return _acquire(s, key, owner, params, waiting)
+    params = s.acquire_params(key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data), lock_wait_ms)
+    return _guarded_acquire(s, key, owner, params, waiting)
+
+
+def _guarded_acquire(
+    s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], waiting: bool
+) -> Plan[AcquireResult]:
+    # A lock wait that ran out wrote nothing (its transaction rolled back): not acquired, naming
+    # the holder if an unexpired one is visible now.
+    try:
+        return (yield from _acquire(s, key, owner, params, waiting))
+    except Exception as exc:
+        if not s.lock_timed_out(exc):
+            raise
+    holder = yield Query(s.holder, (key,))
+    return s.refusal(holder) if holder is not None and holder[0] != owner else AcquireResult(False, None)
+
+
+LOCK_WAIT_SHARE = 0.5
+"""The share of an acquire's time limit its statement may wait for a lock (a caller's ``check_held``
+transaction guarding an expired lease) before it answers "not acquired" (PostgreSQL)."""
+
+UNFLAGGED_RETRIES = 2
+"""A waiting acquire refused against a locked row asks again this many times before it answers
+with a refusal that flagged nothing (docs/statements.md, "Waiters beside a guarded transaction")."""
 
 
 def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], waiting: bool) -> Plan[AcquireResult]:
@@ -106,11 +153,22 @@ def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], 
     # Each empty answer means another transaction changed the key since the statement's
     # snapshot, so this loop only spins while others make progress; the executor's operation
     # timeout bounds it (docs/statements.md).
+    if s.acquire_reads_first:  # a held lease is refused without waiting for the write lock
+        holder = yield Query(s.holder, (key,))
+        if holder is not None and holder[0] != owner:
+            return s.refusal(holder)
     if waiting:
+        unflagged = 0
         while True:
             row = yield Query(s.acquire_waiting, params)
-            if row is not None:
-                return s.acquire_result(row)
+            if row is None:
+                continue
+            # Refused but not flagged: a transaction locks the row (a caller's check_held, or a
+            # write under way). Ask again a few times; then answer at once (no NOTIFY will come).
+            if len(row) > 5 and not row[0] and not row[5] and unflagged < UNFLAGGED_RETRIES:
+                unflagged += 1
+                continue
+            return s.acquire_result(row)
     for _ in range(3):
         row = yield Query(s.acquire, params)
         if row is not None:
@@ -245,8 +303,10 @@ def prefix_upper_bound(prefix: str) -> str:
     return chr(_LAST_CODE_POINT) * (MAX_KEY_LENGTH + 1)
 
 
-def break_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
-    """Delete the lease on ``key`` whoever holds it; the lease it broke, or None if there was no
-    unexpired one (an expired row is deleted all the same)."""
+def break_lease(s: LeaseStatements, key: str, fence: object = None) -> Plan[LeaseInfo | None]:
+    """Delete the lease on ``key`` whoever holds it, or (``fence`` given) only the tenure with that
+    fence; the lease it broke, or None if there was no such unexpired one (a matching expired row
+    is deleted all the same)."""
     key = validate_key(key)
-    return _single(Query(s.break_lease, (key,)), lambda row: s.lease_info(key, row) if row[4] else None)
+    fence = None if fence is None else validate_fence(fence)
+    return _single(Query(s.break_lease, (key, fence)), lambda row: s.lease_info(key, row) if row[4] else None)

@@ -31,7 +31,7 @@ from ..holding import LeaseProviderBase
 from . import operations
 from .deadlines import DeadlineWatch
 from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor
-from .operations import Plan
+from .operations import LOCK_WAIT_SHARE, Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
@@ -453,8 +453,12 @@ class SqlLeaseProvider(LeaseProviderBase):
     def _acquire(
         self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool, data: dict[str, Any] | None = None
     ) -> Awaitable[AcquireResult]:
-        s = self.statements
-        return self._run("acquire", key, lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data))
+        s, wait_ms = self.statements, self.operation_timeout_s * LOCK_WAIT_SHARE * 1000
+        return self._run(
+            "acquire",
+            key,
+            lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms),
+        )
 
     async def get_lease_owner(self, key: str) -> str | None:
         return await self._run("get owner of", key, lambda: operations.get_owner(self.statements, key))
@@ -514,11 +518,14 @@ class SqlLeaseProvider(LeaseProviderBase):
         s = self.statements
         return await self._run("list", None, lambda: operations.list_leases(s, prefix, include_expired, limit))
 
-    async def break_lease(self, key: str) -> LeaseInfo | None:
-        """Delete the lease on ``key`` whoever holds it (for operators); the lease it broke, or None
-        if there was no unexpired one. The next acquire gets a new, larger fence; the holder's next
-        renewal is refused (``hold()`` reports the loss); waiters are woken as by a release."""
-        broken = await self._run("break", key, lambda: operations.break_lease(self.statements, key))
+    async def break_lease(self, key: str, *, fence: int | None = None) -> LeaseInfo | None:
+        """Delete the lease on ``key`` (for operators): whoever holds it, or, with ``fence`` (an
+        int from 1 to 2**63-1), only the tenure with that fencing token, so a lease that changed
+        hands since you looked is left alone. The lease it broke, or None if there was no such
+        unexpired one. The next acquire gets a new, larger fence; the holder's next renewal is
+        refused (``hold()`` reports the loss); waiters are woken as by a release.
+        ``TypeError``/``ValueError`` for a bad key or fence before any SQL."""
+        broken = await self._run("break", key, lambda: operations.break_lease(self.statements, key, fence))
         if broken is not None:
             log.warning("lease %r held by %r (fence %s) broken by an operator", key, broken.owner, broken.fence)
         return broken

@@ -5,7 +5,11 @@ caller's transaction); time comes from the database's clock. Parameters are posi
 same for both dialects:
 
     acquire   (key, owner, ttl, data) -> (acquired, owner, fence, expires_at, remaining_ms) or no row
-    acquire_waiting                -> the same; a refusal also marks the row has_waiters
+                                      (PostgreSQL: a fifth parameter, the lock_timeout of the
+                                      statement's transaction, e.g. '2500ms', or NULL)
+    acquire_waiting                -> the same (PostgreSQL: and flagged); a refusal also marks the row
+                                      has_waiters, unless another transaction locks it: then
+                                      flagged is false (the executor asks again, then gives up)
     holder    (key,)               -> (owner, fence, expires_at, remaining_ms, data, acquired_at) of the
                                       unexpired lease
     owner     (key,)               -> (owner,) of the unexpired lease
@@ -22,8 +26,9 @@ same for both dialects:
                                       acquired_at), by key,
                                       of keys in [prefix, upper) by code point (= starting with prefix)
     list_all  (include_expired, limit) -> the same rows, every key
-    break_lease (key,)             -> (owner, fence, expires_at, remaining_ms, was_unexpired) of the
-                                      row it deleted, whoever held it
+    break_lease (key, fence)       -> (owner, fence, expires_at, remaining_ms, was_unexpired) of the
+                                      row it deleted: whoever held it (fence NULL), or only the
+                                      tenure with that fence
 
 ``data`` goes in as JSON text or NULL (:func:`sql_lease.contract.encode_data`) and comes out as
 text (PostgreSQL: ``data::text`` of a ``json`` column, kept verbatim; SQLite: ``TEXT``), decoded by
@@ -34,7 +39,9 @@ tenure keeps the stored data when given NULL (docs/statements.md, "Lease data").
 set wherever a new fence is drawn, kept wherever the fence is kept; NULL on rows written before
 migration 0003 (docs/statements.md, "Tenure start").
 
-``remaining_ms`` is ``expires_at`` minus the database's ``now()``: waiters pace themselves by it,
+``remaining_ms`` is ``expires_at`` minus the database's clock (on PostgreSQL writes read
+``clock_timestamp()`` after their locks, so a grant that waited for a lock counts its TTL from when
+it took effect: docs/statements.md, "Time after the lock"): waiters pace themselves by it,
 never by comparing ``expires_at`` with the client's clock. ``acquire`` returns no row when it was
 refused and the holder is not visible to the statement's snapshot; the executor then asks again
 (a waiting acquire re-runs, so its refusal flags the row) or reads ``holder``. On PostgreSQL,
@@ -86,6 +93,9 @@ class LeaseStatements:
     list_all: str = ""
     break_lease: str = ""
     renew_many: str = ""
+    acquire_reads_first: bool = False
+    """Run ``holder`` before ``acquire`` and refuse on its answer (SQLite: a read is never blocked by
+    a caller's transaction holding the write lock, the write would wait for it)."""
 
     def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
         """The parameters of ``renew_many`` for ``(key, owner, ttl_ms)`` items (TTLs as milliseconds)."""
@@ -98,6 +108,17 @@ class LeaseStatements:
     def ttl_param(self, ttl_ms: float) -> Any:
         """The TTL as the statements expect it (milliseconds)."""
         return ttl_ms
+
+    def acquire_params(
+        self, key: str, owner: str, ttl: Any, data: str | None, lock_wait_ms: float | None
+    ) -> tuple[Any, ...]:
+        """The parameters of ``acquire``/``acquire_waiting``; ``lock_wait_ms`` bounds its lock waits
+        (PostgreSQL ``lock_timeout``; None: the session's)."""
+        return (key, owner, ttl, data)
+
+    def lock_timed_out(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a statement's lock wait running out (nothing was written)."""
+        return False
 
     def to_datetime(self, value: Any) -> datetime:
         """An ``expires_at`` value from the database as an aware UTC datetime."""
@@ -189,6 +210,10 @@ class PostgresStatements(LeaseStatements):
         seq = qualified_name(dialect, names, names.fence_sequence).replace("'", "''")
         expires = "now() + $3::float8 * interval '1 millisecond'"
         remaining = "(extract(epoch FROM expires_at - now()) * 1000)::float8"
+        # After a lock wait (docs/statements.md, "Time after the lock"): the clock when the statement gets there.
+        after = "clock_timestamp()"
+        remaining_after = f"(extract(epoch FROM expires_at - {after}) * 1000)::float8"
+        ttl = "$3::float8 * interval '1 millisecond'"
         live = "expires_at + interval '0' > now()"
         notify = f"pg_notify('sql_lease_' || {table_oid}, key)"
         lock = f"pg_advisory_xact_lock({table_oid}::int4, hashtext($1::varchar))"
@@ -205,41 +230,56 @@ class PostgresStatements(LeaseStatements):
             else f"WITH gone AS (\n    DELETE FROM {t}"
         )
         busy = f"""busy AS (
-    SELECT owner, fence, expires_at, {remaining} AS remaining FROM {t} WHERE key = $1 AND {live} AND owner <> $2
+    SELECT owner, fence, expires_at, {remaining} AS remaining, has_waiters FROM {t}
+     WHERE key = $1 AND {live} AND owner <> $2
 )"""
         upsert = f"""
     INSERT INTO {t} AS held (key, owner, fence, expires_at, data, acquired_at)
-    SELECT $1, $2, nextval('{seq}'), {expires}, $4::json, now() FROM serialised
+    SELECT $1, $2, nextval('{seq}'), at + {ttl}, $4::json, at FROM granted
     ON CONFLICT (key) DO UPDATE
        SET owner = excluded.owner,
-           expires_at = excluded.expires_at,
-           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
+           expires_at = {after} + {ttl},
+           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > {after}
                         THEN held.fence ELSE excluded.fence END,
-           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
+           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > {after}
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
-           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > now()
-                              THEN held.acquired_at ELSE excluded.acquired_at END,
+           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > {after}
+                              THEN held.acquired_at ELSE {after} END,
            has_waiters = held.has_waiters AND held.owner = excluded.owner
-     WHERE held.owner = excluded.owner OR held.expires_at <= now()
+     WHERE held.owner = excluded.owner OR held.expires_at <= {after}
     RETURNING held.owner, held.fence, held.expires_at"""
+        # granted: the clock read from serialised's row, i.e. after the advisory lock.
+        # bounded: this transaction's lock_timeout ($5, e.g. '2500ms'), set before any lock is waited for.
         acquire_head = f"""
-WITH {busy}, serialised AS (
-    SELECT {lock}{pin} WHERE NOT EXISTS (SELECT FROM busy)
+WITH {busy}, bounded AS (
+    SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
+), serialised AS (
+    SELECT {lock}{pin} FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
+), granted AS (
+    SELECT {after} AS at FROM serialised
 ), attempt AS ({upsert}
 )"""
         super().__init__(
             acquire=f"""{acquire_head}
-SELECT true, owner, fence, expires_at, {remaining} FROM attempt
+SELECT true, owner, fence, expires_at, {remaining_after} FROM attempt
 UNION ALL
 SELECT false, owner, fence, expires_at, remaining FROM busy""",
-            acquire_waiting=f"""{acquire_head}, waiting AS (
-    UPDATE {t} SET has_waiters = true
-     WHERE key = $1 AND NOT EXISTS (SELECT FROM attempt)
-    RETURNING owner, fence, expires_at
+            # A row some transaction locks (a caller's check_held) is not flagged but refused at once,
+            # its last column false (docs/statements.md, "Waiters beside a guarded transaction").
+            acquire_waiting=f"""{acquire_head}, flag AS (
+    SELECT key FROM {t}
+     WHERE key = $1 AND NOT has_waiters AND NOT EXISTS (SELECT FROM attempt)
+       FOR NO KEY UPDATE SKIP LOCKED
+), waiting AS (
+    UPDATE {t} AS l SET has_waiters = true FROM flag
+     WHERE l.key = flag.key
+    RETURNING l.owner, l.fence, l.expires_at
 )
-SELECT true, owner, fence, expires_at, {remaining} FROM attempt
+SELECT true, owner, fence, expires_at, {remaining_after}, true FROM attempt
 UNION ALL
-SELECT false, owner, fence, expires_at, {remaining} FROM waiting WHERE expires_at > now() AND owner <> $2""",
+SELECT false, owner, fence, expires_at, {remaining_after}, true FROM waiting WHERE expires_at > {after} AND owner <> $2
+UNION ALL
+SELECT false, owner, fence, expires_at, remaining, has_waiters FROM busy WHERE NOT EXISTS (SELECT FROM waiting)""",
             holder=f"""
 SELECT owner, fence, expires_at, {remaining}, data::text, acquired_at FROM {t} WHERE key = $1 AND {live}""",
             owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
@@ -251,30 +291,34 @@ SELECT was_unexpired, CASE WHEN has_waiters THEN {notify} END FROM gone""",
             renew=f"""
 {pinned}UPDATE {t} SET expires_at = {expires}{renew_from}
  WHERE key = $1 AND owner = $2 AND {live}
-RETURNING owner, fence, expires_at, {remaining}""",
+RETURNING owner, fence, expires_at, {remaining_after}""",
             renew_many=f"""
 {pinned}UPDATE {t} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
   FROM {from_pinned}unnest($1::varchar[], $2::varchar[], $3::float8[]) AS r(key, owner, ttl)
  WHERE l.key = r.key AND l.owner = r.owner AND l.{live}
-RETURNING l.key, l.owner, l.fence, l.expires_at, {remaining}""",
+RETURNING l.key, l.owner, l.fence, l.expires_at, {remaining_after}""",
             transfer=f"""
 WITH serialised AS (SELECT {lock}{pin}), mine AS (
-    SELECT l.key, l.has_waiters FROM {t} AS l, serialised
+    SELECT l.key, l.has_waiters, l.expires_at FROM {t} AS l, serialised
      WHERE l.key = $1 AND l.owner = $2 AND l.{live}
        FOR UPDATE OF l
+), granted AS (
+    SELECT key, has_waiters, at FROM (SELECT key, has_waiters, expires_at, {after} AS at FROM mine) AS locked
+     WHERE expires_at > at
 ), moved AS (
     UPDATE {t} AS l
        SET owner = $3::varchar,
-           expires_at = now() + $4::float8 * interval '1 millisecond',
+           expires_at = granted.at + $4::float8 * interval '1 millisecond',
            fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval('{seq}') END,
            data = CASE WHEN l.owner = $3::varchar THEN coalesce($5::json, l.data) ELSE $5::json END,
-           acquired_at = CASE WHEN l.owner = $3::varchar THEN l.acquired_at ELSE now() END,
+           acquired_at = CASE WHEN l.owner = $3::varchar THEN l.acquired_at ELSE granted.at END,
            has_waiters = l.has_waiters AND l.owner = $3::varchar
-      FROM mine
-     WHERE l.key = mine.key
-    RETURNING l.key, l.owner, l.fence, l.expires_at, mine.has_waiters AS had_waiters
+      FROM granted
+     WHERE l.key = granted.key
+    RETURNING l.key, l.owner, l.fence, l.expires_at, granted.has_waiters AS had_waiters
 )
-SELECT owner, fence, expires_at, {remaining}, CASE WHEN had_waiters AND $2 <> $3 THEN {notify} END FROM moved""",
+SELECT owner, fence, expires_at, {remaining_after}, CASE WHEN had_waiters AND $2 <> $3 THEN {notify} END
+  FROM moved""",
             sweep=f"""
 WITH doomed AS (
     SELECT key FROM {t}
@@ -303,7 +347,7 @@ SELECT key, owner, fence, expires_at, {remaining}, data::text, acquired_at FROM 
             # As release, for any owner: no advisory lock (deleting draws no fence) and no durability pin.
             break_lease=f"""
 WITH gone AS (
-    DELETE FROM {t} WHERE key = $1
+    DELETE FROM {t} WHERE key = $1 AND ($2::bigint IS NULL OR fence = $2::bigint)
     RETURNING key, owner, fence, expires_at, has_waiters
 )
 SELECT owner, fence, expires_at, {remaining}, expires_at > now(),
@@ -312,6 +356,17 @@ SELECT owner, fence, expires_at, {remaining}, expires_at > now(),
 
     def swept_count(self, rows: list[Any]) -> int:
         return int(rows[0][0])
+
+    def acquire_params(
+        self, key: str, owner: str, ttl: Any, data: str | None, lock_wait_ms: float | None
+    ) -> tuple[Any, ...]:
+        wait = None if lock_wait_ms is None else f"{max(1, math.ceil(lock_wait_ms))}ms"
+        return (key, owner, ttl, data, wait)
+
+    def lock_timed_out(self, exc: BaseException) -> bool:
+        from .translate import sqlstate
+
+        return sqlstate(exc) == "55P03"  # lock_not_available
 
 
 # SQLite's own clock as integer Unix epoch milliseconds. 'now' is stable within one statement.
@@ -348,6 +403,7 @@ RETURNING 1, owner, fence, expires_at, expires_at - {now}"""
         super().__init__(
             acquire=acquire,
             acquire_waiting=acquire,  # no NOTIFY on SQLite: waiters poll
+            acquire_reads_first=True,
             holder=f"""
 SELECT owner, fence, expires_at, expires_at - {now}, data, acquired_at FROM {t}
  WHERE key = ?1 AND expires_at > {now}""",
@@ -387,7 +443,7 @@ SELECT key, owner, fence, expires_at, expires_at - {now}, data, acquired_at FROM
  ORDER BY key
  LIMIT ?2""",
             break_lease=f"""
-DELETE FROM {t} WHERE key = ?1
+DELETE FROM {t} WHERE key = ?1 AND (?2 IS NULL OR fence = ?2)
 RETURNING owner, fence, expires_at, expires_at - {now}, expires_at > {now}""",
         )
 

@@ -26,7 +26,7 @@ from ..contract import AcquireResult, LeaseInfo, validate_key, validate_seconds
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
 from ..sync_holding import SyncLeaseProviderBase
 from . import operations
-from .operations import Plan
+from .operations import LOCK_WAIT_SHARE, Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import LeaseStatements, statements_for
@@ -321,7 +321,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
     ) -> AcquireResult:
-        plan = operations.acquire(self.statements, key, owner, ttl_ms, waiting=waiting, data=data)
+        wait_ms = self._limit(timeout_s) * LOCK_WAIT_SHARE * 1000
+        plan = operations.acquire(self.statements, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms)
         return self._run("acquire", key, plan, timeout_s)
 
     def get_lease_owner(self, key: str, *, timeout_s: float | None = None) -> str | None:
@@ -383,11 +384,12 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         plan = operations.list_leases(self.statements, prefix, include_expired, limit)
         return self._run("list", None, plan, timeout_s)
 
-    def break_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
-        """Delete the lease on ``key`` whoever holds it (for operators); the lease it broke, or None
-        if there was no unexpired one. The next acquire gets a larger fence; the holder's next
-        renewal is refused."""
-        broken = self._run("break", key, operations.break_lease(self.statements, key), timeout_s)
+    def break_lease(self, key: str, *, fence: int | None = None, timeout_s: float | None = None) -> LeaseInfo | None:
+        """Delete the lease on ``key`` (for operators): whoever holds it, or, with ``fence``, only
+        the tenure with that fencing token. The lease it broke, or None if there was no such
+        unexpired one. The next acquire gets a larger fence; the holder's next renewal is refused.
+        See :meth:`SqlLeaseProvider.break_lease`."""
+        broken = self._run("break", key, operations.break_lease(self.statements, key, fence), timeout_s)
         if broken is not None:
             log.warning("lease %r held by %r (fence %s) broken by an operator", key, broken.owner, broken.fence)
         return broken
