@@ -19,6 +19,7 @@ is cut to what is left of the deadline instead.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import socket
@@ -235,21 +236,72 @@ def _utc_loader() -> type:
     return UtcTimestamptzLoader
 
 
+_CANCEL_WITHIN_S = 5.0  # how long a background cancel request may take before it is given up
+
+
 def _shut_socket(conn: Any) -> None:
-    """Break ``conn`` now, from any thread: a cancel request to the server (in the background)
-    and the socket shut down, so a thread blocked on it gets an error at once. The connection
-    object itself is closed by its user, who then discards it."""
-    cancel = None
-    with contextlib.suppress(Exception):
-        cancel = conn.pgconn.get_cancel()
+    """Break ``conn`` now, from any thread, with no call that can block: the socket is shut down,
+    so a thread blocked on it gets an error at once, and a cancel request goes to the server in the
+    background (so a statement waiting there stops). The connection object itself is closed by
+    its user, who then discards it.
+
+    The cancel is libpq's non-blocking one (``PQcancelStart``, libpq 17 and later), polled from a
+    thread that waits in ``select`` with the GIL released. Older libpq has only a blocking cancel,
+    which psycopg's C implementation runs holding the GIL (it would stall every thread of the
+    process while the server or the link hangs): there it is sent only by the pure Python
+    implementation (``ctypes`` releases the GIL), else not at all, and the server notices the
+    closed socket when the statement next reads from or writes to it."""
+    send = _cancel_sender(conn)  # made before the shutdown, while the connection is whole
     with contextlib.suppress(Exception):
         dup = socket.socket(fileno=os.dup(conn.pgconn.socket))
         try:
             dup.shutdown(socket.SHUT_RDWR)
         finally:
             dup.close()
-    if cancel is not None:
-        threading.Thread(target=lambda: _quietly(cancel.cancel), name="sql_lease cancel", daemon=True).start()
+    if send is not None:
+        threading.Thread(target=lambda: _quietly(send), name="sql_lease cancel", daemon=True).start()
+
+
+def _cancel_sender(conn: Any) -> Callable[[], object] | None:
+    """A function that sends a cancel request for ``conn``'s statement without holding the GIL
+    while it waits, or None if this psycopg/libpq has none."""
+    try:
+        from psycopg import capabilities, pq
+
+        if capabilities.has_cancel_safe():
+            cancel_conn = conn.pgconn.cancel_conn()  # PQcancelCreate: copies, no I/O
+            return lambda: _poll_cancel(cancel_conn, time.monotonic() + _CANCEL_WITHIN_S)
+        if pq.__impl__ == "python":
+            return conn.pgconn.get_cancel().cancel  # type: ignore[no-any-return]
+    except Exception:
+        pass
+    return None
+
+
+def _poll_cancel(cancel_conn: Any, deadline: float) -> None:
+    """Drive libpq's non-blocking cancel connection to its end, or give up at ``deadline``."""
+    import selectors
+
+    from psycopg import pq
+
+    try:
+        cancel_conn.start()
+        while True:
+            status = cancel_conn.poll()
+            if status == pq.PollingStatus.READING:
+                events = selectors.EVENT_READ
+            elif status == pq.PollingStatus.WRITING:
+                events = selectors.EVENT_WRITE
+            else:
+                return  # sent (OK) or failed: either way there is nothing more to do
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with selectors.DefaultSelector() as selector:
+                selector.register(cancel_conn.socket, events)
+                selector.select(left)
+    finally:
+        cancel_conn.finish()
 
 
 def _quietly(call: Callable[[], object]) -> None:
@@ -317,7 +369,16 @@ class PsycopgPoolExecutor(SyncExecutor):
 
     dialect_name = "postgresql"
 
-    def __init__(self, conninfo: str, pool_size: int, *, pgbouncer: bool, watchdog: Watchdog, name: str) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        pool_size: int,
+        *,
+        pgbouncer: bool,
+        watchdog: Watchdog,
+        name: str,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
         try:
             import psycopg
             import psycopg_pool  # noqa: F401
@@ -326,6 +387,7 @@ class PsycopgPoolExecutor(SyncExecutor):
         self.hooks = []
         self._conninfo = conninfo
         self._pool_size = pool_size
+        self._connect_timeout_s = connect_timeout_s
         self._pgbouncer = pgbouncer
         self._watchdog = watchdog
         self._name = name
@@ -339,6 +401,7 @@ class PsycopgPoolExecutor(SyncExecutor):
     def _make_pool(self) -> Any:
         import psycopg
         import psycopg_pool
+        from psycopg.conninfo import conninfo_to_dict
 
         executor = self
         loader = self._loader
@@ -364,6 +427,9 @@ class PsycopgPoolExecutor(SyncExecutor):
                 conn.execute(statement)
 
         kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": psycopg.RawCursor}
+        if "connect_timeout" not in conninfo_to_dict(self._conninfo):
+            # A pool thread's connection attempt ends too (libpq counts whole seconds, at least 2).
+            kwargs["connect_timeout"] = max(2, math.ceil(self._connect_timeout_s))
         if self._pgbouncer:
             kwargs["prepare_threshold"] = None  # PgBouncer's transaction mode cannot track them
         return psycopg_pool.ConnectionPool(

@@ -141,6 +141,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                     pgbouncer=bool(pgbouncer),
                     watchdog=self._watchdog,
                     name="sql_lease",
+                    connect_timeout_s=self.operation_timeout_s,
                 )
             else:
                 path = sqlite_file(url)
