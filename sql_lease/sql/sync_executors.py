@@ -45,6 +45,7 @@ __all__ = [
     "SyncExecutor",
     "Watchdog",
     "psycopg_conninfo",
+    "run_on_psycopg",
 ]
 
 T = TypeVar("T")
@@ -157,6 +158,15 @@ def _guarded(watchdog: Watchdog, deadline: float, abort: Callable[[], None], wor
             raise StalledError("the operation passed its deadline and was aborted") from exc
         raise
     return result, watchdog.done(ticket)
+
+
+def run_on_psycopg(watchdog: Watchdog, conn: Any, deadline: float, work: Callable[[], T]) -> T:
+    """``work()`` on the psycopg connection ``conn``, aborted (socket shut down, no blocking call)
+    at ``deadline`` (``time.monotonic()``): then ``StalledError``, and ``conn`` must be discarded."""
+    result, spoiled = _guarded(watchdog, deadline, lambda: _shut_socket(conn), work)
+    if spoiled:
+        raise StalledError("the operation passed its deadline and was aborted")
+    return result
 
 
 StatementHook = Callable[[str, tuple[Any, ...]], None]
@@ -443,7 +453,9 @@ class PsycopgPoolExecutor(SyncExecutor):
             open=True,
         )
 
-    def _checkout(self, deadline: float) -> Any:
+    def _checkout(self, deadline: float) -> tuple[Any, Any]:
+        """(the pool, a connection from it): the connection goes back to that pool, even if
+        :meth:`close` has let go of it meanwhile."""
         import psycopg_pool
 
         pool = self._pool
@@ -458,7 +470,7 @@ class PsycopgPoolExecutor(SyncExecutor):
             left = deadline - time.monotonic()
             try:
                 # In slices, so a connection error that no wait can fix is reported at once.
-                return pool.getconn(timeout=max(0.001, min(left, 0.25)))
+                return pool, pool.getconn(timeout=max(0.001, min(left, 0.25)))
             except psycopg_pool.PoolTimeout as exc:
                 error = self.last_connect_error
                 if error is not None and (ConnectError(error).sqlstate or time.monotonic() >= deadline):
@@ -470,7 +482,7 @@ class PsycopgPoolExecutor(SyncExecutor):
 
     def run(self, plan: Plan[T], timeout_s: float) -> T:
         deadline = time.monotonic() + timeout_s
-        conn = self._checkout(deadline)
+        pool, conn = self._checkout(deadline)
         healthy = False
         try:
             # One cursor per connection, kept: a new cursor would look up its row loaders afresh.
@@ -492,7 +504,7 @@ class PsycopgPoolExecutor(SyncExecutor):
             if not healthy:
                 with contextlib.suppress(Exception):
                     conn.close()
-            self._pool.putconn(conn)
+            pool.putconn(conn)  # a closed pool closes it
 
     def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], None]]:
         """A new autocommit connection of its own (not pooled) for LISTEN, and how to close it."""

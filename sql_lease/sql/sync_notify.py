@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..contract import AcquireResult
+from .sync_executors import run_on_psycopg
 
 if TYPE_CHECKING:
     from .sync_provider import SyncSqlLeaseProvider
@@ -85,12 +87,13 @@ class SyncNotifyListener:
                 return False
             self._drop()
             try:
-                conn, discard = self._open_connection(self._provider.operation_timeout_s)
+                # Within the operation timeout, as every operation (the connection attempt: libpq's
+                # connect_timeout, whole seconds, at least 2); close() waits for this lock.
+                timeout_s = self._provider.operation_timeout_s
+                deadline = time.monotonic() + timeout_s
+                conn, discard = self._open_connection(timeout_s)
                 try:
-                    from psycopg import sql
-
-                    channel = conn.execute(self._provider.statements.notify_channel).fetchone()[0]
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    run_on_psycopg(self._provider._watchdog, conn, deadline, lambda: self._listen(conn))
                 except BaseException:
                     discard()
                     raise
@@ -104,6 +107,12 @@ class SyncNotifyListener:
             self._current = generation
             generation.thread.start()
             return True
+
+    def _listen(self, conn: Any) -> None:
+        from psycopg import sql
+
+        channel = conn.execute(self._provider.statements.notify_channel).fetchone()[0]
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
 
     def _read(self, generation: _Generation) -> None:
         try:
