@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..errors import MissingDriverError, SchemaMissingError
+from . import forks
 from .operations import Plan, run_sync
 from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
@@ -88,6 +89,15 @@ class Watchdog:
         self._wake_at = float("inf")
         self._thread: threading.Thread | None = None
         self._closed = False
+        forks.on_fork_in_child(self, Watchdog._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The thread is not in the child, and its lock may have been held at the fork.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._active = set()
+        self._wake_at = float("inf")
+        self._thread = None
 
     def watch(self, deadline: float, abort: Callable[[], None]) -> _Ticket:
         """Call ``abort()`` (from the watchdog's thread) if :meth:`done` is not called by ``deadline``
@@ -407,6 +417,14 @@ class PsycopgPoolExecutor(SyncExecutor):
         self.last_connect_error: BaseException | None = None
         self._loader = _utc_loader()
         self._raw_cursor = psycopg.RawCursor
+        forks.on_fork_in_child(self, PsycopgPoolExecutor._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's pool (its sockets, its threads) stays the parent's: a new one on first use.
+        forks.abandon(self._pool)
+        self._pool = None
+        self._opening = threading.Lock()
+        self.last_connect_error = None
 
     def _make_pool(self) -> Any:
         import psycopg
@@ -635,9 +653,21 @@ class SqliteFileExecutor(SyncExecutor):
         )
         self._missing = missing
         self._watchdog = watchdog
+        self._pool_size = pool_size
         self._pool = _SlotPool(pool_size, self._connect)
         self._fetchers: dict[int, tuple[Any, Any]] = {}
         self._busy: dict[int, int] = {}  # each connection's busy_timeout now
+        forks.on_fork_in_child(self, SqliteFileExecutor._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # SQLite connections must not cross a fork (nor be closed in the child: that would drop
+        # the child's own POSIX locks on the file): the child opens its own.
+        old = self._pool
+        forks.abandon(old, self._fetchers)
+        self._pool = _SlotPool(self._pool_size, self._connect)
+        self._fetchers, self._busy = {}, {}
+        if old._closed:
+            self._pool.close()
 
     def _connect(self) -> sqlite3.Connection:
         if not self._path.exists():
@@ -711,8 +741,12 @@ class EngineExecutor(SyncExecutor):
         self.hooks = []
         self._engine = engine
         self.dialect_name = engine.dialect.name
+        self._pool_size = pool_size
         self._slots = threading.BoundedSemaphore(pool_size)
         self._watchdog = watchdog
+        # The engine's pool is the application's to reset in a child (SQLAlchemy documents
+        # engine.dispose(close=False)); the slots taken by the parent's threads are not the child's.
+        forks.on_fork_in_child(self, EngineExecutor._after_fork_in_child)
         if self.dialect_name == "postgresql":
             import psycopg
 
@@ -773,6 +807,9 @@ class EngineExecutor(SyncExecutor):
                             raise
         finally:
             self._slots.release()
+
+    def _after_fork_in_child(self) -> None:
+        self._slots = threading.BoundedSemaphore(self._pool_size)
 
     def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], None]]:
         """A connection of the engine's pool kept for LISTEN (autocommit); discarded, not returned,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..contract import AcquireResult
+from . import forks
 from .sync_executors import run_on_psycopg
 
 if TYPE_CHECKING:
@@ -50,6 +51,16 @@ class SyncNotifyListener:
         self._lock = threading.Lock()
         self._opening = threading.Lock()
         self._current: _Generation | None = None
+        forks.on_fork_in_child(self, SyncNotifyListener._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's LISTEN connection and its reader thread stay the parent's; the child's
+        # waiters open their own.
+        forks.abandon(self._current)
+        self._current = None
+        self._lock = threading.Lock()
+        self._opening = threading.Lock()
+        self._waiters = {}
 
     @property
     def listening(self) -> bool:

@@ -25,7 +25,7 @@ from .. import observe
 from ..contract import AcquireResult, LeaseInfo, validate_key, validate_seconds
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
 from ..sync_holding import SyncLeaseProviderBase
-from . import operations
+from . import forks, operations
 from .operations import Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
@@ -187,6 +187,12 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         self._listener_lock = threading.Lock()
         self._in_flight: set[object] = set()  # a token per call (set.add/discard need no lock)
         self._closed = False
+        forks.on_fork_in_child(self, SyncSqlLeaseProvider._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's calls in flight are not the child's (close() would wait for them).
+        self._in_flight = set()
+        self._listener_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"SyncSqlLeaseProvider({getattr(self, 'safe_url', '?')!r}, table_name={self.names.table!r})"
