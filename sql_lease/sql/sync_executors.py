@@ -10,10 +10,12 @@ connection, in autocommit, within a deadline.
   application's pool limits, recycle and pre-ping apply.
 
 Executors raise the driver's exceptions (the provider translates them) and ``StalledError`` when
-the deadline passed: a watchdog thread then aborted the statement (a PostgreSQL socket is shut
-down and a cancel request sent; a given engine's SQLite connection is interrupted) and the
-connection is discarded. On a SQLite file, the wait for another writer's lock (the busy timeout)
-is cut to what is left of the deadline instead.
+the deadline passed: a watchdog thread then aborted the statement with no call that can block
+the process (a PostgreSQL socket is shut down and a non-blocking cancel request sent from a
+thread of its own; a given engine's SQLite connection is interrupted) and the connection is
+discarded. On a SQLite file, the wait for another writer's lock (the busy timeout) is cut to
+what is left of the deadline instead. In a child process after ``os.fork()`` every executor
+starts afresh (:mod:`.forks`).
 """
 
 from __future__ import annotations

@@ -84,6 +84,10 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             durability pin goes in each transaction instead), no LISTEN. Required there, also for
             durability (docs/statements.md, "Durability").
 
+    A provider used before ``os.fork()`` works in the child: the child opens connections of its
+    own and never uses or closes the parent's (a given ``Engine``'s pool is the application's to
+    reset there, e.g. ``engine.dispose(close=False)``).
+
     Every method also takes a keyword ``timeout_s`` (seconds, at most ``operation_timeout_s``)
     that bounds that one call. Raises ``TypeError``/``ValueError`` for bad arguments before any
     SQL; ``SchemaMissingError``, ``LeaseConfigError``, ``LeaseBackendError`` (the driver's error on
