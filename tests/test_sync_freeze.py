@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy
 from sqlalchemy.engine import make_url
 
 from sql_lease import LeaseBackendError, SyncSqlLeaseProvider
@@ -53,7 +54,7 @@ def until_it_works(call: Callable[[], Any], within_s: float) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.parametrize("fault", ["server-frozen", "link-partitioned"])
+@pytest.mark.parametrize("fault", ["server-frozen", "link-partitioned", "engine-server-frozen"])
 def test_sync_operations_raise_at_their_deadline_and_never_stall_other_threads(
     cluster: tuple[str, Any], schema: str, fault: str
 ) -> None:
@@ -61,10 +62,13 @@ def test_sync_operations_raise_at_their_deadline_and_never_stall_other_threads(
     key = f"k-{uuid.uuid4().hex[:8]}"
     address = make_url(url)
     with proxy_process(address.host or "127.0.0.1", address.port or 5432) as (proxy_port, proxy_pid):
-        target = url if fault == "server-frozen" else address.set(port=proxy_port)
+        target: Any = address.set(port=proxy_port) if fault == "link-partitioned" else url
+        if fault.startswith("engine"):
+            # (a pool_pre_ping of an idle connection would wait as the engine's settings say)
+            target = sqlalchemy.create_engine(address.set(drivername="postgresql+psycopg"))
         with SyncSqlLeaseProvider(target, schema=schema, operation_timeout_s=TIMEOUT_S, pool_size=3) as provider:
             assert provider.acquire_lease(key, "a", 60_000).acquired
-            pids = cluster_pids(executor) if fault == "server-frozen" else [proxy_pid]
+            pids = [proxy_pid] if fault == "link-partitioned" else cluster_pids(executor)
             calls: list[tuple[str, Callable[[], Any]]] = [
                 ("get_lease_owner", lambda: provider.get_lease_owner(key)),  # the pooled connection
                 ("acquire", lambda: provider.acquire_lease(key + "x", "b", 60_000)),  # new connections
@@ -83,10 +87,14 @@ def test_sync_operations_raise_at_their_deadline_and_never_stall_other_threads(
                     durations[name] = round(time.monotonic() - started, 3)
                 # the pool's own connection attempts (begun at about TIMEOUT_S) end too: libpq's
                 # connect_timeout, at least 2 s, set from operation_timeout_s
-                connect_bound = time.monotonic() + 3.0
-                while provider._executor.last_connect_error is None and time.monotonic() < connect_bound:  # type: ignore[attr-defined]
-                    time.sleep(0.05)
-                connect_error = provider._executor.last_connect_error  # type: ignore[attr-defined]
+                connect_error: object = "the engine's own"
+                if not fault.startswith("engine"):
+                    connect_error = None
+                    executor_ = provider._executor
+                    connect_bound = time.monotonic() + 3.0
+                    while executor_.last_connect_error is None and time.monotonic() < connect_bound:  # type: ignore[attr-defined]
+                        time.sleep(0.05)
+                    connect_error = executor_.last_connect_error  # type: ignore[attr-defined]
             print(f"\nFREEZE fault={fault} durations={durations} longest_stall_s={ticker.longest_gap_s:.3f}")
             assert connect_error is not None, "a connection attempt outlived its connect_timeout"
             assert set(outcomes.values()) == {"LeaseBackendError"}, (outcomes, durations, ticker.longest_gap_s)
@@ -94,3 +102,5 @@ def test_sync_operations_raise_at_their_deadline_and_never_stall_other_threads(
             assert max(durations.values()) < TIMEOUT_S + MARGIN_S, durations
             # the fault over, the provider works again and nothing the aborted calls sent was applied
             assert until_it_works(lambda: provider.get_lease_owner(key), 10.0) == "a"
+        if isinstance(target, sqlalchemy.Engine):
+            target.dispose()

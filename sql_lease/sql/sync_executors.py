@@ -20,6 +20,7 @@ starts afresh (:mod:`.forks`).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import math
 import os
@@ -737,7 +738,13 @@ class EngineExecutor(SyncExecutor):
     operation one connection is checked out (``with engine.connect()``), its driver connection is
     switched to autocommit by the driver's flag (psycopg ``autocommit``, sqlite3
     ``isolation_level=None``: no statement is sent), the statements run on it, and the flag is put
-    back: the connection returns unchanged. At most ``pool_size`` operations run at once."""
+    back: the connection returns unchanged. At most ``pool_size`` operations run at once.
+
+    While the engine's pool has idle connections and the last operation went well, the checkout
+    runs inline (a ``pool_pre_ping`` is then bounded only by the engine's own settings, e.g.
+    libpq's ``tcp_user_timeout`` or keepalives in ``connect_args``). Otherwise (no idle connection,
+    or after a connection was aborted or lost) it runs in a thread of its own and is given up at
+    the deadline; a connection that arrives later goes back to the engine's pool."""
 
     def __init__(self, engine: Any, pool_size: int, *, watchdog: Watchdog) -> None:
         self.hooks = []
@@ -746,6 +753,10 @@ class EngineExecutor(SyncExecutor):
         self._pool_size = pool_size
         self._slots = threading.BoundedSemaphore(pool_size)
         self._watchdog = watchdog
+        self._connecting: concurrent.futures.ThreadPoolExecutor | None = None
+        self._connecting_lock = threading.Lock()
+        self._late: set[concurrent.futures.Future[Any]] = set()  # checkouts given up, still running
+        self._suspect = False  # a connection was aborted or lost: check out under the deadline
         # The engine's pool is the application's to reset in a child (SQLAlchemy documents
         # engine.dispose(close=False)); the slots taken by the parent's threads are not the child's.
         forks.on_fork_in_child(self, EngineExecutor._after_fork_in_child)
@@ -760,7 +771,7 @@ class EngineExecutor(SyncExecutor):
         if not self._slots.acquire(timeout=timeout_s):
             raise StalledError("no connection slot was free in time")
         try:
-            with self._engine.connect() as connection:
+            with self._checkout(deadline) as connection:
                 raw = connection.connection.driver_connection
                 spoiled = True
                 fetch_one: Callable[[str, tuple[Any, ...]], Row | None]
@@ -794,9 +805,11 @@ class EngineExecutor(SyncExecutor):
                     result, spoiled = _guarded(
                         self._watchdog, deadline, abort, lambda: self._run_plan(plan, fetch_one, fetch_all)
                     )
+                    self._suspect = spoiled
                     return result
                 except BaseException as exc:
                     spoiled = isinstance(exc, StalledError) or not connection_survives(exc)
+                    self._suspect = spoiled
                     raise
                 finally:
                     if spoiled:
@@ -812,6 +825,28 @@ class EngineExecutor(SyncExecutor):
 
     def _after_fork_in_child(self) -> None:
         self._slots = threading.BoundedSemaphore(self._pool_size)
+        forks.abandon(self._connecting)  # its threads are not in the child
+        self._connecting = None
+        self._connecting_lock = threading.Lock()
+
+    def _checkout(self, deadline: float) -> Any:
+        """A ``Connection`` of the engine, by ``deadline`` (``StalledError`` after it)."""
+        checkedin = getattr(self._engine.pool, "checkedin", None)
+        if not self._suspect and checkedin is not None and checkedin() > 0:
+            return self._engine.connect()  # an idle connection, believed alive: no connection attempt
+        with self._connecting_lock:
+            if self._connecting is None:
+                self._connecting = concurrent.futures.ThreadPoolExecutor(
+                    self._pool_size, thread_name_prefix="sql_lease connect"
+                )
+            future = self._connecting.submit(self._engine.connect)
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except concurrent.futures.TimeoutError:
+            self._late.add(future)
+            future.add_done_callback(self._give_back)  # back to the engine's pool when it comes
+            self._suspect = True
+            raise StalledError("no connection from the engine in time") from None
 
     def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], None]]:
         """A connection of the engine's pool kept for LISTEN (autocommit); discarded, not returned,
@@ -825,5 +860,17 @@ class EngineExecutor(SyncExecutor):
             raise
         return driver, proxied.invalidate
 
+    def _give_back(self, future: concurrent.futures.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            with contextlib.suppress(Exception):
+                future.result().close()
+        self._late.discard(future)
+
     def close(self, timeout_s: float) -> None:
-        """Nothing to close: the engine belongs to the application."""
+        """The engine belongs to the application: only the threads that connect for it end, after
+        giving back (within ``timeout_s``) the connections still arriving."""
+        with self._connecting_lock:
+            connecting, self._connecting = self._connecting, None
+        if connecting is not None:
+            concurrent.futures.wait(list(self._late), timeout=timeout_s)
+            connecting.shutdown(wait=False)
