@@ -104,3 +104,31 @@ def test_sync_operations_raise_at_their_deadline_and_never_stall_other_threads(
             assert until_it_works(lambda: provider.get_lease_owner(key), 10.0) == "a"
         if isinstance(target, sqlalchemy.Engine):
             target.dispose()
+
+
+@pytest.mark.postgres
+def test_an_aborted_statement_is_cancelled_on_the_server(pg_schema: tuple[str, str], key: str) -> None:
+    import psycopg
+
+    url, schema = pg_schema
+    with SyncSqlLeaseProvider(url, schema=schema, operation_timeout_s=0.5) as provider:
+        conninfo = provider._executor._conninfo  # type: ignore[attr-defined]
+        with psycopg.connect(conninfo) as blocker, psycopg.connect(conninfo, autocommit=True) as observer:
+            # the lock acquire takes before it draws a fence: held by an open transaction
+            blocker.execute(
+                f"SELECT pg_advisory_xact_lock('\"{schema}\".sql_leases'::regclass::oid::int4, hashtext(%s::varchar))",
+                (key,),
+            )
+
+            def waiting() -> int:
+                row = observer.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                return int(row.fetchone()[0])  # type: ignore[index]
+
+            with pytest.raises(LeaseBackendError):
+                provider.acquire_lease(key, "alice", 10_000)
+            # the server stops waiting for the lock at once (the cancel request), not when it is freed
+            deadline = time.monotonic() + 3.0
+            while waiting() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert waiting() == 0
+            blocker.rollback()
