@@ -114,3 +114,53 @@ async def test_watches_in_two_event_loops_are_apart() -> None:
     other = asyncio.get_running_loop().run_in_executor(None, in_other_loop)
     assert await watched(watch, 5, lambda: asyncio.sleep(0.2, "here")) == "here"
     assert await other == "timed out"
+
+
+def test_a_finished_event_loop_is_not_kept_alive() -> None:
+    import gc
+    import weakref
+
+    watch = DeadlineWatch()
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def job() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        await watched(watch, 5, lambda: asyncio.sleep(0))
+
+    for _ in range(2):
+        asyncio.run(job())
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None]
+
+
+def test_loops_in_many_threads_share_one_watch() -> None:
+    import sys
+    import threading
+
+    watch = DeadlineWatch()
+    errors: list[BaseException] = []
+
+    async def job() -> None:
+        for _ in range(3):
+            await watched(watch, 5, lambda: asyncio.sleep(0))
+        with pytest.raises(TimeoutError):
+            await watched(watch, 0.001, lambda: asyncio.sleep(10))
+
+    def worker() -> None:
+        try:
+            for _ in range(150):
+                asyncio.run(job())
+        except BaseException as exc:
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show up
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

@@ -11,6 +11,9 @@ cancellation was requested meanwhile (``Task.uncancel``); any other goes on.
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["DeadlineWatch", "Ticket"]
@@ -29,22 +32,29 @@ class Ticket:
 
 
 class _LoopWatch:
-    __slots__ = ("active", "loop", "timer", "timer_at")
+    """The tickets and the timer of one event loop; touched only from that loop's thread. It keeps
+    no strong reference to its loop (nor a timer handle, which would): a finished loop can go."""
+
+    __slots__ = ("active", "loop_ref", "timer_at")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        try:
+            self.loop_ref: Callable[[], asyncio.AbstractEventLoop | None] = weakref.ref(loop)
+        except TypeError:  # a loop class without weak references: kept while it is open
+            self.loop_ref = lambda: loop
         self.active: set[Ticket] = set()
-        self.timer: asyncio.TimerHandle | None = None
         self.timer_at = float("inf")
 
-    def arm(self, at: float) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer, self.timer_at = self.loop.call_at(at, self.expire), at
+    def arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        # A timer set for a later time is not cancelled: it finds itself superseded and ends.
+        self.timer_at = at
+        loop.call_at(at, self.expire, loop, at)
 
-    def expire(self) -> None:
-        self.timer, self.timer_at = None, float("inf")
-        now = self.loop.time()
+    def expire(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if at != self.timer_at:
+            return  # superseded by an earlier timer, which did this work
+        self.timer_at = float("inf")
+        now = loop.time()
         earliest = float("inf")
         for ticket in self.active:
             if ticket.fired:
@@ -55,24 +65,33 @@ class _LoopWatch:
             elif ticket.deadline < earliest:
                 earliest = ticket.deadline
         if earliest != float("inf"):
-            self.arm(earliest)
+            self.arm(loop, earliest)
 
 
 class DeadlineWatch:
-    """Deadlines of the calls of one provider, in any number of event loops (one timer per loop)."""
+    """Deadlines of the calls of one provider, in any number of event loops (one timer per loop),
+    in any number of threads. A loop that finished is not kept alive."""
 
     def __init__(self) -> None:
         self._last: _LoopWatch | None = None
-        self._loops: dict[asyncio.AbstractEventLoop, _LoopWatch] = {}
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatch] = weakref.WeakKeyDictionary()
+        self._strong: dict[asyncio.AbstractEventLoop, _LoopWatch] = {}  # loops without weak references
+        self._lock = threading.Lock()
 
     def _for(self, loop: asyncio.AbstractEventLoop) -> _LoopWatch:
         watch = self._last
-        if watch is None or watch.loop is not loop:
-            for closed in [other for other in list(self._loops) if other.is_closed()]:
-                del self._loops[closed]
-            watch = self._loops.get(loop)
-            if watch is None:
-                watch = self._loops[loop] = _LoopWatch(loop)
+        if watch is None or watch.loop_ref() is not loop:
+            with self._lock:
+                try:
+                    watch = self._loops.get(loop)
+                    if watch is None:
+                        watch = self._loops[loop] = _LoopWatch(loop)
+                except TypeError:  # no weak references to this loop class
+                    watch = self._strong.get(loop)
+                    if watch is None:
+                        for closed in [other for other in self._strong if other.is_closed()]:
+                            del self._strong[closed]
+                        watch = self._strong[loop] = _LoopWatch(loop)
             self._last = watch
         return watch
 
@@ -86,7 +105,7 @@ class DeadlineWatch:
         ticket = Ticket(watch, task, loop.time() + seconds)
         watch.active.add(ticket)
         if ticket.deadline < watch.timer_at:
-            watch.arm(ticket.deadline)
+            watch.arm(loop, ticket.deadline)
         return ticket
 
     def stop(self, ticket: Ticket) -> bool:

@@ -10,15 +10,19 @@ connection, in autocommit, within a deadline.
   application's pool limits, recycle and pre-ping apply.
 
 Executors raise the driver's exceptions (the provider translates them) and ``StalledError`` when
-the deadline passed: a watchdog thread then aborted the statement (a PostgreSQL socket is shut
-down and a cancel request sent; a given engine's SQLite connection is interrupted) and the
-connection is discarded. On a SQLite file, the wait for another writer's lock (the busy timeout)
-is cut to what is left of the deadline instead.
+the deadline passed: a watchdog thread then aborted the statement with no call that can block
+the process (a PostgreSQL socket is shut down and a non-blocking cancel request sent from a
+thread of its own; a given engine's SQLite connection is interrupted) and the connection is
+discarded. On a SQLite file, the wait for another writer's lock (the busy timeout) is cut to
+what is left of the deadline instead. In a child process after ``os.fork()`` every executor
+starts afresh (:mod:`.forks`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import math
 import os
 import re
 import socket
@@ -32,6 +36,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..errors import MissingDriverError, SchemaMissingError
+from . import forks
 from .operations import Plan, run_sync
 from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
@@ -44,6 +49,7 @@ __all__ = [
     "SyncExecutor",
     "Watchdog",
     "psycopg_conninfo",
+    "run_on_psycopg",
 ]
 
 T = TypeVar("T")
@@ -86,6 +92,15 @@ class Watchdog:
         self._wake_at = float("inf")
         self._thread: threading.Thread | None = None
         self._closed = False
+        forks.on_fork_in_child(self, Watchdog._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The thread is not in the child, and its lock may have been held at the fork.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._active = set()
+        self._wake_at = float("inf")
+        self._thread = None
 
     def watch(self, deadline: float, abort: Callable[[], None]) -> _Ticket:
         """Call ``abort()`` (from the watchdog's thread) if :meth:`done` is not called by ``deadline``
@@ -156,6 +171,15 @@ def _guarded(watchdog: Watchdog, deadline: float, abort: Callable[[], None], wor
             raise StalledError("the operation passed its deadline and was aborted") from exc
         raise
     return result, watchdog.done(ticket)
+
+
+def run_on_psycopg(watchdog: Watchdog, conn: Any, deadline: float, work: Callable[[], T]) -> T:
+    """``work()`` on the psycopg connection ``conn``, aborted (socket shut down, no blocking call)
+    at ``deadline`` (``time.monotonic()``): then ``StalledError``, and ``conn`` must be discarded."""
+    result, spoiled = _guarded(watchdog, deadline, lambda: _shut_socket(conn), work)
+    if spoiled:
+        raise StalledError("the operation passed its deadline and was aborted")
+    return result
 
 
 StatementHook = Callable[[str, tuple[Any, ...]], None]
@@ -235,21 +259,72 @@ def _utc_loader() -> type:
     return UtcTimestamptzLoader
 
 
+_CANCEL_WITHIN_S = 5.0  # how long a background cancel request may take before it is given up
+
+
 def _shut_socket(conn: Any) -> None:
-    """Break ``conn`` now, from any thread: a cancel request to the server (in the background)
-    and the socket shut down, so a thread blocked on it gets an error at once. The connection
-    object itself is closed by its user, who then discards it."""
-    cancel = None
-    with contextlib.suppress(Exception):
-        cancel = conn.pgconn.get_cancel()
+    """Break ``conn`` now, from any thread, with no call that can block: the socket is shut down,
+    so a thread blocked on it gets an error at once, and a cancel request goes to the server in the
+    background (so a statement waiting there stops). The connection object itself is closed by
+    its user, who then discards it.
+
+    The cancel is libpq's non-blocking one (``PQcancelStart``, libpq 17 and later), polled from a
+    thread that waits in ``select`` with the GIL released. Older libpq has only a blocking cancel,
+    which psycopg's C implementation runs holding the GIL (it would stall every thread of the
+    process while the server or the link hangs): there it is sent only by the pure Python
+    implementation (``ctypes`` releases the GIL), else not at all, and the server notices the
+    closed socket when the statement next reads from or writes to it."""
+    send = _cancel_sender(conn)  # made before the shutdown, while the connection is whole
     with contextlib.suppress(Exception):
         dup = socket.socket(fileno=os.dup(conn.pgconn.socket))
         try:
             dup.shutdown(socket.SHUT_RDWR)
         finally:
             dup.close()
-    if cancel is not None:
-        threading.Thread(target=lambda: _quietly(cancel.cancel), name="sql_lease cancel", daemon=True).start()
+    if send is not None:
+        threading.Thread(target=lambda: _quietly(send), name="sql_lease cancel", daemon=True).start()
+
+
+def _cancel_sender(conn: Any) -> Callable[[], object] | None:
+    """A function that sends a cancel request for ``conn``'s statement without holding the GIL
+    while it waits, or None if this psycopg/libpq has none."""
+    try:
+        from psycopg import capabilities, pq
+
+        if capabilities.has_cancel_safe():
+            cancel_conn = conn.pgconn.cancel_conn()  # PQcancelCreate: copies, no I/O
+            return lambda: _poll_cancel(cancel_conn, time.monotonic() + _CANCEL_WITHIN_S)
+        if pq.__impl__ == "python":
+            return conn.pgconn.get_cancel().cancel  # type: ignore[no-any-return]
+    except Exception:
+        pass
+    return None
+
+
+def _poll_cancel(cancel_conn: Any, deadline: float) -> None:
+    """Drive libpq's non-blocking cancel connection to its end, or give up at ``deadline``."""
+    import selectors
+
+    from psycopg import pq
+
+    try:
+        cancel_conn.start()
+        while True:
+            status = cancel_conn.poll()
+            if status == pq.PollingStatus.READING:
+                events = selectors.EVENT_READ
+            elif status == pq.PollingStatus.WRITING:
+                events = selectors.EVENT_WRITE
+            else:
+                return  # sent (OK) or failed: either way there is nothing more to do
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with selectors.DefaultSelector() as selector:
+                selector.register(cancel_conn.socket, events)
+                selector.select(left)
+    finally:
+        cancel_conn.finish()
 
 
 def _quietly(call: Callable[[], object]) -> None:
@@ -317,7 +392,16 @@ class PsycopgPoolExecutor(SyncExecutor):
 
     dialect_name = "postgresql"
 
-    def __init__(self, conninfo: str, pool_size: int, *, pgbouncer: bool, watchdog: Watchdog, name: str) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        pool_size: int,
+        *,
+        pgbouncer: bool,
+        watchdog: Watchdog,
+        name: str,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
         try:
             import psycopg
             import psycopg_pool  # noqa: F401
@@ -326,6 +410,7 @@ class PsycopgPoolExecutor(SyncExecutor):
         self.hooks = []
         self._conninfo = conninfo
         self._pool_size = pool_size
+        self._connect_timeout_s = connect_timeout_s
         self._pgbouncer = pgbouncer
         self._watchdog = watchdog
         self._name = name
@@ -335,10 +420,19 @@ class PsycopgPoolExecutor(SyncExecutor):
         self.last_connect_error: BaseException | None = None
         self._loader = _utc_loader()
         self._raw_cursor = psycopg.RawCursor
+        forks.on_fork_in_child(self, PsycopgPoolExecutor._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's pool (its sockets, its threads) stays the parent's: a new one on first use.
+        forks.abandon(self._pool)
+        self._pool = None
+        self._opening = threading.Lock()
+        self.last_connect_error = None
 
     def _make_pool(self) -> Any:
         import psycopg
         import psycopg_pool
+        from psycopg.conninfo import conninfo_to_dict
 
         executor = self
         loader = self._loader
@@ -364,6 +458,9 @@ class PsycopgPoolExecutor(SyncExecutor):
                 conn.execute(statement)
 
         kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": psycopg.RawCursor}
+        if "connect_timeout" not in conninfo_to_dict(self._conninfo):
+            # A pool thread's connection attempt ends too (libpq counts whole seconds, at least 2).
+            kwargs["connect_timeout"] = max(2, math.ceil(self._connect_timeout_s))
         if self._pgbouncer:
             kwargs["prepare_threshold"] = None  # PgBouncer's transaction mode cannot track them
         return psycopg_pool.ConnectionPool(
@@ -377,7 +474,9 @@ class PsycopgPoolExecutor(SyncExecutor):
             open=True,
         )
 
-    def _checkout(self, deadline: float) -> Any:
+    def _checkout(self, deadline: float) -> tuple[Any, Any]:
+        """(the pool, a connection from it): the connection goes back to that pool, even if
+        :meth:`close` has let go of it meanwhile."""
         import psycopg_pool
 
         pool = self._pool
@@ -392,7 +491,7 @@ class PsycopgPoolExecutor(SyncExecutor):
             left = deadline - time.monotonic()
             try:
                 # In slices, so a connection error that no wait can fix is reported at once.
-                return pool.getconn(timeout=max(0.001, min(left, 0.25)))
+                return pool, pool.getconn(timeout=max(0.001, min(left, 0.25)))
             except psycopg_pool.PoolTimeout as exc:
                 error = self.last_connect_error
                 if error is not None and (ConnectError(error).sqlstate or time.monotonic() >= deadline):
@@ -404,7 +503,7 @@ class PsycopgPoolExecutor(SyncExecutor):
 
     def run(self, plan: Plan[T], timeout_s: float) -> T:
         deadline = time.monotonic() + timeout_s
-        conn = self._checkout(deadline)
+        pool, conn = self._checkout(deadline)
         healthy = False
         try:
             # One cursor per connection, kept: a new cursor would look up its row loaders afresh.
@@ -426,7 +525,7 @@ class PsycopgPoolExecutor(SyncExecutor):
             if not healthy:
                 with contextlib.suppress(Exception):
                     conn.close()
-            self._pool.putconn(conn)
+            pool.putconn(conn)  # a closed pool closes it
 
     def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], None]]:
         """A new autocommit connection of its own (not pooled) for LISTEN, and how to close it."""
@@ -557,9 +656,21 @@ class SqliteFileExecutor(SyncExecutor):
         )
         self._missing = missing
         self._watchdog = watchdog
+        self._pool_size = pool_size
         self._pool = _SlotPool(pool_size, self._connect)
         self._fetchers: dict[int, tuple[Any, Any]] = {}
         self._busy: dict[int, int] = {}  # each connection's busy_timeout now
+        forks.on_fork_in_child(self, SqliteFileExecutor._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # SQLite connections must not cross a fork (nor be closed in the child: that would drop
+        # the child's own POSIX locks on the file): the child opens its own.
+        old = self._pool
+        forks.abandon(old, self._fetchers)
+        self._pool = _SlotPool(self._pool_size, self._connect)
+        self._fetchers, self._busy = {}, {}
+        if old._closed:
+            self._pool.close()
 
     def _connect(self) -> sqlite3.Connection:
         if not self._path.exists():
@@ -627,14 +738,28 @@ class EngineExecutor(SyncExecutor):
     operation one connection is checked out (``with engine.connect()``), its driver connection is
     switched to autocommit by the driver's flag (psycopg ``autocommit``, sqlite3
     ``isolation_level=None``: no statement is sent), the statements run on it, and the flag is put
-    back: the connection returns unchanged. At most ``pool_size`` operations run at once."""
+    back: the connection returns unchanged. At most ``pool_size`` operations run at once.
+
+    While the engine's pool has idle connections and the last operation went well, the checkout
+    runs inline (a ``pool_pre_ping`` is then bounded only by the engine's own settings, e.g.
+    libpq's ``tcp_user_timeout`` or keepalives in ``connect_args``). Otherwise (no idle connection,
+    or after a connection was aborted or lost) it runs in a thread of its own and is given up at
+    the deadline; a connection that arrives later goes back to the engine's pool."""
 
     def __init__(self, engine: Any, pool_size: int, *, watchdog: Watchdog) -> None:
         self.hooks = []
         self._engine = engine
         self.dialect_name = engine.dialect.name
+        self._pool_size = pool_size
         self._slots = threading.BoundedSemaphore(pool_size)
         self._watchdog = watchdog
+        self._connecting: concurrent.futures.ThreadPoolExecutor | None = None
+        self._connecting_lock = threading.Lock()
+        self._late: set[concurrent.futures.Future[Any]] = set()  # checkouts given up, still running
+        self._suspect = False  # a connection was aborted or lost: check out under the deadline
+        # The engine's pool is the application's to reset in a child (SQLAlchemy documents
+        # engine.dispose(close=False)); the slots taken by the parent's threads are not the child's.
+        forks.on_fork_in_child(self, EngineExecutor._after_fork_in_child)
         if self.dialect_name == "postgresql":
             import psycopg
 
@@ -646,7 +771,7 @@ class EngineExecutor(SyncExecutor):
         if not self._slots.acquire(timeout=timeout_s):
             raise StalledError("no connection slot was free in time")
         try:
-            with self._engine.connect() as connection:
+            with self._checkout(deadline) as connection:
                 raw = connection.connection.driver_connection
                 spoiled = True
                 fetch_one: Callable[[str, tuple[Any, ...]], Row | None]
@@ -680,9 +805,11 @@ class EngineExecutor(SyncExecutor):
                     result, spoiled = _guarded(
                         self._watchdog, deadline, abort, lambda: self._run_plan(plan, fetch_one, fetch_all)
                     )
+                    self._suspect = spoiled
                     return result
                 except BaseException as exc:
                     spoiled = isinstance(exc, StalledError) or not connection_survives(exc)
+                    self._suspect = spoiled
                     raise
                 finally:
                     if spoiled:
@@ -696,6 +823,31 @@ class EngineExecutor(SyncExecutor):
         finally:
             self._slots.release()
 
+    def _after_fork_in_child(self) -> None:
+        self._slots = threading.BoundedSemaphore(self._pool_size)
+        forks.abandon(self._connecting)  # its threads are not in the child
+        self._connecting = None
+        self._connecting_lock = threading.Lock()
+
+    def _checkout(self, deadline: float) -> Any:
+        """A ``Connection`` of the engine, by ``deadline`` (``StalledError`` after it)."""
+        checkedin = getattr(self._engine.pool, "checkedin", None)
+        if not self._suspect and checkedin is not None and checkedin() > 0:
+            return self._engine.connect()  # an idle connection, believed alive: no connection attempt
+        with self._connecting_lock:
+            if self._connecting is None:
+                self._connecting = concurrent.futures.ThreadPoolExecutor(
+                    self._pool_size, thread_name_prefix="sql_lease connect"
+                )
+            future = self._connecting.submit(self._engine.connect)
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except concurrent.futures.TimeoutError:
+            self._late.add(future)
+            future.add_done_callback(self._give_back)  # back to the engine's pool when it comes
+            self._suspect = True
+            raise StalledError("no connection from the engine in time") from None
+
     def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], None]]:
         """A connection of the engine's pool kept for LISTEN (autocommit); discarded, not returned,
         when done, so the application never gets it back LISTENing."""
@@ -708,5 +860,17 @@ class EngineExecutor(SyncExecutor):
             raise
         return driver, proxied.invalidate
 
+    def _give_back(self, future: concurrent.futures.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            with contextlib.suppress(Exception):
+                future.result().close()
+        self._late.discard(future)
+
     def close(self, timeout_s: float) -> None:
-        """Nothing to close: the engine belongs to the application."""
+        """The engine belongs to the application: only the threads that connect for it end, after
+        giving back (within ``timeout_s``) the connections still arriving."""
+        with self._connecting_lock:
+            connecting, self._connecting = self._connecting, None
+        if connecting is not None:
+            concurrent.futures.wait(list(self._late), timeout=timeout_s)
+            connecting.shutdown(wait=False)

@@ -12,10 +12,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..contract import AcquireResult
+from . import forks
+from .sync_executors import run_on_psycopg
 
 if TYPE_CHECKING:
     from .sync_provider import SyncSqlLeaseProvider
@@ -48,6 +51,16 @@ class SyncNotifyListener:
         self._lock = threading.Lock()
         self._opening = threading.Lock()
         self._current: _Generation | None = None
+        forks.on_fork_in_child(self, SyncNotifyListener._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's LISTEN connection and its reader thread stay the parent's; the child's
+        # waiters open their own.
+        forks.abandon(self._current)
+        self._current = None
+        self._lock = threading.Lock()
+        self._opening = threading.Lock()
+        self._waiters = {}
 
     @property
     def listening(self) -> bool:
@@ -85,12 +98,13 @@ class SyncNotifyListener:
                 return False
             self._drop()
             try:
-                conn, discard = self._open_connection(self._provider.operation_timeout_s)
+                # Within the operation timeout, as every operation (the connection attempt: libpq's
+                # connect_timeout, whole seconds, at least 2); close() waits for this lock.
+                timeout_s = self._provider.operation_timeout_s
+                deadline = time.monotonic() + timeout_s
+                conn, discard = self._open_connection(timeout_s)
                 try:
-                    from psycopg import sql
-
-                    channel = conn.execute(self._provider.statements.notify_channel).fetchone()[0]
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    run_on_psycopg(self._provider._watchdog, conn, deadline, lambda: self._listen(conn))
                 except BaseException:
                     discard()
                     raise
@@ -104,6 +118,12 @@ class SyncNotifyListener:
             self._current = generation
             generation.thread.start()
             return True
+
+    def _listen(self, conn: Any) -> None:
+        from psycopg import sql
+
+        channel = conn.execute(self._provider.statements.notify_channel).fetchone()[0]
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
 
     def _read(self, generation: _Generation) -> None:
         try:

@@ -25,7 +25,7 @@ from .. import observe
 from ..contract import AcquireResult, LeaseInfo, validate_key, validate_seconds
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
 from ..sync_holding import SyncLeaseProviderBase
-from . import operations
+from . import forks, operations
 from .operations import LOCK_WAIT_SHARE, Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
@@ -84,6 +84,10 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             durability pin goes in each transaction instead), no LISTEN. Required there, also for
             durability (docs/statements.md, "Durability").
 
+    A provider used before ``os.fork()`` works in the child: the child opens connections of its
+    own and never uses or closes the parent's (a given ``Engine``'s pool is the application's to
+    reset there, e.g. ``engine.dispose(close=False)``).
+
     Every method also takes a keyword ``timeout_s`` (seconds, at most ``operation_timeout_s``)
     that bounds that one call. Raises ``TypeError``/``ValueError`` for bad arguments before any
     SQL; ``SchemaMissingError``, ``LeaseConfigError``, ``LeaseBackendError`` (the driver's error on
@@ -141,6 +145,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                     pgbouncer=bool(pgbouncer),
                     watchdog=self._watchdog,
                     name="sql_lease",
+                    connect_timeout_s=self.operation_timeout_s,
                 )
             else:
                 path = sqlite_file(url)
@@ -186,6 +191,12 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         self._listener_lock = threading.Lock()
         self._in_flight: set[object] = set()  # a token per call (set.add/discard need no lock)
         self._closed = False
+        forks.on_fork_in_child(self, SyncSqlLeaseProvider._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's calls in flight are not the child's (close() would wait for them).
+        self._in_flight = set()
+        self._listener_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"SyncSqlLeaseProvider({getattr(self, 'safe_url', '?')!r}, table_name={self.names.table!r})"
