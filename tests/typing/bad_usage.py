@@ -52,5 +52,6 @@ def sync_job_on_async_provider() -> None:
 def decorated_misuse() -> None:
     nightly(5)  # E: call-arg
     done: int = nightly()  # E: assignment
-    tenant(42)  # E: arg-type
+    tenant(42)  # E: call-overload
+    tenant(tenant_id=42)  # E: call-overload
     print(done, sql_lease.SyncHold)  # E: attr-defined

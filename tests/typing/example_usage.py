@@ -172,7 +172,8 @@ def use_decorated_sync() -> None:
     assert_type(report(), None)
     assert_type(sync_tenant("t1"), str)  # waits or raises: never None
     assert_type(sync_tenant(tenant_id="t1"), str)  # the wrapped signature is kept
-    assert_type(sync_tenant_with_lease("t1"), int)
+    assert_type(sync_tenant_with_lease("t1"), int)  # lease and fence are given by @leased
+    assert_type(sync_tenant_with_lease(tenant_id="t1"), int)
 
 
 async def use_decorated_async() -> None:
@@ -180,6 +181,7 @@ async def use_decorated_async() -> None:
     assert_type(await call, str | None)
     assert_type(await run_scheduler_with_lease(), int | None)
     assert_type(await run_job(7), int)
+    assert_type(await run_job(job_id=7), int)
 
 
 def errors_are_typed(exc: LeaseNotAcquiredError, lost: LeaseLostError) -> None:
