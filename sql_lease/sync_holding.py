@@ -309,7 +309,7 @@ class SyncHeldLease(HoldRules):
 
     stall_cause = "the renewal thread was held up (a suspended process, or a call holding the GIL)"
 
-    provider: Any  # a SyncLeaseProvider; its optional methods and keywords are looked up at run time
+    provider: SyncLeaseProvider
     lost: threading.Event
     data: dict[str, Any] | None
 
@@ -474,7 +474,9 @@ class SyncHeldLease(HoldRules):
     def _renew_once(self, wait_s: float) -> LeaseInfo | bool:
         bound = _timeout_kw(self.provider, wait_s)
         if _renews_with_info(self.provider):
-            info: LeaseInfo | None = self.provider.renew_lease_info(self.key, self.owner, self._call_ttl_ms, **bound)
+            info: LeaseInfo | None = self.provider.renew_lease_info(  # type: ignore[attr-defined]
+                self.key, self.owner, self._call_ttl_ms, **bound
+            )
             return False if info is None else info
         return bool(self.provider.renew_lease(self.key, self.owner, self._call_ttl_ms, **bound))
 

@@ -25,6 +25,7 @@ from sql_lease import (
     SqlLeaseProvider,
     SyncHeldLease,
     SyncInMemoryLeaseProvider,
+    SyncLeaseProvider,
     SyncSqlLeaseProvider,
     acquire_lease_wait,
     hold,
@@ -123,6 +124,16 @@ def sync_face(url: str) -> None:
             assert lease.fence is not None  # None only from NoopLeaseProvider
             assert_type(leases.check_held(conn, lease.key, lease.owner, lease.fence), None)
             assert_type(leases.accept_fence(conn, "invoices", lease.fence), int)
+
+
+def any_sync_provider(leases: SyncLeaseProvider) -> int | None:
+    """Code written against the protocol of the sync face serves every sync provider."""
+    with sync_hold(leases, "k", ttl_ms=5_000) as lease:
+        return lease.fence
+
+
+def use_any_sync_provider() -> None:
+    assert_type(any_sync_provider(SyncInMemoryLeaseProvider()), int | None)
 
 
 # -- @leased: sync functions on a sync provider, async functions on an async provider -------------
