@@ -38,7 +38,7 @@ from .errors import (
 )
 from .holding import ExpirySweeper, HeldLease, acquire_lease_wait, hold
 from .memory import InMemoryLeaseProvider, NoopLeaseProvider, SyncInMemoryLeaseProvider
-from .sync_holding import SyncHeldLease
+from .sync_holding import SyncHeldLease, SyncLeaseProvider
 
 if _typing.TYPE_CHECKING:
     from .sql.provider import SqlLeaseProvider
@@ -69,6 +69,7 @@ __all__ = [
     "StaleFenceError",
     "SyncHeldLease",
     "SyncInMemoryLeaseProvider",
+    "SyncLeaseProvider",
     "SyncSqlLeaseProvider",
     "acquire_lease_wait",
     "hold",
@@ -77,13 +78,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> _typing.Any:
-    if name == "SqlLeaseProvider":
-        from .sql.provider import SqlLeaseProvider
+if not _typing.TYPE_CHECKING:  # to a type checker, a misspelt name is an error, not Any
 
-        return SqlLeaseProvider
-    if name == "SyncSqlLeaseProvider":
-        from .sql.sync_provider import SyncSqlLeaseProvider
+    def __getattr__(name: str) -> _typing.Any:
+        if name == "SqlLeaseProvider":
+            from .sql.provider import SqlLeaseProvider
 
-        return SyncSqlLeaseProvider
-    raise AttributeError(f"module 'sql_lease' has no attribute {name!r}")
+            return SqlLeaseProvider
+        if name == "SyncSqlLeaseProvider":
+            from .sql.sync_provider import SyncSqlLeaseProvider
+
+            return SyncSqlLeaseProvider
+        raise AttributeError(f"module 'sql_lease' has no attribute {name!r}")

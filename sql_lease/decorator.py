@@ -23,12 +23,16 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Generic, Literal, Never, ParamSpec, Protocol, TypeVar, overload
 
-from .contract import encode_data, is_lease_provider, validate_key, validate_owner
+from .contract import LeaseProvider, encode_data, is_lease_provider, validate_key, validate_owner
 from .errors import LeaseNotAcquiredError
 from .holding import validate_hold_options
+
+if TYPE_CHECKING:
+    from .holding import HeldLease
+    from .sync_holding import SyncHeldLease, SyncLeaseProvider
 
 __all__ = ["leased"]
 
@@ -37,6 +41,187 @@ log = logging.getLogger("sql_lease")
 OnConflict = Literal["skip", "wait", "raise"]
 F = TypeVar("F", bound=Callable[..., Any])
 _INJECTED = ("lease", "fence")
+
+# -- static types: what @leased makes of a function -------------------------------------------------
+# The wrapper keeps the function's signature (ParamSpec) and returns what it returns, or None when
+# a call may be skipped (on_conflict="skip": _Skip is None; else Never, so ``R | _Skip`` is R); an
+# async function stays a coroutine function. A function taking ``lease`` and/or ``fence`` (which
+# @leased passes in) after at most two positional parameters is seen without them (their types
+# kept, their names not: a type checker cannot drop a parameter by name); one taking them first,
+# or after more parameters, keeps its full signature: put lease/fence last.
+
+P = ParamSpec("P")
+R = TypeVar("R")
+A1 = TypeVar("A1")
+A2 = TypeVar("A2")
+_R_co = TypeVar("_R_co", covariant=True)
+_A1_contra = TypeVar("_A1_contra", contravariant=True)
+_A2_contra = TypeVar("_A2_contra", contravariant=True)
+_L_contra = TypeVar("_L_contra", contravariant=True)
+_Skip_co = TypeVar("_Skip_co", covariant=True)
+
+
+class _Lease0(Protocol[_L_contra, _R_co]):
+    def __call__(self, *, lease: _L_contra) -> _R_co: ...
+
+
+class _Fence0(Protocol[_R_co]):
+    def __call__(self, *, fence: int) -> _R_co: ...
+
+
+class _Both0(Protocol[_L_contra, _R_co]):
+    def __call__(self, *, lease: _L_contra, fence: int) -> _R_co: ...
+
+
+class _Lease1(Protocol[_A1_contra, _L_contra, _R_co]):
+    def __call__(self, a1: _A1_contra, /, *, lease: _L_contra) -> _R_co: ...
+
+
+class _Fence1(Protocol[_A1_contra, _R_co]):
+    def __call__(self, a1: _A1_contra, /, *, fence: int) -> _R_co: ...
+
+
+class _Both1(Protocol[_A1_contra, _L_contra, _R_co]):
+    def __call__(self, a1: _A1_contra, /, *, lease: _L_contra, fence: int) -> _R_co: ...
+
+
+class _Lease2(Protocol[_A1_contra, _A2_contra, _L_contra, _R_co]):
+    def __call__(self, a1: _A1_contra, a2: _A2_contra, /, *, lease: _L_contra) -> _R_co: ...
+
+
+class _Fence2(Protocol[_A1_contra, _A2_contra, _R_co]):
+    def __call__(self, a1: _A1_contra, a2: _A2_contra, /, *, fence: int) -> _R_co: ...
+
+
+class _Both2(Protocol[_A1_contra, _A2_contra, _L_contra, _R_co]):
+    def __call__(self, a1: _A1_contra, a2: _A2_contra, /, *, lease: _L_contra, fence: int) -> _R_co: ...
+
+
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class _Called1(Protocol[_A1_contra, _T_co]):
+    """A function of one argument that @leased gave its lease or fence, called positionally or by
+    keyword (a type checker cannot know the parameter's name: the value's type is checked)."""
+
+    @overload
+    def __call__(self, a1: _A1_contra, /) -> _T_co: ...
+    @overload
+    def __call__(self, **kwargs: _A1_contra) -> _T_co: ...
+
+
+class _Called2(Protocol[_A1_contra, _A2_contra, _T_co]):
+    """As :class:`_Called1`, for a function of two arguments."""
+
+    @overload
+    def __call__(self, a1: _A1_contra, a2: _A2_contra, /) -> _T_co: ...
+    @overload
+    def __call__(self, a1: _A1_contra, /, **kwargs: _A2_contra) -> _T_co: ...
+    @overload
+    def __call__(self, **kwargs: _A1_contra | _A2_contra) -> _T_co: ...
+
+
+class _SyncLeasing(Protocol, Generic[_Skip_co]):
+    """What ``leased(sync_provider, ...)`` returns: a decorator of plain functions."""
+
+    @overload
+    def __call__(self, func: _Both0[SyncHeldLease, R]) -> Callable[[], R | _Skip_co]: ...
+    @overload
+    def __call__(self, func: _Lease0[SyncHeldLease, R]) -> Callable[[], R | _Skip_co]: ...
+    @overload
+    def __call__(self, func: _Fence0[R]) -> Callable[[], R | _Skip_co]: ...
+    @overload
+    def __call__(self, func: _Both1[A1, SyncHeldLease, R]) -> _Called1[A1, R | _Skip_co]: ...
+    @overload
+    def __call__(self, func: _Lease1[A1, SyncHeldLease, R]) -> _Called1[A1, R | _Skip_co]: ...
+    @overload
+    def __call__(self, func: _Fence1[A1, R]) -> _Called1[A1, R | _Skip_co]: ...
+    @overload
+    def __call__(self, func: _Both2[A1, A2, SyncHeldLease, R]) -> _Called2[A1, A2, R | _Skip_co]: ...
+    @overload
+    def __call__(self, func: _Lease2[A1, A2, SyncHeldLease, R]) -> _Called2[A1, A2, R | _Skip_co]: ...
+    @overload
+    def __call__(self, func: _Fence2[A1, A2, R]) -> _Called2[A1, A2, R | _Skip_co]: ...
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R | _Skip_co]: ...
+
+
+_Co = Coroutine[Any, Any, R]
+
+
+class _AsyncLeasing(Protocol, Generic[_Skip_co]):
+    """What ``leased(async_provider, ...)`` returns: a decorator of ``async def`` functions."""
+
+    @overload
+    def __call__(self, func: _Both0[HeldLease, _Co[R]]) -> Callable[[], _Co[R | _Skip_co]]: ...
+    @overload
+    def __call__(self, func: _Lease0[HeldLease, _Co[R]]) -> Callable[[], _Co[R | _Skip_co]]: ...
+    @overload
+    def __call__(self, func: _Fence0[_Co[R]]) -> Callable[[], _Co[R | _Skip_co]]: ...
+    @overload
+    def __call__(self, func: _Both1[A1, HeldLease, _Co[R]]) -> _Called1[A1, _Co[R | _Skip_co]]: ...
+    @overload
+    def __call__(self, func: _Lease1[A1, HeldLease, _Co[R]]) -> _Called1[A1, _Co[R | _Skip_co]]: ...
+    @overload
+    def __call__(self, func: _Fence1[A1, _Co[R]]) -> _Called1[A1, _Co[R | _Skip_co]]: ...
+    @overload
+    def __call__(self, func: _Both2[A1, A2, HeldLease, _Co[R]]) -> _Called2[A1, A2, _Co[R | _Skip_co]]: ...
+    @overload
+    def __call__(self, func: _Lease2[A1, A2, HeldLease, _Co[R]]) -> _Called2[A1, A2, _Co[R | _Skip_co]]: ...
+    @overload
+    def __call__(self, func: _Fence2[A1, A2, _Co[R]]) -> _Called2[A1, A2, _Co[R | _Skip_co]]: ...
+    @overload
+    def __call__(self, func: Callable[P, _Co[R]]) -> Callable[P, _Co[R | _Skip_co]]: ...
+
+
+@overload
+def leased(
+    provider: SyncLeaseProvider,
+    key: str | Callable[..., str],
+    *,
+    ttl_ms: int | float = ...,
+    on_conflict: Literal["skip"] = ...,
+    timeout_s: float | None = ...,
+    owner: str | None = ...,
+    renew_every_ms: int | float | None = ...,
+    data: dict[str, Any] | None = ...,
+) -> _SyncLeasing[None]: ...
+@overload
+def leased(
+    provider: SyncLeaseProvider,
+    key: str | Callable[..., str],
+    *,
+    ttl_ms: int | float = ...,
+    on_conflict: Literal["wait", "raise"],
+    timeout_s: float | None = ...,
+    owner: str | None = ...,
+    renew_every_ms: int | float | None = ...,
+    data: dict[str, Any] | None = ...,
+) -> _SyncLeasing[Never]: ...
+@overload
+def leased(
+    provider: LeaseProvider,
+    key: str | Callable[..., str],
+    *,
+    ttl_ms: int | float = ...,
+    on_conflict: Literal["skip"] = ...,
+    timeout_s: float | None = ...,
+    owner: str | None = ...,
+    renew_every_ms: int | float | None = ...,
+    data: dict[str, Any] | None = ...,
+) -> _AsyncLeasing[None]: ...
+@overload
+def leased(
+    provider: LeaseProvider,
+    key: str | Callable[..., str],
+    *,
+    ttl_ms: int | float = ...,
+    on_conflict: Literal["wait", "raise"],
+    timeout_s: float | None = ...,
+    owner: str | None = ...,
+    renew_every_ms: int | float | None = ...,
+    data: dict[str, Any] | None = ...,
+) -> _AsyncLeasing[Never]: ...
 
 
 def leased(
@@ -49,7 +234,7 @@ def leased(
     owner: str | None = None,
     renew_every_ms: int | float | None = None,
     data: dict[str, Any] | None = None,
-) -> Callable[[F], F]:
+) -> Any:
     """Decorate a function so that each call holds the lease ``key`` (renewed in the background)
     while it runs, and never runs while another owner holds it.
 
@@ -80,6 +265,10 @@ def leased(
     a parameter named ``fence`` receives the fencing token (an ``int``). Callers do not pass them.
     A lease lost during the call raises ``LeaseLostError`` (an async body is cancelled; a plain
     one finds out from ``lease.check()`` or when it returns).
+
+    Types: the decorated function keeps its signature, less ``lease`` and ``fence`` (seen when they
+    follow at most two positional parameters), and returns ``R`` (``R | None`` with ``"skip"``);
+    an ``async def`` function stays one.
     """
     if on_conflict not in ("skip", "wait", "raise"):
         raise ValueError(f"on_conflict must be 'skip', 'wait' or 'raise', not {on_conflict!r}")

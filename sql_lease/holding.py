@@ -47,7 +47,15 @@ from .errors import (
     SchemaMissingError,
 )
 
-__all__ = ["ExpirySweeper", "HeldLease", "LeaseProviderBase", "acquire_lease_wait", "hold", "new_owner_id"]
+__all__ = [
+    "ExpirySweeper",
+    "HeldLease",
+    "LeaseProviderBase",
+    "SweepsExpired",
+    "acquire_lease_wait",
+    "hold",
+    "new_owner_id",
+]
 
 log = logging.getLogger("sql_lease")
 
@@ -979,6 +987,10 @@ class HeldLease(HoldRules):
     acts on the answer, and with ``on_lost="cancel"`` leaving the block raises ``LeaseLostError``.
     """
 
+    provider: LeaseProvider
+    lost: asyncio.Event
+    data: dict[str, Any] | None
+
     def __init__(
         self,
         provider: LeaseProvider,
@@ -1092,7 +1104,7 @@ class HeldLease(HoldRules):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
+    ) -> None:
         self._closing = True
         lost_by_our_cancel = False
         if self._cancelled_for_loss and self._body_task is not None:
@@ -1332,6 +1344,13 @@ SWEEP_BATCH_SIZE = 500
 (docs/statements.md, "Sweeping")."""
 
 
+class SweepsExpired(Protocol):
+    """A provider an :class:`ExpirySweeper` can sweep: it has ``sweep_expired`` (the SQL and
+    in-memory async providers do)."""
+
+    async def sweep_expired(self, batch_size: int = ..., grace_ms: int | float = ...) -> int: ...
+
+
 class ExpirySweeper:
     """Deletes expired lease rows in the background, in bounded batches.
 
@@ -1345,7 +1364,7 @@ class ExpirySweeper:
 
     def __init__(
         self,
-        provider: Any,
+        provider: SweepsExpired,
         interval_s: float = 60.0,
         batch_size: int = SWEEP_BATCH_SIZE,
         grace_ms: int | float = 0,
@@ -1415,13 +1434,53 @@ class LeaseProviderBase:
     shortcuts to them.
     """
 
-    def hold(self, key: str, owner: str | None = None, ttl_ms: int | float = 15_000, **options: Any) -> Any:
-        """Hold ``key`` while a block runs, renewing it; see :func:`sql_lease.holding.hold`."""
-        return hold(self, key, owner, ttl_ms, **options)  # type: ignore[arg-type]
+    def hold(
+        self,
+        key: str,
+        owner: str | None = None,
+        ttl_ms: int | float = 15_000,
+        *,
+        renew_every_ms: int | float | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+        on_lost: OnLost = "cancel",
+        data: dict[str, Any] | None = None,
+    ) -> HeldLease:
+        """Hold ``key`` while an ``async with`` block runs, renewing it; see :func:`sql_lease.holding.hold`."""
+        return hold(
+            self,  # type: ignore[arg-type]  # a subclass has the five methods
+            key,
+            owner,
+            ttl_ms,
+            renew_every_ms=renew_every_ms,
+            wait=wait,
+            timeout_s=timeout_s,
+            on_lost=on_lost,
+            data=data,
+        )
 
     async def acquire_lease_wait(
-        self, key: str, owner: str, ttl_ms: int | float, timeout_s: float | None = None, **options: Any
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        timeout_s: float | None = None,
+        *,
+        poll_initial_s: float = 0.02,
+        poll_max_s: float = 1.0,
+        listen_max_wait_s: float = 5.0,
+        data: dict[str, Any] | None = None,
     ) -> AcquireResult:
         """Wait until ``key`` is acquired or ``timeout_s`` seconds pass; see
         :func:`sql_lease.holding.acquire_lease_wait`."""
-        return await acquire_lease_wait(self, key, owner, ttl_ms, timeout_s, **options)  # type: ignore[arg-type]
+        return await acquire_lease_wait(
+            self,  # type: ignore[arg-type]  # a subclass has the five methods
+            key,
+            owner,
+            ttl_ms,
+            timeout_s,
+            poll_initial_s=poll_initial_s,
+            poll_max_s=poll_max_s,
+            listen_max_wait_s=listen_max_wait_s,
+            data=data,
+        )

@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import observe
 from .observe import HoldEvent, LeaseObserver, OperationEvent
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
 
 __all__ = [
     "DURATION_BUCKETS_S",
@@ -47,7 +52,9 @@ def _require(module: str, extra: str, package: str) -> Any:
 class PrometheusExporter(LeaseObserver):
     """The Prometheus metrics of :func:`enable_prometheus`; :meth:`close` unregisters them."""
 
-    def __init__(self, registry: Any = None, buckets: tuple[float, ...] = DURATION_BUCKETS_S) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, buckets: tuple[float, ...] = DURATION_BUCKETS_S
+    ) -> None:
         prometheus = _require("prometheus_client", "prometheus", "prometheus-client")
         self.registry = prometheus.REGISTRY if registry is None else registry
         on = {"registry": self.registry}
@@ -115,7 +122,9 @@ class PrometheusExporter(LeaseObserver):
                 self.registry.unregister(metric)
 
 
-def enable_prometheus(registry: Any = None, *, buckets: tuple[float, ...] = DURATION_BUCKETS_S) -> PrometheusExporter:
+def enable_prometheus(
+    registry: CollectorRegistry | None = None, *, buckets: tuple[float, ...] = DURATION_BUCKETS_S
+) -> PrometheusExporter:
     """Export the library's metrics to Prometheus: registers them in ``registry`` (a
     ``prometheus_client.CollectorRegistry``; default: the global ``REGISTRY``, which
     ``start_http_server`` and ``make_wsgi_app`` serve) and starts observing every provider and
@@ -130,7 +139,12 @@ def enable_prometheus(registry: Any = None, *, buckets: tuple[float, ...] = DURA
 class OpenTelemetryExporter(LeaseObserver):
     """The OpenTelemetry instruments and spans of :func:`enable_opentelemetry`; :meth:`close` stops them."""
 
-    def __init__(self, meter_provider: Any = None, tracer_provider: Any = None, spans: bool = True) -> None:
+    def __init__(
+        self,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
+        spans: bool = True,
+    ) -> None:
         metrics = _require("opentelemetry.metrics", "opentelemetry", "opentelemetry-api")
         trace = _require("opentelemetry.trace", "opentelemetry", "opentelemetry-api")
         from . import __version__
@@ -218,7 +232,7 @@ class OpenTelemetryExporter(LeaseObserver):
 
 
 def enable_opentelemetry(
-    *, meter_provider: Any = None, tracer_provider: Any = None, spans: bool = True
+    *, meter_provider: MeterProvider | None = None, tracer_provider: TracerProvider | None = None, spans: bool = True
 ) -> OpenTelemetryExporter:
     """Export the library's metrics to OpenTelemetry (the same as :func:`enable_prometheus`, named
     ``sql_lease.operations``, ``sql_lease.operation.duration`` in seconds, ...) and, unless

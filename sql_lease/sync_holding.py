@@ -49,11 +49,36 @@ from .holding import (
     validate_hold_options,
 )
 
-__all__ = ["SyncHeldLease", "SyncLeaseProviderBase", "SyncReleaseWaiter", "acquire_lease_wait", "hold"]
+__all__ = [
+    "SyncHeldLease",
+    "SyncLeaseProvider",
+    "SyncLeaseProviderBase",
+    "SyncReleaseWaiter",
+    "acquire_lease_wait",
+    "hold",
+]
 
 log = logging.getLogger("sql_lease")
 
 SyncOnLost = Literal["raise", "flag"] | Callable[["SyncHeldLease"], object]
+
+
+class SyncLeaseProvider(Protocol):
+    """The five lease methods as plain (blocking) functions: what :func:`hold`,
+    :func:`acquire_lease_wait` and ``@leased`` on a plain function need. ``SyncSqlLeaseProvider``,
+    ``SyncInMemoryLeaseProvider`` and ``DjangoSqlLeaseProvider`` have them (each also takes a
+    keyword ``timeout_s``, seconds, and ``data`` where ``LeaseProvider`` describes it). The
+    rules are ``LeaseProvider``'s; a static type, not checked at run time."""
+
+    def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult: ...
+
+    def get_lease_owner(self, key: str) -> str | None: ...
+
+    def release_lease(self, key: str, owner: str) -> bool: ...
+
+    def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool: ...
+
+    def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool: ...
 
 
 class SyncReleaseWaiter(Protocol):
@@ -116,7 +141,7 @@ class _PollingWaiter:
 
 
 def acquire_lease_wait(
-    provider: Any,
+    provider: SyncLeaseProvider,
     key: str,
     owner: str,
     ttl_ms: int | float,
@@ -284,9 +309,13 @@ class SyncHeldLease(HoldRules):
 
     stall_cause = "the renewal thread was held up (a suspended process, or a call holding the GIL)"
 
+    provider: SyncLeaseProvider
+    lost: threading.Event
+    data: dict[str, Any] | None
+
     def __init__(
         self,
-        provider: Any,
+        provider: SyncLeaseProvider,
         key: str,
         owner: str | None = None,
         ttl_ms: int | float = 15_000,
@@ -445,7 +474,9 @@ class SyncHeldLease(HoldRules):
     def _renew_once(self, wait_s: float) -> LeaseInfo | bool:
         bound = _timeout_kw(self.provider, wait_s)
         if _renews_with_info(self.provider):
-            info: LeaseInfo | None = self.provider.renew_lease_info(self.key, self.owner, self._call_ttl_ms, **bound)
+            info: LeaseInfo | None = self.provider.renew_lease_info(  # type: ignore[attr-defined]
+                self.key, self.owner, self._call_ttl_ms, **bound
+            )
             return False if info is None else info
         return bool(self.provider.renew_lease(self.key, self.owner, self._call_ttl_ms, **bound))
 
@@ -506,7 +537,7 @@ class SyncHeldLease(HoldRules):
 
 
 def hold(
-    provider: Any,
+    provider: SyncLeaseProvider,
     key: str,
     owner: str | None = None,
     ttl_ms: int | float = 15_000,
@@ -567,13 +598,53 @@ class SyncLeaseProviderBase:
 
     accepts_timeout_s = True
 
-    def hold(self, key: str, owner: str | None = None, ttl_ms: int | float = 15_000, **options: Any) -> SyncHeldLease:
+    def hold(
+        self,
+        key: str,
+        owner: str | None = None,
+        ttl_ms: int | float = 15_000,
+        *,
+        renew_every_ms: int | float | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
+        on_lost: SyncOnLost = "raise",
+        data: dict[str, Any] | None = None,
+    ) -> SyncHeldLease:
         """Hold ``key`` while a ``with`` block runs, renewing it; see :func:`sql_lease.sync_holding.hold`."""
-        return hold(self, key, owner, ttl_ms, **options)
+        return hold(
+            self,  # type: ignore[arg-type]  # a subclass has the five methods
+            key,
+            owner,
+            ttl_ms,
+            renew_every_ms=renew_every_ms,
+            wait=wait,
+            timeout_s=timeout_s,
+            on_lost=on_lost,
+            data=data,
+        )
 
     def acquire_lease_wait(
-        self, key: str, owner: str, ttl_ms: int | float, timeout_s: float | None = None, **options: Any
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        timeout_s: float | None = None,
+        *,
+        poll_initial_s: float = 0.02,
+        poll_max_s: float = 1.0,
+        listen_max_wait_s: float = 5.0,
+        data: dict[str, Any] | None = None,
     ) -> AcquireResult:
         """Block until ``key`` is acquired or ``timeout_s`` seconds pass; see
         :func:`sql_lease.sync_holding.acquire_lease_wait`."""
-        return acquire_lease_wait(self, key, owner, ttl_ms, timeout_s, **options)
+        return acquire_lease_wait(
+            self,  # type: ignore[arg-type]  # a subclass has the five methods
+            key,
+            owner,
+            ttl_ms,
+            timeout_s,
+            poll_initial_s=poll_initial_s,
+            poll_max_s=poll_max_s,
+            listen_max_wait_s=listen_max_wait_s,
+            data=data,
+        )

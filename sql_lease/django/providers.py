@@ -6,7 +6,7 @@ import sqlite3
 import threading
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderClosedError
 from ..sql.options import validate_provider_options
@@ -83,14 +83,16 @@ class DjangoSqlLeaseProvider(SyncSqlLeaseProvider):
             "pgbouncer": pgbouncer,
         }
 
-    def __getattr__(self, name: str) -> Any:
-        # Called only for attributes not set yet: those SyncSqlLeaseProvider.__init__ sets.
-        if name.startswith("__") or self.__dict__.get("_binding", True):
-            raise AttributeError(name)
-        if self.__dict__.get("_unbound_closed"):
-            raise ProviderClosedError(f"the provider for {self.safe_url} is closed")
-        self._bind()
-        return object.__getattribute__(self, name)
+    if not TYPE_CHECKING:  # to a type checker the attributes are SyncSqlLeaseProvider's, not Any
+
+        def __getattr__(self, name: str) -> Any:
+            # Called only for attributes not set yet: those SyncSqlLeaseProvider.__init__ sets.
+            if name.startswith("__") or self.__dict__.get("_binding", True):
+                raise AttributeError(name)
+            if self.__dict__.get("_unbound_closed"):
+                raise ProviderClosedError(f"the provider for {self.safe_url} is closed")
+            self._bind()
+            return object.__getattribute__(self, name)
 
     def _bind(self) -> None:
         """Read ``DATABASES[using]`` now (the test database under ``manage.py test``) and set up."""
@@ -205,7 +207,19 @@ class DjangoSqlLeaseProvider(SyncSqlLeaseProvider):
             SyncSqlLeaseProvider.__del__(self)
 
 
-def provider(using: str = "default", **options: Any) -> DjangoSqlLeaseProvider:
+def provider(
+    using: str = "default",
+    *,
+    table_name: str = DEFAULT_TABLE_NAME,
+    schema: str | None = None,
+    version_table: str | None = None,
+    operation_timeout_s: float = 10.0,
+    pool_size: int | None = None,
+    sqlite_busy_timeout_ms: int | None = None,
+    sqlite_synchronous: str = "FULL",
+    listen_notify: bool = True,
+    pgbouncer: bool = False,
+) -> DjangoSqlLeaseProvider:
     """A :class:`~sql_lease.SyncSqlLeaseProvider` for ``settings.DATABASES[using]`` that reads the
     alias's connection settings at its first operation, not when made: create it at module level.
 
@@ -227,9 +241,20 @@ def provider(using: str = "default", **options: Any) -> DjangoSqlLeaseProvider:
     ``TransactionTestCase``. PostgreSQL has no such limit; on its test database the provider keeps
     no idle connection (one per operation), so the test runner can drop the database at the end.
 
-    ``options`` are :class:`~sql_lease.SyncSqlLeaseProvider`'s keyword arguments (``table_name``,
+    The keyword arguments are :class:`~sql_lease.SyncSqlLeaseProvider`'s (``table_name``,
     ``schema``, ``operation_timeout_s``, ...), checked now: ``TypeError``/``ValueError``. At first
     use: ``KeyError`` for an alias ``DATABASES`` lacks, ``ValueError`` for another engine than
     PostgreSQL or SQLite, or a private ``:memory:`` database.
     """
-    return DjangoSqlLeaseProvider(using, **options)
+    return DjangoSqlLeaseProvider(
+        using,
+        table_name=table_name,
+        schema=schema,
+        version_table=version_table,
+        operation_timeout_s=operation_timeout_s,
+        pool_size=pool_size,
+        sqlite_busy_timeout_ms=sqlite_busy_timeout_ms,
+        sqlite_synchronous=sqlite_synchronous,
+        listen_notify=listen_notify,
+        pgbouncer=pgbouncer,
+    )
