@@ -149,8 +149,12 @@ class _Connections:
             try:
                 conn = await waiter
             except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
-                    self.give(waiter.result(), healthy=True)  # handed over just as we gave up
+                if waiter.done() and not waiter.cancelled():  # woken just as we gave up: pass it on
+                    handed = waiter.result()
+                    if handed is not None:
+                        self.give(handed, healthy=True)
+                    else:
+                        self._wake(None)  # the room to open a connection goes to the next waiter
                 raise
             if conn is not None:
                 return conn
