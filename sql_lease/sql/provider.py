@@ -35,7 +35,7 @@ from .operations import Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
-from .translate import operation_label, schema_outdated, translate
+from .translate import describe, operation_label, schema_outdated, translate
 from .urls import ASYNC_DRIVERS as _ASYNC_DRIVERS
 from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
 
@@ -348,7 +348,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         except LeaseError:
             raise
         except Exception as exc:
-            raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
+            raise LeaseBackendError(f"migrating {self.safe_url} failed: {describe(exc)}") from exc
 
     def migrate_command_options(self) -> str:
         """The CLI options that name this provider's table, for hints in messages."""
@@ -363,7 +363,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         problem = "is older than this sql_lease" if schema_outdated(exc) else "not found"
         return SchemaMissingError(
             f"lease table {self.names.table!r} {problem} in {self.safe_url}: "
-            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({exc})"
+            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({describe(exc)})"
         )
 
     # -- fenced writes: in the caller's transaction, on the caller's connection ---------------------
