@@ -35,6 +35,13 @@ def spans() -> Iterator[Any]:
     tracer_provider.shutdown()
 
 
+def watch_logs(caplog: pytest.LogCaptureFixture) -> None:
+    """Every record of sql_lease's logger, and INFO and above of every other (aiosqlite's DEBUG
+    records show each call's arguments: the application opts into them)."""
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="sql_lease")
+
+
 def assert_secret_nowhere(exc: BaseException, caplog: pytest.LogCaptureFixture, spans: Any) -> None:
     assert SECRET not in str(exc)
     assert "api_token" not in str(exc) and "INSERT" not in str(exc)
@@ -59,7 +66,7 @@ async def test_a_failed_statement_on_a_given_engine_shows_no_parameter(
 ) -> None:
     schema = fresh_pg_schema
     engine = create_async_engine(pg_url.replace("postgresql://", f"postgresql+{driver}://"))
-    caplog.set_level(logging.DEBUG)
+    watch_logs(caplog)
     try:
         async with SqlLeaseProvider(engine, schema=schema) as leases:
             with pytest.raises(LeaseError) as missing:  # no table yet: SchemaMissingError
@@ -79,7 +86,7 @@ async def test_a_failed_statement_on_an_aiosqlite_engine_shows_no_parameter(
     tmp_path: Any, caplog: pytest.LogCaptureFixture, spans: Any
 ) -> None:
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/x.db")
-    caplog.set_level(logging.DEBUG)
+    watch_logs(caplog)
     try:
         async with SqlLeaseProvider(engine) as leases:
             with pytest.raises(LeaseError) as missing:
@@ -95,7 +102,7 @@ def test_the_sync_face_shows_no_parameter_or_sql(
 ) -> None:
     from sql_lease import SyncSqlLeaseProvider
 
-    caplog.set_level(logging.DEBUG)
+    watch_logs(caplog)
     with SyncSqlLeaseProvider(pg_url, schema=fresh_pg_schema) as leases:
         with pytest.raises(LeaseError) as missing:
             leases.acquire_lease("k", "o", 10_000, data=DATA)

@@ -23,7 +23,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
+import re
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -47,6 +50,7 @@ class AsyncExecutor:
     """Runs plans; ``dedicated()`` opens a driver connection of its own (PostgreSQL LISTEN)."""
 
     retries = 3  # connections found dead before sending, replaced in a row
+    listens = False  # dedicated() gives an asyncpg connection for LISTEN
 
     def __init__(self) -> None:
         self.hooks: list[StatementHook] = []
@@ -200,6 +204,8 @@ class AsyncpgPoolExecutor(AsyncExecutor):
     """The provider's own asyncpg connections for a PostgreSQL URL (``connect_kwargs`` as for
     ``asyncpg.connect``); the ``setup`` statements run once on each new connection."""
 
+    listens = True
+
     def __init__(self, connect_kwargs: dict[str, Any], size: int, setup: Sequence[str]) -> None:
         super().__init__()
         self.retries = size
@@ -326,11 +332,12 @@ class AiosqlitePoolExecutor(AsyncExecutor):
 
 
 class EngineExecutor(AsyncExecutor):
-    """The application's ``AsyncEngine``: one checkout per operation, through SQLAlchemy."""
+    """The application's ``AsyncEngine`` (asyncpg, psycopg or aiosqlite): one checkout per
+    operation, through SQLAlchemy, in SQLAlchemy's ``AUTOCOMMIT`` isolation level (an engine view
+    sharing the application's pool; SQLAlchemy puts the level back when the connection returns)."""
 
     def __init__(self, engine: AsyncEngine, after_connect: Sequence[str] = ()) -> None:
         super().__init__()
-        self._engine = engine
         if after_connect:  # only for an engine the provider made itself
             statements = tuple(after_connect)
 
@@ -343,37 +350,38 @@ class EngineExecutor(AsyncExecutor):
                 finally:
                     cursor.close()
 
-        self._postgres = engine.dialect.name == "postgresql"
+        self._given = engine
+        # SQLAlchemy's public way to autocommit: set when a connection is checked out, reset when
+        # it goes back, both inside SQLAlchemy's greenlet (aiosqlite and psycopg adapters need it).
+        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._asyncpg = engine.dialect.name == "postgresql" and engine.dialect.driver == "asyncpg"
+        self._psycopg = engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
+        self.listens = self._asyncpg
         pool = engine.sync_engine.pool
         size = getattr(pool, "size", None)
         self.retries = (size() if callable(size) else 5) + 2
 
     async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
         async with self._engine.connect() as conn:
-            raw = conn.sync_connection.connection if conn.sync_connection is not None else None  # no greenlet hop
-            if raw is None:
-                raw = await conn.get_raw_connection()
-            adapter, driver_conn = raw.dbapi_connection, raw.driver_connection
-            assert adapter is not None and driver_conn is not None
-            if self._postgres and driver_conn.is_closed():
-                # died while idle in the application's pool (a database restart, no pre-ping)
-                await conn.invalidate()
-                raise _DeadBeforeSending(ConnectionError("a pooled connection was closed"))
-            attribute = "autocommit" if self._postgres else "isolation_level"
-            before = getattr(adapter, attribute)
-            setattr(adapter, attribute, True if self._postgres else None)
+            driver_conn = None
+            if self._asyncpg:
+                sync_conn = conn.sync_connection
+                raw = sync_conn.connection if sync_conn is not None else await conn.get_raw_connection()
+                driver_conn = raw.driver_connection
+                if driver_conn is not None and driver_conn.is_closed():
+                    # died while idle in the application's pool (a database restart, no pre-ping)
+                    await conn.invalidate()
+                    raise _DeadBeforeSending(ConnectionError("a pooled connection was closed"))
+            fetch: Fetch = _psycopg_rows(conn) if self._psycopg else lambda sql, params: _rows(conn, sql, params)
             try:
-                return await self._execute(make_plan, plan, lambda sql, params: _rows(conn, sql, params))
+                return await self._execute(make_plan, plan, fetch)
             except BaseException as exc:
                 if not connection_survives(exc):
                     with contextlib.suppress(Exception):
                         await asyncio.shield(conn.invalidate())
-                elif self._postgres and _asyncpg_dead_before_sending(exc, driver_conn):
+                elif driver_conn is not None and _asyncpg_dead_before_sending(exc, driver_conn):
                     raise _DeadBeforeSending(exc) from exc
                 raise
-            finally:
-                if not conn.invalidated:
-                    setattr(adapter, attribute, before)  # SQLAlchemy's empty transaction ends without I/O
 
     async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
         conn = await self._engine.connect()
@@ -397,3 +405,26 @@ class EngineExecutor(AsyncExecutor):
 async def _rows(conn: Any, sql: str, params: tuple[Any, ...]) -> list[Row]:
     result = await conn.exec_driver_sql(sql, params)
     return list(result.fetchall()) if result.returns_rows else []
+
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+@functools.lru_cache(maxsize=256)
+def pyformat(sql: str) -> str:
+    """``$n`` placeholders as psycopg's ``%(pn)s`` (the statements hold no other ``%``)."""
+    return _PLACEHOLDER.sub(r"%(p\1)s", sql)
+
+
+def _utc(row: Sequence[Any]) -> Row:
+    """A row with its ``timestamptz`` values in UTC (psycopg gives them in the session's TimeZone)."""
+    return tuple(value.astimezone(UTC) if isinstance(value, datetime) else value for value in row)
+
+
+def _psycopg_rows(conn: Any) -> Fetch:
+    async def fetch(sql: str, params: tuple[Any, ...]) -> list[Row]:
+        named = {f"p{number}": value for number, value in enumerate(params, 1)}
+        result = await conn.exec_driver_sql(pyformat(sql), named)
+        return [_utc(row) for row in result.fetchall()] if result.returns_rows else []
+
+    return fetch

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import AsyncAdaptedQueuePool, NullPool
 
 from .. import observe
 from ..contract import AcquireResult, LeaseInfo, validate_key
@@ -36,7 +36,6 @@ from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
 from .translate import describe, operation_label, schema_outdated, translate
-from .urls import ASYNC_DRIVERS as _ASYNC_DRIVERS
 from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
 
 if TYPE_CHECKING:
@@ -49,6 +48,8 @@ __all__ = ["SqlLeaseProvider", "to_async_url"]
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
 
+# the drivers of an application's AsyncEngine the engine path runs on
+_ENGINE_DRIVERS = {"postgresql": ("asyncpg", "psycopg"), "sqlite": ("aiosqlite",)}
 # keys SQLAlchemy's asyncpg dialect adds to the connect arguments that asyncpg itself does not take
 _SQLALCHEMY_ONLY_ARGS = ("prepared_statement_cache_size", "prepared_statement_name_func", "async_creator_fn")
 
@@ -183,9 +184,9 @@ class SqlLeaseProvider(LeaseProviderBase):
         if isinstance(url_or_engine, AsyncEngine):
             base_engine, self._owns_engine = url_or_engine, False
             backend = base_engine.dialect.name
-            if base_engine.dialect.driver != _ASYNC_DRIVERS.get(backend):
+            if base_engine.dialect.driver not in _ENGINE_DRIVERS.get(backend, ()):
                 raise ValueError(
-                    f"the engine must use asyncpg (PostgreSQL) or aiosqlite (SQLite), "
+                    f"the engine must use asyncpg or psycopg (PostgreSQL) or aiosqlite (SQLite), "
                     f"not {backend}+{base_engine.dialect.driver}"
                 )
         elif isinstance(url_or_engine, (str, URL)):
@@ -239,7 +240,9 @@ class SqlLeaseProvider(LeaseProviderBase):
         elif database_file is not None:
             self._executor = AiosqlitePoolExecutor(database_file, size, pragmas, self._missing_file)
         else:  # a `uri=true` SQLite URL: SQLAlchemy's engine, pooled, opens it
-            own = create_async_engine(base_engine.url, pool_size=size + 2, max_overflow=0)
+            own = create_async_engine(
+                base_engine.url, poolclass=AsyncAdaptedQueuePool, pool_size=size + 2, max_overflow=0
+            )  # the pool named: SQLAlchemy before 2.0.38 gives file SQLite a NullPool
             self._executor = EngineExecutor(own, after_connect=pragmas)
             self._uri_engine = own
         if database_file is not None:
@@ -318,9 +321,9 @@ class SqlLeaseProvider(LeaseProviderBase):
 
         On PostgreSQL (unless ``listen_notify=False``): an async context manager whose ``acquire``
         marks a refused row, and whose ``wait`` ends as soon as that row is released, transferred
-        or swept (``LISTEN``/``NOTIFY``). None on SQLite, where waiters poll.
+        or swept (``LISTEN``/``NOTIFY``). None on SQLite and on psycopg, where waiters poll.
         """
-        if self.dialect_name != "postgresql" or not self.listen_notify:
+        if self.dialect_name != "postgresql" or not self.listen_notify or not self._executor.listens:
             return None
         from .notify import NotifyListener, PostgresReleaseWaiter
 
