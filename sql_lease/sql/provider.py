@@ -36,7 +36,7 @@ from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
 from .translate import describe, operation_label, schema_outdated, translate
-from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
+from .urls import asyncpg_url_and_args, open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -202,9 +202,13 @@ class SqlLeaseProvider(LeaseProviderBase):
                 )
             # This engine only migrates (and runs `uri=true` SQLite URLs): it keeps no connections.
             options: dict[str, Any] = {"poolclass": NullPool}
+            if backend == "postgresql":
+                # libpq's parameters (sslmode, application_name, ...) as asyncpg's arguments
+                url, url_args = asyncpg_url_and_args(url)
+                options["connect_args"] = url_args
             if pgbouncer and backend == "postgresql":
                 url = url.update_query_dict({"prepared_statement_cache_size": "0"})
-                options["connect_args"] = {"statement_cache_size": 0}
+                options["connect_args"]["statement_cache_size"] = 0
             _merge_engine_options(options, engine_options or {})
             connect_args = dict(options.get("connect_args") or {})
             base_engine, self._owns_engine = create_async_engine(url, **options), True
