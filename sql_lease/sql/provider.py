@@ -30,7 +30,7 @@ from ..errors import LeaseBackendError, LeaseError, MissingDriverError, Provider
 from ..holding import LeaseProviderBase
 from . import operations
 from .deadlines import DeadlineWatch
-from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor
+from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor, LoopLocal
 from .operations import Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
@@ -58,6 +58,12 @@ def require_driver(module: str, extra: str) -> None:
     """``MissingDriverError`` naming the extra to install when the driver ``module`` is missing."""
     if importlib.util.find_spec(module) is None:
         raise MissingDriverError(f"the {module} driver is not installed: pip install 'sql-lease[{extra}]'", name=module)
+
+
+def _drop_listen_connection(listener: NotifyListener) -> None:
+    """A closed event loop's LISTEN connection, dropped without I/O."""
+    with contextlib.suppress(Exception):
+        listener._driver.terminate()
 
 
 def _merge_engine_options(options: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -177,7 +183,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         self._in_flight = 0
         self._drained: asyncio.Future[None] | None = None  # close() waits on it for calls in flight
         self._deadlines = DeadlineWatch()
-        self._listener: NotifyListener | None = None
+        self._listeners: LoopLocal[NotifyListener] | None = None  # one LISTEN connection per event loop
         database_file = None
         connect_args: dict[str, Any] = {}
 
@@ -311,8 +317,8 @@ class SqlLeaseProvider(LeaseProviderBase):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.operation_timeout_s + 1):
                     await asyncio.shield(self._drained)
-        if self._listener is not None:
-            await self._listener.close()
+        if self._listeners is not None:
+            await self._listeners.close()
         await self._executor.close()
         if getattr(self, "_uri_engine", None) is not None:
             await self._uri_engine.dispose()
@@ -331,16 +337,20 @@ class SqlLeaseProvider(LeaseProviderBase):
             return None
         from .notify import NotifyListener, PostgresReleaseWaiter
 
-        if self._listener is None:
+        if self._listeners is None:
             channel_query = self.statements.notify_channel or ""
-            self._listener = NotifyListener(
-                self._executor.dedicated,
-                channel_query,
-                lambda: self._closed,
-                self.operation_timeout_s,
-                self.names.table,
+            self._listeners = LoopLocal(
+                lambda: NotifyListener(
+                    self._executor.dedicated,
+                    channel_query,
+                    lambda: self._closed,
+                    self.operation_timeout_s,
+                    self.names.table,
+                ),
+                NotifyListener.close,
+                _drop_listen_connection,
             )
-        return PostgresReleaseWaiter(self._listener, validate_key(key), self._acquire)
+        return PostgresReleaseWaiter(self._listeners.current(), validate_key(key), self._acquire)
 
     async def migrate(self) -> str | None:
         """Create or upgrade the lease table to the newest schema (Alembic ``upgrade head``).

@@ -169,7 +169,9 @@ def asyncpg_url_and_args(url: URL) -> tuple[URL, dict[str, Any]]:
             continue
         if name not in _SSL_PARAMS and name not in _OTHER_LIBPQ:
             known = ", ".join(sorted(_ASYNCPG_TAKES | _SSL_PARAMS | set(_OTHER_LIBPQ)))
-            raise InvalidURLError(f"the database URL has a query parameter sql_lease does not know: {name!r} (known: {known})")
+            raise InvalidURLError(
+                f"the database URL has a query parameter sql_lease does not know: {name!r} (known: {known})"
+            )
         if not isinstance(value, str):
             raise InvalidURLError(f"the database URL gives the query parameter {name!r} more than once")
         moved.append(name)
@@ -222,9 +224,7 @@ def _libpq_options(text: str) -> dict[str, str]:
     for word in words:
         if word == "-c":
             setting = next(words, "")
-        elif word.startswith("-c"):
-            setting = word[2:]
-        elif word.startswith("--"):
+        elif word.startswith("-c") or word.startswith("--"):
             setting = word[2:]
         else:
             setting = ""
