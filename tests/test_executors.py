@@ -96,9 +96,11 @@ async def test_a_missing_postgres_driver_names_the_extra(monkeypatch: pytest.Mon
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "asyncpg" else real_find_spec(name, *a)
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("asyncpg", "psycopg") else real_find_spec(name, *a),
     )
-    with pytest.raises(ModuleNotFoundError, match=r"sql-lease\[postgresql\]"):
+    with pytest.raises(ModuleNotFoundError, match=r"sql-lease\[postgresql\].*sql-lease\[psycopg\]"):
         SqlLeaseProvider("postgresql://u@h/db")
 
 

@@ -26,7 +26,14 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, NullPool
 
 from .. import observe
 from ..contract import AcquireResult, LeaseInfo, validate_key
-from ..errors import LeaseBackendError, LeaseError, MissingDriverError, ProviderClosedError, SchemaMissingError
+from ..errors import (
+    InvalidURLError,
+    LeaseBackendError,
+    LeaseError,
+    MissingDriverError,
+    ProviderClosedError,
+    SchemaMissingError,
+)
 from ..holding import LeaseProviderBase
 from . import operations
 from .deadlines import DeadlineWatch
@@ -58,6 +65,32 @@ def require_driver(module: str, extra: str) -> None:
     """``MissingDriverError`` naming the extra to install when the driver ``module`` is missing."""
     if importlib.util.find_spec(module) is None:
         raise MissingDriverError(f"the {module} driver is not installed: pip install 'sql-lease[{extra}]'", name=module)
+
+
+def async_postgres_driver() -> str:
+    """The driver the async face uses for a PostgreSQL URL: asyncpg when installed, else psycopg 3's
+    async API; ``MissingDriverError`` naming both extras when neither is installed."""
+    if importlib.util.find_spec("asyncpg") is not None:
+        return "asyncpg"
+    if importlib.util.find_spec("psycopg") is not None:
+        return "psycopg"
+    raise MissingDriverError(
+        "no PostgreSQL driver is installed: pip install 'sql-lease[postgresql]' (asyncpg) "
+        "or 'sql-lease[psycopg]' (psycopg 3)",
+        name="asyncpg",
+    )
+
+
+def _psycopg_conninfo(url: URL) -> str:
+    """libpq's connection string for ``url``; ``InvalidURLError`` for a parameter libpq refuses."""
+    from .sync_executors import psycopg_conninfo
+
+    try:
+        return psycopg_conninfo(url)
+    except InvalidURLError:
+        raise
+    except ValueError as exc:
+        raise InvalidURLError(str(exc)) from None
 
 
 def _drop_listen_connection(listener: NotifyListener) -> None:
@@ -186,6 +219,8 @@ class SqlLeaseProvider(LeaseProviderBase):
         self._listeners: LoopLocal[NotifyListener] | None = None  # one LISTEN connection per event loop
         database_file = None
         connect_args: dict[str, Any] = {}
+        postgres_driver: str | None = None
+        conninfo = ""
 
         if isinstance(url_or_engine, AsyncEngine):
             base_engine, self._owns_engine = url_or_engine, False
@@ -199,7 +234,9 @@ class SqlLeaseProvider(LeaseProviderBase):
             url = to_async_url(url_or_engine)
             backend = url.get_backend_name()
             if backend == "postgresql":
-                require_driver("asyncpg", "postgresql")
+                postgres_driver = async_postgres_driver()
+                if postgres_driver == "psycopg":
+                    url = url.set(drivername="postgresql+psycopg")
             database_file = sqlite_file(url)
             if database_file is not None and not database_file.parent.is_dir():
                 raise ValueError(
@@ -208,13 +245,17 @@ class SqlLeaseProvider(LeaseProviderBase):
                 )
             # This engine only migrates (and runs `uri=true` SQLite URLs): it keeps no connections.
             options: dict[str, Any] = {"poolclass": NullPool}
-            if backend == "postgresql":
+            if postgres_driver == "asyncpg":
                 # libpq's parameters (sslmode, application_name, ...) as asyncpg's arguments
                 url, url_args = asyncpg_url_and_args(url)
                 options["connect_args"] = url_args
-            if pgbouncer and backend == "postgresql":
-                url = url.update_query_dict({"prepared_statement_cache_size": "0"})
-                options["connect_args"]["statement_cache_size"] = 0
+                if pgbouncer:
+                    url = url.update_query_dict({"prepared_statement_cache_size": "0"})
+                    options["connect_args"]["statement_cache_size"] = 0
+            elif postgres_driver == "psycopg":
+                conninfo = _psycopg_conninfo(url)  # libpq takes its own parameters; unknown ones refused here
+                if pgbouncer:
+                    options["connect_args"] = {"prepare_threshold": None}
             _merge_engine_options(options, engine_options or {})
             connect_args = dict(options.get("connect_args") or {})
             base_engine, self._owns_engine = create_async_engine(url, **options), True
@@ -244,6 +285,11 @@ class SqlLeaseProvider(LeaseProviderBase):
         self._executor: AsyncExecutor
         if not self._owns_engine:
             self._executor = EngineExecutor(base_engine)
+        elif postgres_driver == "psycopg":
+            from .psycopg_async import PsycopgAsyncPoolExecutor
+
+            setup = () if pgbouncer else OWN_CONNECTION_SETUP
+            self._executor = PsycopgAsyncPoolExecutor(conninfo, size, setup, pgbouncer=pgbouncer)
         elif backend == "postgresql":
             connect_kwargs = _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer)
             self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
