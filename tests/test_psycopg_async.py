@@ -128,6 +128,7 @@ async def test_configuration_errors_on_psycopg(pg_url: str, psycopg_only: None) 
 
 COMMANDS = [
     ["migrate"],
+    ["migrate", "--fences-only"],
     ["check"],
     ["list"],
     ["acquire", "{key}", "--owner", "me", "--ttl", "30s"],

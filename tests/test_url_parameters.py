@@ -49,7 +49,10 @@ async def test_libpq_parameters_reach_asyncpg(pg_schema: tuple[str, str], key: s
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("command", [["list"], ["check"], ["migrate"], ["status", "k"], ["exec", "k", "--", "true"]])
+@pytest.mark.parametrize(
+    "command",
+    [["list"], ["check"], ["migrate"], ["migrate", "--fences-only"], ["status", "k"], ["exec", "k", "--", "true"]],
+)
 def test_every_cli_command_takes_libpq_parameters(pg_url: str, command: list[str], tmp_path: Path) -> None:
     done = subprocess.run(
         [*CLI, command[0], "--url", f"{pg_url}?{LIBPQ}", *command[1:]],

@@ -81,6 +81,20 @@ def async_postgres_driver() -> str:
     )
 
 
+def async_engine_arguments(url: str | URL) -> tuple[URL, dict[str, Any]]:
+    """The URL and ``connect_args`` of ``create_async_engine`` for ``url`` on the async face's
+    driver (:func:`async_postgres_driver`; libpq's parameters mapped for asyncpg). ``ValueError``
+    (``InvalidURLError``) for a URL neither driver would take."""
+    parsed = to_async_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return parsed, {}
+    if async_postgres_driver() == "psycopg":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+        _psycopg_conninfo(parsed)
+        return parsed, {}
+    return asyncpg_url_and_args(parsed)
+
+
 def _psycopg_conninfo(url: URL) -> str:
     """libpq's connection string for ``url``; ``InvalidURLError`` for a parameter libpq refuses."""
     from .sync_executors import psycopg_conninfo
@@ -370,6 +384,11 @@ class SqlLeaseProvider(LeaseProviderBase):
             await self._uri_engine.dispose()
         if self._owns_engine:
             await self._base_engine.dispose()
+
+    @property
+    def _listener(self) -> NotifyListener | None:
+        """The running event loop's LISTEN holder, None before the first waiter (for tests)."""
+        return None if self._listeners is None else self._listeners.current()
 
     def release_waiter(self, key: str) -> PostgresReleaseWaiter | None:
         """The optional wake-up hook of :func:`sql_lease.holding.acquire_lease_wait`
