@@ -19,13 +19,15 @@ import pytest
 from sql_lease import SqlLeaseProvider, acquire_lease_wait, hold
 from tests.conftest import run_in_own_loop
 
-KINDS = [pytest.param("postgres", marks=pytest.mark.postgres), "sqlite"]
+KINDS = [pytest.param("postgres", marks=pytest.mark.postgres), "sqlite", "sqlite-uri"]
 
 
 def make(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> SqlLeaseProvider:
     """A provider made outside any event loop (as a module-level one is)."""
-    if kind == "sqlite":
+    if kind.startswith("sqlite"):
         url = f"sqlite:///{tmp_path}/leases.db"
+        if kind == "sqlite-uri":  # SQLAlchemy's own pooled engine opens it
+            url = f"sqlite:///file:{tmp_path}/leases.db?mode=rwc&uri=true"
 
         async def migrate() -> None:
             async with SqlLeaseProvider(url) as setup:

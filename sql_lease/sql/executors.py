@@ -495,6 +495,8 @@ class EngineExecutor(AsyncExecutor):
                     cursor.close()
 
         self._given = engine
+        self._owned = bool(after_connect)
+        self._pid = os.getpid()
         # SQLAlchemy's public way to autocommit: set when a connection is checked out, reset when
         # it goes back, both inside SQLAlchemy's greenlet (aiosqlite and psycopg adapters need it).
         self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -506,6 +508,10 @@ class EngineExecutor(AsyncExecutor):
         self.retries = (size() if callable(size) else 5) + 2
 
     async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+        if self._owned and self._pid != os.getpid():
+            # forked: the pool's connections are the parent's (SQLAlchemy's recipe for a child)
+            self._pid = os.getpid()
+            await self._given.dispose(close=False)
         async with self._engine.connect() as conn:
             driver_conn = None
             if self._asyncpg:
