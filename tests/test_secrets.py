@@ -108,3 +108,30 @@ def test_the_sync_face_shows_no_parameter_or_sql(
             leases.acquire_lease("k", "o", 10_000, data=DATA)
         assert_secret_nowhere(missing.value, caplog, spans)
         assert "LINE" not in str(missing.value)  # libpq's statement excerpt
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
+async def test_a_failed_statement_on_the_providers_own_pool_shows_no_parameter(
+    pg_url: str,
+    fresh_pg_schema: str,
+    driver: str,
+    caplog: pytest.LogCaptureFixture,
+    spans: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sql_lease.sql import provider as provider_module
+
+    monkeypatch.setattr(provider_module, "async_postgres_driver", lambda: driver)
+    watch_logs(caplog)
+    async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as leases:
+        with pytest.raises(LeaseError) as missing:
+            await leases.acquire_lease("k", "o", 10_000, data=DATA)
+        assert_secret_nowhere(missing.value, caplog, spans)
+        assert "LINE" not in str(missing.value)
+        await leases.migrate()
+        await _execute(pg_url, f'ALTER TABLE "{fresh_pg_schema}".sql_leases ALTER COLUMN data TYPE integer USING NULL')
+        with pytest.raises(LeaseError) as failed:
+            await leases.acquire_lease("k", "o", 10_000, data=DATA)
+        assert_secret_nowhere(failed.value, caplog, spans)
+        assert "LINE" not in str(failed.value)
