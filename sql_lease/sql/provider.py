@@ -146,8 +146,9 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     Args:
         url_or_engine: a URL (``postgresql://``, ``postgresql+asyncpg://``, ``postgres://``,
-            ``sqlite:///path``, ``sqlite+aiosqlite:///path``; plain forms use the async drivers) or
-            an ``AsyncEngine`` on asyncpg or aiosqlite. A URL's engine is created and disposed by the
+            ``sqlite:///path``, ``sqlite+aiosqlite:///path``; plain forms use the async drivers:
+            asyncpg, else psycopg 3 when asyncpg is not installed) or an ``AsyncEngine`` on asyncpg,
+            psycopg or aiosqlite. A URL's engine is created and disposed by the
             provider; a given engine is shared and never disposed. A ``sqlite:///path`` must name a
             file in an existing directory (else ``ValueError``); only :meth:`migrate` creates the
             file, and other operations on a missing file raise ``SchemaMissingError``.
@@ -192,7 +193,8 @@ class SqlLeaseProvider(LeaseProviderBase):
             durable, and the next durable commit flushes the release with it (docs/statements.md,
             "Durability"). True makes releases wait for the disk like the other writes.
 
-    Raises ``ValueError``/``TypeError`` for bad arguments, before connecting. Operations raise
+    Raises ``ValueError``/``TypeError`` for bad arguments, before connecting (a URL query
+    parameter no driver takes, or a bad port: ``InvalidURLError``, also a ``LeaseConfigError``). Operations raise
     ``SchemaMissingError`` when the table does not exist (run ``sql-lease migrate``),
     ``LeaseConfigError`` when the database refuses the configuration (no such database, role or
     privilege), ``ProviderClosedError`` after :meth:`close`, and ``LeaseBackendError`` (original on
