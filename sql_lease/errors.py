@@ -40,6 +40,12 @@ class LeaseConfigError(LeaseError):
     """
 
 
+class InvalidURLError(LeaseConfigError, ValueError):
+    """The database URL cannot be used as written: a query parameter the driver does not take (the
+    message names it), a port that is not a number. Raised before connecting; also a
+    ``ValueError``, like any other bad argument."""
+
+
 class MissingDriverError(LeaseConfigError, ModuleNotFoundError):
     """The database driver the URL needs is not installed; the message names the extra to install
     (``pip install 'sql-lease[postgresql]'`` for the async face, ``'sql-lease[psycopg]'`` for the

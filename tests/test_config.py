@@ -500,19 +500,5 @@ def test_a_missing_sync_driver_is_a_configuration_error_naming_the_extra(monkeyp
     assert isinstance(raised.value, ModuleNotFoundError)  # what `except ImportError` code expects
 
 
-@pytest.mark.parametrize("command", [["list"], ["migrate"], ["check"], ["exec", "k", "--", "true"]])
-def test_the_cli_without_the_async_driver_exits_78_naming_the_extra(command: list[str], tmp_path: Path) -> None:
-    hide_asyncpg = (
-        "import sys, runpy; sys.modules['asyncpg'] = None; runpy.run_module('sql_lease', run_name='__main__')"
-    )
-    url = "postgresql://postgres@127.0.0.1:5432/test"
-    done = subprocess.run(
-        [sys.executable, "-c", hide_asyncpg, *command[:1], "--url", url, *command[1:]],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 78, done.stderr
-    assert "pip install 'sql-lease[postgresql]'" in done.stderr
-    assert "Traceback" not in done.stderr
+# Without asyncpg the CLI runs on psycopg 3 (every command), and with neither driver it exits 78
+# naming both extras: tests/test_psycopg_async.py.

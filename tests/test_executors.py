@@ -96,7 +96,65 @@ async def test_a_missing_postgres_driver_names_the_extra(monkeypatch: pytest.Mon
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "asyncpg" else real_find_spec(name, *a)
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("asyncpg", "psycopg") else real_find_spec(name, *a),
     )
-    with pytest.raises(ModuleNotFoundError, match=r"sql-lease\[postgresql\]"):
+    with pytest.raises(ModuleNotFoundError, match=r"sql-lease\[postgresql\].*sql-lease\[psycopg\]"):
         SqlLeaseProvider("postgresql://u@h/db")
+
+
+class FakeConnection:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def is_closed(self) -> bool:
+        return self.closed
+
+    def terminate(self) -> None:
+        self.closed = True
+
+
+async def test_a_waiter_cancelled_as_a_dropped_connection_frees_room_passes_the_turn_on() -> None:
+    """Issue 20 item 14 (issue 14, "lost wake-up"): the pool is full, two operations wait; the
+    connection in use is dropped, which hands the first waiter room to open one, and that waiter
+    is cancelled in the same instant. The second waiter must get the room, not wait for ever."""
+    from sql_lease.sql.executors import _Connections
+
+    made: list[FakeConnection] = []
+
+    async def connect() -> FakeConnection:
+        made.append(FakeConnection())
+        return made[-1]
+
+    pool = _Connections(connect, 1)
+    busy = await pool.take()
+    first = asyncio.ensure_future(pool.take())
+    second = asyncio.ensure_future(pool.take())
+    await asyncio.sleep(0)  # both are waiting now
+    pool.give(busy, healthy=False)  # dropped: the first waiter is told there is room
+    first.cancel()  # ... and gives up before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    async with asyncio.timeout(5):
+        conn = await second
+    assert conn is made[-1] and len(made) == 2
+
+
+async def test_a_waiter_cancelled_as_a_connection_is_handed_to_it_gives_it_back() -> None:
+    from sql_lease.sql.executors import _Connections
+
+    async def connect() -> FakeConnection:
+        return FakeConnection()
+
+    pool = _Connections(connect, 1)
+    busy = await pool.take()
+    first = asyncio.ensure_future(pool.take())
+    second = asyncio.ensure_future(pool.take())
+    await asyncio.sleep(0)
+    pool.give(busy, healthy=True)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    async with asyncio.timeout(5):
+        assert await second is busy

@@ -364,9 +364,10 @@ async def create_fence_table(url: str | URL, names: LeaseTableNames) -> str:
     from sqlalchemy.ext.asyncio import create_async_engine
     from sqlalchemy.pool import NullPool
 
-    from .urls import to_async_url
+    from .provider import async_engine_arguments
 
-    engine = create_async_engine(to_async_url(url), poolclass=NullPool)
+    engine_url, connect_args = async_engine_arguments(url)  # asyncpg or psycopg, libpq parameters mapped
+    engine = create_async_engine(engine_url, poolclass=NullPool, connect_args=connect_args)
     try:
         if engine.dialect.name == "sqlite":
             await asyncio.to_thread(_create_sqlite_file, engine.url)

@@ -22,22 +22,28 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import AsyncAdaptedQueuePool, NullPool
 
 from .. import observe
 from ..contract import AcquireResult, LeaseInfo, validate_key
-from ..errors import LeaseBackendError, LeaseError, MissingDriverError, ProviderClosedError, SchemaMissingError
+from ..errors import (
+    InvalidURLError,
+    LeaseBackendError,
+    LeaseError,
+    MissingDriverError,
+    ProviderClosedError,
+    SchemaMissingError,
+)
 from ..holding import LeaseProviderBase
 from . import operations
 from .deadlines import DeadlineWatch
-from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor
+from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor, LoopLocal
 from .operations import LOCK_WAIT_SHARE, Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
-from .translate import operation_label, schema_outdated, translate
-from .urls import ASYNC_DRIVERS as _ASYNC_DRIVERS
-from .urls import open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
+from .translate import describe, operation_label, schema_outdated, translate
+from .urls import asyncpg_url_and_args, open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,6 +55,8 @@ __all__ = ["SqlLeaseProvider", "to_async_url"]
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
 
+# the drivers of an application's AsyncEngine the engine path runs on
+_ENGINE_DRIVERS = {"postgresql": ("asyncpg", "psycopg"), "sqlite": ("aiosqlite",)}
 # keys SQLAlchemy's asyncpg dialect adds to the connect arguments that asyncpg itself does not take
 _SQLALCHEMY_ONLY_ARGS = ("prepared_statement_cache_size", "prepared_statement_name_func", "async_creator_fn")
 
@@ -57,6 +65,52 @@ def require_driver(module: str, extra: str) -> None:
     """``MissingDriverError`` naming the extra to install when the driver ``module`` is missing."""
     if importlib.util.find_spec(module) is None:
         raise MissingDriverError(f"the {module} driver is not installed: pip install 'sql-lease[{extra}]'", name=module)
+
+
+def async_postgres_driver() -> str:
+    """The driver the async face uses for a PostgreSQL URL: asyncpg when installed, else psycopg 3's
+    async API; ``MissingDriverError`` naming both extras when neither is installed."""
+    if importlib.util.find_spec("asyncpg") is not None:
+        return "asyncpg"
+    if importlib.util.find_spec("psycopg") is not None:
+        return "psycopg"
+    raise MissingDriverError(
+        "no PostgreSQL driver is installed: pip install 'sql-lease[postgresql]' (asyncpg) "
+        "or 'sql-lease[psycopg]' (psycopg 3)",
+        name="asyncpg",
+    )
+
+
+def async_engine_arguments(url: str | URL) -> tuple[URL, dict[str, Any]]:
+    """The URL and ``connect_args`` of ``create_async_engine`` for ``url`` on the async face's
+    driver (:func:`async_postgres_driver`; libpq's parameters mapped for asyncpg). ``ValueError``
+    (``InvalidURLError``) for a URL neither driver would take."""
+    parsed = to_async_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return parsed, {}
+    if async_postgres_driver() == "psycopg":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+        _psycopg_conninfo(parsed)
+        return parsed, {}
+    return asyncpg_url_and_args(parsed)
+
+
+def _psycopg_conninfo(url: URL) -> str:
+    """libpq's connection string for ``url``; ``InvalidURLError`` for a parameter libpq refuses."""
+    from .sync_executors import psycopg_conninfo
+
+    try:
+        return psycopg_conninfo(url)
+    except InvalidURLError:
+        raise
+    except ValueError as exc:
+        raise InvalidURLError(str(exc)) from None
+
+
+def _drop_listen_connection(listener: NotifyListener) -> None:
+    """A closed event loop's LISTEN connection, dropped without I/O."""
+    with contextlib.suppress(Exception):
+        listener._driver.terminate()
 
 
 def _merge_engine_options(options: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -92,8 +146,9 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     Args:
         url_or_engine: a URL (``postgresql://``, ``postgresql+asyncpg://``, ``postgres://``,
-            ``sqlite:///path``, ``sqlite+aiosqlite:///path``; plain forms use the async drivers) or
-            an ``AsyncEngine`` on asyncpg or aiosqlite. A URL's engine is created and disposed by the
+            ``sqlite:///path``, ``sqlite+aiosqlite:///path``; plain forms use the async drivers:
+            asyncpg, else psycopg 3 when asyncpg is not installed) or an ``AsyncEngine`` on asyncpg,
+            psycopg or aiosqlite. A URL's engine is created and disposed by the
             provider; a given engine is shared and never disposed. A ``sqlite:///path`` must name a
             file in an existing directory (else ``ValueError``); only :meth:`migrate` creates the
             file, and other operations on a missing file raise ``SchemaMissingError``.
@@ -138,7 +193,8 @@ class SqlLeaseProvider(LeaseProviderBase):
             durable, and the next durable commit flushes the release with it (docs/statements.md,
             "Durability"). True makes releases wait for the disk like the other writes.
 
-    Raises ``ValueError``/``TypeError`` for bad arguments, before connecting. Operations raise
+    Raises ``ValueError``/``TypeError`` for bad arguments, before connecting (a URL query
+    parameter no driver takes, or a bad port: ``InvalidURLError``, also a ``LeaseConfigError``). Operations raise
     ``SchemaMissingError`` when the table does not exist (run ``sql-lease migrate``),
     ``LeaseConfigError`` when the database refuses the configuration (no such database, role or
     privilege), ``ProviderClosedError`` after :meth:`close`, and ``LeaseBackendError`` (original on
@@ -176,23 +232,27 @@ class SqlLeaseProvider(LeaseProviderBase):
         self._in_flight = 0
         self._drained: asyncio.Future[None] | None = None  # close() waits on it for calls in flight
         self._deadlines = DeadlineWatch()
-        self._listener: NotifyListener | None = None
+        self._listeners: LoopLocal[NotifyListener] | None = None  # one LISTEN connection per event loop
         database_file = None
         connect_args: dict[str, Any] = {}
+        postgres_driver: str | None = None
+        conninfo = ""
 
         if isinstance(url_or_engine, AsyncEngine):
             base_engine, self._owns_engine = url_or_engine, False
             backend = base_engine.dialect.name
-            if base_engine.dialect.driver != _ASYNC_DRIVERS.get(backend):
+            if base_engine.dialect.driver not in _ENGINE_DRIVERS.get(backend, ()):
                 raise ValueError(
-                    f"the engine must use asyncpg (PostgreSQL) or aiosqlite (SQLite), "
+                    f"the engine must use asyncpg or psycopg (PostgreSQL) or aiosqlite (SQLite), "
                     f"not {backend}+{base_engine.dialect.driver}"
                 )
         elif isinstance(url_or_engine, (str, URL)):
             url = to_async_url(url_or_engine)
             backend = url.get_backend_name()
             if backend == "postgresql":
-                require_driver("asyncpg", "postgresql")
+                postgres_driver = async_postgres_driver()
+                if postgres_driver == "psycopg":
+                    url = url.set(drivername="postgresql+psycopg")
             database_file = sqlite_file(url)
             if database_file is not None and not database_file.parent.is_dir():
                 raise ValueError(
@@ -201,9 +261,17 @@ class SqlLeaseProvider(LeaseProviderBase):
                 )
             # This engine only migrates (and runs `uri=true` SQLite URLs): it keeps no connections.
             options: dict[str, Any] = {"poolclass": NullPool}
-            if pgbouncer and backend == "postgresql":
-                url = url.update_query_dict({"prepared_statement_cache_size": "0"})
-                options["connect_args"] = {"statement_cache_size": 0}
+            if postgres_driver == "asyncpg":
+                # libpq's parameters (sslmode, application_name, ...) as asyncpg's arguments
+                url, url_args = asyncpg_url_and_args(url)
+                options["connect_args"] = url_args
+                if pgbouncer:
+                    url = url.update_query_dict({"prepared_statement_cache_size": "0"})
+                    options["connect_args"]["statement_cache_size"] = 0
+            elif postgres_driver == "psycopg":
+                conninfo = _psycopg_conninfo(url)  # libpq takes its own parameters; unknown ones refused here
+                if pgbouncer:
+                    options["connect_args"] = {"prepare_threshold": None}
             _merge_engine_options(options, engine_options or {})
             connect_args = dict(options.get("connect_args") or {})
             base_engine, self._owns_engine = create_async_engine(url, **options), True
@@ -233,13 +301,20 @@ class SqlLeaseProvider(LeaseProviderBase):
         self._executor: AsyncExecutor
         if not self._owns_engine:
             self._executor = EngineExecutor(base_engine)
+        elif postgres_driver == "psycopg":
+            from .psycopg_async import PsycopgAsyncPoolExecutor
+
+            setup = () if pgbouncer else OWN_CONNECTION_SETUP
+            self._executor = PsycopgAsyncPoolExecutor(conninfo, size, setup, pgbouncer=pgbouncer)
         elif backend == "postgresql":
             connect_kwargs = _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer)
             self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
         elif database_file is not None:
             self._executor = AiosqlitePoolExecutor(database_file, size, pragmas, self._missing_file)
         else:  # a `uri=true` SQLite URL: SQLAlchemy's engine, pooled, opens it
-            own = create_async_engine(base_engine.url, pool_size=size + 2, max_overflow=0)
+            own = create_async_engine(
+                base_engine.url, poolclass=AsyncAdaptedQueuePool, pool_size=size + 2, max_overflow=0
+            )  # the pool named: SQLAlchemy before 2.0.38 gives file SQLite a NullPool
             self._executor = EngineExecutor(own, after_connect=pragmas)
             self._uri_engine = own
         if database_file is not None:
@@ -304,13 +379,18 @@ class SqlLeaseProvider(LeaseProviderBase):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.operation_timeout_s + 1):
                     await asyncio.shield(self._drained)
-        if self._listener is not None:
-            await self._listener.close()
+        if self._listeners is not None:
+            await self._listeners.close()
         await self._executor.close()
         if getattr(self, "_uri_engine", None) is not None:
             await self._uri_engine.dispose()
         if self._owns_engine:
             await self._base_engine.dispose()
+
+    @property
+    def _listener(self) -> NotifyListener | None:
+        """The running event loop's LISTEN holder, None before the first waiter (for tests)."""
+        return None if self._listeners is None else self._listeners.current()
 
     def release_waiter(self, key: str) -> PostgresReleaseWaiter | None:
         """The optional wake-up hook of :func:`sql_lease.holding.acquire_lease_wait`
@@ -318,22 +398,26 @@ class SqlLeaseProvider(LeaseProviderBase):
 
         On PostgreSQL (unless ``listen_notify=False``): an async context manager whose ``acquire``
         marks a refused row, and whose ``wait`` ends as soon as that row is released, transferred
-        or swept (``LISTEN``/``NOTIFY``). None on SQLite, where waiters poll.
+        or swept (``LISTEN``/``NOTIFY``). None on SQLite and on psycopg, where waiters poll.
         """
-        if self.dialect_name != "postgresql" or not self.listen_notify:
+        if self.dialect_name != "postgresql" or not self.listen_notify or not self._executor.listens:
             return None
         from .notify import NotifyListener, PostgresReleaseWaiter
 
-        if self._listener is None:
+        if self._listeners is None:
             channel_query = self.statements.notify_channel or ""
-            self._listener = NotifyListener(
-                self._executor.dedicated,
-                channel_query,
-                lambda: self._closed,
-                self.operation_timeout_s,
-                self.names.table,
+            self._listeners = LoopLocal(
+                lambda: NotifyListener(
+                    self._executor.dedicated,
+                    channel_query,
+                    lambda: self._closed,
+                    self.operation_timeout_s,
+                    self.names.table,
+                ),
+                NotifyListener.close,
+                _drop_listen_connection,
             )
-        return PostgresReleaseWaiter(self._listener, validate_key(key), self._acquire)
+        return PostgresReleaseWaiter(self._listeners.current(), validate_key(key), self._acquire)
 
     async def migrate(self) -> str | None:
         """Create or upgrade the lease table to the newest schema (Alembic ``upgrade head``).
@@ -348,7 +432,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         except LeaseError:
             raise
         except Exception as exc:
-            raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
+            raise LeaseBackendError(f"migrating {self.safe_url} failed: {describe(exc)}") from exc
 
     def migrate_command_options(self) -> str:
         """The CLI options that name this provider's table, for hints in messages."""
@@ -363,7 +447,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         problem = "is older than this sql_lease" if schema_outdated(exc) else "not found"
         return SchemaMissingError(
             f"lease table {self.names.table!r} {problem} in {self.safe_url}: "
-            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({exc})"
+            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({describe(exc)})"
         )
 
     # -- fenced writes: in the caller's transaction, on the caller's connection ---------------------

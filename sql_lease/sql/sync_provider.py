@@ -38,7 +38,7 @@ from .sync_executors import (
     Watchdog,
     psycopg_conninfo,
 )
-from .translate import operation_label, schema_outdated, translate
+from .translate import describe, operation_label, schema_outdated, translate
 from .urls import safe_url, sqlite_file, to_async_url, to_sync_url
 
 if TYPE_CHECKING:
@@ -258,7 +258,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         problem = "is older than this sql_lease" if schema_outdated(exc) else "not found"
         return SchemaMissingError(
             f"lease table {self.names.table!r} {problem} in {self.safe_url}: "
-            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({exc})"
+            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({describe(exc)})"
         )
 
     # -- running plans ------------------------------------------------------------------------
@@ -461,7 +461,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         except LeaseError:
             raise
         except Exception as exc:
-            raise LeaseBackendError(f"migrating {self.safe_url} failed: {type(exc).__name__}: {exc}") from exc
+            raise LeaseBackendError(f"migrating {self.safe_url} failed: {describe(exc)}") from exc
 
     def _migrate_postgres(self) -> str | None:
         # The steps of migrate.upgrade_engine, on a synchronous connection (no asyncpg needed).

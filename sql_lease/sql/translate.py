@@ -6,9 +6,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from sqlalchemy.exc import StatementError
+
 from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, SchemaMissingError
 
-__all__ = ["connection_survives", "operation_label", "schema_outdated", "sqlstate", "translate"]
+__all__ = ["connection_survives", "describe", "operation_label", "schema_outdated", "sqlstate", "translate"]
 
 # SQLSTATEs that no retry can fix: the configuration is wrong (class 28: the role or password;
 # 3D000: no such database; 42501: a missing privilege).
@@ -69,6 +71,26 @@ def connection_survives(exc: BaseException) -> bool:
     return _sqlite_error(exc) is not None
 
 
+def describe(exc: BaseException) -> str:
+    """``exc`` for a message: the driver error's class and the first line of its text, without
+    SQL or statement parameters. SQLAlchemy's wrapper text (``[SQL: ...] [parameters: ...]``, lease
+    data included) is left out, and its parameters are hidden wherever the chain is printed."""
+    shown: BaseException = exc
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            break
+        if isinstance(seen, StatementError):
+            seen.hide_parameters = True  # a traceback of the chain (a log's exc_info) shows none
+            if seen.orig is not None:
+                shown = seen.orig
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(shown, StatementError):
+        return type(shown).__name__  # no driver error under it: its own text is SQL and parameters
+    lines = str(shown).strip().splitlines()  # libpq appends LINE n: <statement text> ^
+    return f"{type(shown).__name__}: {lines[0]}" if lines else type(shown).__name__
+
+
 def operation_label(operation: str, key: str | None) -> str:
     """How error messages name an operation: ``acquire 'k'``, or ``sweep`` without a key."""
     return f"{operation} {key!r}" if key is not None else operation
@@ -87,5 +109,5 @@ def translate(
     if state is not None:
         hint = _CONFIG_HINTS.get(state) or (_CONFIG_HINTS["28"] if state.startswith("28") else None)
         if hint is not None:
-            return LeaseConfigError(f"{what} on {where}: {hint} ({type(exc).__name__}: {exc})")
-    return LeaseBackendError(f"{what} on {where} failed: {type(exc).__name__}: {exc}")
+            return LeaseConfigError(f"{what} on {where}: {hint} ({describe(exc)})")
+    return LeaseBackendError(f"{what} on {where} failed: {describe(exc)}")

@@ -24,14 +24,17 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ..errors import InvalidURLError
+
 __all__ = [
+    "asyncpg_url_and_args",
     "hosts_and_ports",
     "open_existing_sqlite_file_only",
     "safe_url",
@@ -54,9 +57,10 @@ _UNENCODED_AT = (
 )
 
 
-# scheme://[userinfo@]h1[:p1],h2[:p2][/db][?query], no '@' after the user information
+# scheme://[userinfo@]h1[:p1],h2[:p2][/db][?query]: no '@' between the user information and the
+# query; a query value may hold one (application_name=me@host)
 _LIBPQ_MULTIHOST = re.compile(
-    r"^(?P<head>[\w+.-]+://(?:[^@/?#]*@)?)(?P<hosts>[^@/?#]*,[^@/?#]*)(?P<tail>(?:[/?][^@]*)?)$"
+    r"^(?P<head>[\w+.-]+://(?:[^@/?#]*@)?)(?P<hosts>[^@/?#]*,[^@/?#]*)(?P<tail>(?:/[^@?]*)?(?:\?.*)?)$"
 )
 _HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9._-]+)(?::(?P<port>\d{1,5}))?$")
 _DEFAULT_PORT = "5432"
@@ -96,8 +100,18 @@ def hosts_and_ports(url: URL) -> tuple[str | None, str | None]:
     """The hosts and ports of a PostgreSQL ``url`` as libpq's comma-separated ``host`` and
     ``port`` values (``None`` where the URL has none), from ``@host:port``, ``?host=h:p&host=h2:p2``
     or ``?host=h1,h2&port=p1,p2``. ``ValueError`` for a port that is not a number."""
+    hosts, ports = _hosts_and_ports(url)
+    for port in (ports or "").split(","):
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise InvalidURLError("a port of the database URL is not a number from 1 to 65535")
+    return hosts, ports
+
+
+def _hosts_and_ports(url: URL) -> tuple[str | None, str | None]:
     query_host, query_port = url.query.get("host"), url.query.get("port")
     if query_host is None:
+        if query_port is not None:
+            return url.host or None, query_port if isinstance(query_port, str) else ",".join(query_port)
         return url.host or None, None if url.port is None else str(url.port)
     entries = [
         piece for entry in ([query_host] if isinstance(query_host, str) else query_host) for piece in entry.split(",")
@@ -110,10 +124,115 @@ def hosts_and_ports(url: URL) -> tuple[str | None, str | None]:
     for entry in entries:
         host, _, port = entry.rpartition(":") if ":" in entry else (entry, "", "")
         if port and not port.isdigit():
-            raise ValueError("a host=... query parameter of the database URL has a port that is not a number")
+            raise InvalidURLError("a host=... query parameter of the database URL has a port that is not a number")
         hosts.append(host)
         ports.append(port)
     return ",".join(hosts), ",".join(ports) if any(ports) else None
+
+
+# Query parameters asyncpg takes as they are (SQLAlchemy's asyncpg dialect passes them on).
+_ASYNCPG_TAKES = frozenset(
+    {"host", "port", "target_session_attrs", "prepared_statement_cache_size", "passfile", "krbsrvname", "gsslib"}
+)
+# libpq's TLS parameters, which asyncpg reads from a DSN only.
+_SSL_PARAMS = frozenset(
+    {
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "sslcrl",
+        "sslpassword",
+        "sslnegotiation",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+    }
+)
+_SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_OTHER_LIBPQ = ("application_name", "connect_timeout", "options")
+
+
+def asyncpg_url_and_args(url: URL) -> tuple[URL, dict[str, Any]]:
+    """``url`` without the libpq query parameters asyncpg does not take, and those parameters as
+    ``asyncpg.connect`` arguments: ``sslmode`` and the other ``ssl*`` ones (as a DSN asyncpg
+    reads), ``application_name`` and each ``-c name=value`` of ``options`` (``server_settings``),
+    ``connect_timeout`` in seconds (``timeout``; 0 means asyncpg's default). ``InvalidURLError``
+    (a ``LeaseConfigError`` and a ``ValueError``) names a parameter neither driver would take, or a
+    value that cannot be right (an unknown ``sslmode``, a port that is not a number)."""
+    hosts_and_ports(url)  # checks every port
+    args: dict[str, Any] = {}
+    ssl: dict[str, str] = {}
+    settings: dict[str, str] = {}
+    moved = []
+    for name, value in url.query.items():
+        if name in _ASYNCPG_TAKES:
+            continue
+        if name not in _SSL_PARAMS and name not in _OTHER_LIBPQ:
+            known = ", ".join(sorted(_ASYNCPG_TAKES | _SSL_PARAMS | set(_OTHER_LIBPQ)))
+            raise InvalidURLError(
+                f"the database URL has a query parameter sql_lease does not know: {name!r} (known: {known})"
+            )
+        if not isinstance(value, str):
+            raise InvalidURLError(f"the database URL gives the query parameter {name!r} more than once")
+        moved.append(name)
+        if name in _SSL_PARAMS:
+            if name == "sslmode" and value not in _SSL_MODES:
+                raise InvalidURLError(f"the database URL's sslmode must be one of {', '.join(_SSL_MODES)}")
+            ssl[name] = value
+        elif name == "application_name":
+            settings[name] = value
+        elif name == "connect_timeout":
+            try:
+                seconds = float(value)
+            except ValueError:
+                raise InvalidURLError("the database URL's connect_timeout is not a number of seconds") from None
+            if not 0 <= seconds < float("inf"):
+                raise InvalidURLError("the database URL's connect_timeout must be 0 or more seconds")
+            if seconds > 0:
+                args["timeout"] = max(seconds, 2.0)  # libpq's minimum: 2 s
+        else:
+            settings.update(_libpq_options(value))
+    if ssl:
+        args["dsn"] = "postgresql://?" + urlencode(ssl)
+    if settings:
+        args["server_settings"] = settings
+    return url.difference_update_query(moved), args
+
+
+def _libpq_options(text: str) -> dict[str, str]:
+    """libpq's ``options`` (``-c name=value -c name2=value2``, ``--name=value``; ``\\ `` for a
+    space in a value) as server settings; ``InvalidURLError`` for any other command-line option."""
+    tokens: list[str] = []
+    current, escaped, started = [], False, False
+    for char in text:
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped, started = True, True
+        elif char.isspace():
+            if started:
+                tokens.append("".join(current))
+            current, started = [], False
+        else:
+            current.append(char)
+            started = True
+    if started:
+        tokens.append("".join(current))
+    settings: dict[str, str] = {}
+    words = iter(tokens)
+    for word in words:
+        if word == "-c":
+            setting = next(words, "")
+        elif word.startswith("-c") or word.startswith("--"):
+            setting = word[2:]
+        else:
+            setting = ""
+        name, equals, value = setting.partition("=")
+        if not equals or not name:
+            raise InvalidURLError("the database URL's options must be -c name=value settings (as libpq's)")
+        settings[name.replace("-", "_")] = value
+    return settings
 
 
 def _parse(url: str | URL) -> URL:

@@ -1,0 +1,141 @@
+"""Issue 20 item 10: every kind of application engine runs every operation: asyncpg, psycopg
+(async) and aiosqlite ``AsyncEngine``s, and a ``sqlite:///file:...?uri=true`` URL, each on the
+newest SQLAlchemy installed and on the oldest release pyproject allows (2.0.30, in a subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from sql_lease import SqlLeaseProvider
+
+OLDEST_SQLALCHEMY = "2.0.30"
+ENGINES = [
+    pytest.param("asyncpg", marks=pytest.mark.postgres),
+    pytest.param("psycopg", marks=pytest.mark.postgres),
+    "aiosqlite",
+]
+
+
+@pytest.fixture(params=ENGINES)
+async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[AsyncEngine, str | None]]:
+    kind = request.param
+    if kind == "aiosqlite":
+        made = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/app.db")
+        schema = None
+    else:
+        made = create_async_engine(request.getfixturevalue("pg_url").replace("postgresql://", f"postgresql+{kind}://"))
+        schema = request.getfixturevalue("fresh_pg_schema")
+    yield made, schema
+    await made.dispose()
+
+
+async def every_operation(leases: SqlLeaseProvider, key: str) -> None:
+    await leases.migrate()
+    first = await leases.acquire_lease(key, "a", 10_000, data={"n": 1})
+    assert (
+        first.acquired
+        and first.expires_at.utcoffset() is not None
+        and first.expires_at.utcoffset().total_seconds() == 0
+    )
+    refused = await leases.acquire_lease(key, "b", 10_000)
+    assert not refused.acquired and refused.owner == "a" and refused.fence == first.fence
+    held = await leases.get_lease(key)
+    assert held is not None and held.owner == "a" and held.data == {"n": 1}
+    assert await leases.get_lease_owner(key) == "a"
+    assert await leases.renew_lease(key, "a", 10_000)
+    assert set(await leases.renew_leases([(key, "a", 10_000)])) == {key}
+    assert await leases.transfer_lease(key, "a", "b", 10_000)
+    assert [lease.owner for lease in await leases.list_leases()] == ["b"]
+    assert await leases.release_lease(key, "b")
+    assert await leases.sweep_expired() == 0
+    assert await leases.break_lease(key) is None
+
+
+async def test_every_operation_runs_on_a_given_engine(engine: tuple[AsyncEngine, str | None], key: str) -> None:
+    app, schema = engine
+    async with SqlLeaseProvider(app, schema=schema) as leases:
+        await every_operation(leases, key)
+    # the application's connections come back as they were lent: in a transaction of their own
+    async with app.connect() as conn:
+        assert await conn.get_isolation_level() != "AUTOCOMMIT"
+        await conn.execute(text("SELECT 1"))
+        assert conn.in_transaction()
+        await conn.rollback()
+    assert getattr(app.sync_engine.pool, "checkedout", lambda: 0)() == 0  # NullPool (aiosqlite on 2.0.30): none kept
+
+
+async def test_a_uri_sqlite_url_runs_every_operation(tmp_path: Path, key: str) -> None:
+    url = f"sqlite:///file:{tmp_path}/uri.db?mode=rwc&uri=true"
+    async with SqlLeaseProvider(url) as leases:
+        await every_operation(leases, key)
+
+
+@pytest.mark.skipif(
+    os.environ.get("SQL_LEASE_OLDEST_SQLALCHEMY") == "1", reason="already running on the oldest SQLAlchemy"
+)
+def test_the_engine_tests_pass_on_the_oldest_sqlalchemy(tmp_path: Path) -> None:
+    """The tests above, again, with SQLAlchemy 2.0.30 first on the path (a ``pip install
+    --target`` of it; the same Python and the other packages of this environment). Fails, never
+    skips, when that release cannot be installed."""
+    target = tmp_path / "oldest"
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            f"sqlalchemy=={OLDEST_SQLALCHEMY}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert installed.returncode == 0, f"could not install SQLAlchemy {OLDEST_SQLALCHEMY}: {installed.stderr[-2000:]}"
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(target), str(root)]),
+        "SQL_LEASE_OLDEST_SQLALCHEMY": "1",
+    }
+    version = subprocess.run(
+        [sys.executable, "-c", "import sqlalchemy; print(sqlalchemy.__version__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert version.stdout.strip() == OLDEST_SQLALCHEMY, (version.stdout, version.stderr, sqlalchemy.__version__)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-x",
+            str(Path(__file__)),
+            "tests/test_secrets.py",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout.split("\n")[-2].replace("1 skipped", ""), (
+        done.stdout[-2000:]
+    )

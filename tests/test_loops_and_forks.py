@@ -1,0 +1,136 @@
+"""Issue 20 items 11 and 5 (async face): one provider used by one event loop after another
+(``asyncio.run`` each time, as a worker running each job does), and by a process forked after using
+it. Each loop, and each process, gets connections of its own; a finished loop's connections are
+closed while it still runs; a child never closes or uses its parent's sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sql_lease import SqlLeaseProvider, acquire_lease_wait, hold
+from tests.conftest import run_in_own_loop
+
+KINDS = [pytest.param("postgres", marks=pytest.mark.postgres), "sqlite", "sqlite-uri"]
+
+
+def make(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> SqlLeaseProvider:
+    """A provider made outside any event loop (as a module-level one is)."""
+    if kind.startswith("sqlite"):
+        url = f"sqlite:///{tmp_path}/leases.db"
+        if kind == "sqlite-uri":  # SQLAlchemy's own pooled engine opens it
+            url = f"sqlite:///file:{tmp_path}/leases.db?mode=rwc&uri=true"
+
+        async def migrate() -> None:
+            async with SqlLeaseProvider(url) as setup:
+                await setup.migrate()
+
+        run_in_own_loop(migrate)
+        return SqlLeaseProvider(url, operation_timeout_s=5)
+    url, schema = request.getfixturevalue("pg_schema")
+    return SqlLeaseProvider(url, schema=schema, operation_timeout_s=5)
+
+
+async def one_job(leases: SqlLeaseProvider, key: str) -> list[Any]:
+    """acquire, hold, and wait for a lease another task holds, then release: every path."""
+    seen: list[Any] = []
+    first = await leases.acquire_lease(key, "a", 10_000)
+    seen.append(first.acquired)
+    assert await leases.release_lease(key, "a")
+    async with hold(leases, key, "holder", ttl_ms=5_000) as held:
+        seen.append(held.fence > 0)
+
+        waiter = asyncio.ensure_future(acquire_lease_wait(leases, key, "waiter", 5_000, timeout_s=10))
+        await asyncio.sleep(0.05)
+        releasing = asyncio.ensure_future(leases.release_lease(key, "holder"))
+        got = await waiter
+        await releasing
+        seen.append(got.acquired and got.owner == "waiter")
+    assert await leases.release_lease(key, "waiter")
+    return seen
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_provider_in_three_event_loops_one_after_another(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    leases = make(kind, request, tmp_path)
+    key = f"loops:{uuid.uuid4().hex}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an unclosed connection of a finished loop is a failure
+        for _ in range(3):
+            assert asyncio.run(one_job(leases, key)) == [True, True, True]
+            gc.collect()
+        asyncio.run(leases.close())
+        gc.collect()
+
+
+def child_main(leases: SqlLeaseProvider, key: str, write_fd: int) -> None:
+    """In the forked child: the same provider object, a new event loop; report over the pipe."""
+    report: dict[str, Any] = {}
+    try:
+
+        async def job() -> None:
+            got = await leases.acquire_lease(key, f"child-{os.getpid()}", 10_000)
+            report["acquired"] = got.acquired
+            report["owner"] = (await leases.get_lease(key)).owner  # type: ignore[union-attr]
+            report["released"] = await leases.release_lease(key, f"child-{os.getpid()}")
+
+        asyncio.run(asyncio.wait_for(job(), 20))
+    except BaseException as exc:  # reported, never raised in the child
+        report["error"] = f"{type(exc).__name__}: {exc}"
+    os.write(write_fd, json.dumps(report).encode())
+    os._exit(0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_forked_child_gets_its_own_connections(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    leases = make(kind, request, tmp_path)
+    key = f"fork:{uuid.uuid4().hex}"
+
+    async def parent_uses_it() -> int:
+        got = await leases.acquire_lease(key, "parent", 10_000)
+        assert got.acquired
+        assert await leases.release_lease(key, "parent")
+        return got.fence
+
+    asyncio.run(parent_uses_it())  # the pool now holds the parent's connections (of a finished loop)
+
+    async def parent_and_children() -> None:
+        await parent_uses_it()  # a live loop with idle connections at the time of the fork
+        reports = []
+        for _ in range(2):
+            read_fd, write_fd = os.pipe()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (aiosqlite's)
+                pid = os.fork()
+            if pid == 0:
+                os.close(read_fd)
+                # leave the parent's running loop behind, as a forked worker does
+                asyncio.events._set_running_loop(None)
+                child_main(leases, key, write_fd)
+            os.close(write_fd)
+            chunks = []
+            while chunk := await asyncio.get_running_loop().run_in_executor(None, os.read, read_fd, 65536):
+                chunks.append(chunk)
+            os.close(read_fd)
+            _, status = await asyncio.get_running_loop().run_in_executor(None, os.waitpid, pid, 0)
+            assert status == 0
+            reports.append(json.loads(b"".join(chunks)))
+            # the parent keeps working on the same pooled connections
+            for _ in range(5):
+                await parent_uses_it()
+        for report in reports:
+            assert report == {"acquired": True, "owner": report.get("owner"), "released": True}, report
+            assert report["owner"].startswith("child-")
+
+    asyncio.run(parent_and_children())
+    asyncio.run(leases.close())
