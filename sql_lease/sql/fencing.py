@@ -1,4 +1,7 @@
-"""Fenced writes: the SQL of ``check_held`` and ``accept_fence`` per dialect, and the pure helpers.
+"""Fenced writes: ``check_held`` and ``accept_fence`` on the caller's connection, and the pure helpers.
+
+Their SQL is in :mod:`sql_lease.sql.dialects` (``CHECK_HELD``, ``ACCEPT_FENCE``, ``ACCEPTED`` of
+``postgresql.py`` and ``sqlite.py``), beside the lease statements.
 
 Both statements run on the *caller's* connection, inside the caller's transaction (unlike every
 lease statement, which runs in autocommit on the provider's own connections). Parameters are
@@ -36,7 +39,7 @@ from typing import Any
 from ..contract import MAX_FENCE, validate_fence, validate_key, validate_owner
 from ..errors import LeaseConfigError, LeaseLostError, StaleFenceError
 from .schema import LeaseTableNames
-from .statements import SQLITE_NOW_MS, qualified_name
+from .statements import filled_texts
 
 __all__ = [
     "MAX_FENCE",
@@ -64,54 +67,12 @@ class FenceStatements:
     accepted: str
 
 
-def _postgres(names: LeaseTableNames) -> FenceStatements:
-    from sqlalchemy.dialects import postgresql
-
-    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-    t = qualified_name(dialect, names, names.table)
-    f = qualified_name(dialect, names, names.fence_table)
-    return FenceStatements(
-        check_held=f"""
-SELECT fence FROM {t}
- WHERE key = :key AND owner = :owner AND fence = :fence AND expires_at + interval '0' > statement_timestamp()
-   FOR SHARE""",
-        accept_fence=f"""
-INSERT INTO {f} AS seen (resource, fence, accepted_at) VALUES (:resource, :fence, statement_timestamp())
-ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, accepted_at = excluded.accepted_at
- WHERE seen.fence <= excluded.fence
-RETURNING fence""",
-        accepted=f"SELECT fence FROM {f} WHERE resource = :resource",
-    )
-
-
-def _sqlite(names: LeaseTableNames) -> FenceStatements:
-    from sqlalchemy.dialects import sqlite
-
-    dialect = sqlite.dialect()  # type: ignore[no-untyped-call]
-    t = qualified_name(dialect, names, names.table)
-    f = qualified_name(dialect, names, names.fence_table)
-    return FenceStatements(
-        check_held=f"""
-UPDATE {t} SET owner = owner
- WHERE key = :key AND owner = :owner AND fence = :fence AND expires_at > {SQLITE_NOW_MS}
-RETURNING fence""",
-        accept_fence=f"""
-INSERT INTO {f} AS seen (resource, fence, accepted_at) VALUES (:resource, :fence, {SQLITE_NOW_MS})
-ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, accepted_at = excluded.accepted_at
- WHERE seen.fence <= excluded.fence
-RETURNING fence""",
-        accepted=f"SELECT fence FROM {f} WHERE resource = :resource",
-    )
-
-
 @lru_cache(maxsize=64)
 def fence_statements_for(dialect_name: str, names: LeaseTableNames) -> FenceStatements:
-    """The fenced-write statements of ``names`` for ``"postgresql"`` or ``"sqlite"``."""
-    if dialect_name == "postgresql":
-        return _postgres(names)
-    if dialect_name == "sqlite":
-        return _sqlite(names)
-    raise ValueError(f"sql_lease supports postgresql and sqlite, not {dialect_name!r}")
+    """The fenced-write statements of ``names`` for ``"postgresql"`` or ``"sqlite"`` (their texts:
+    ``CHECK_HELD``, ``ACCEPT_FENCE``, ``ACCEPTED`` of :mod:`sql_lease.sql.dialects`)."""
+    texts = filled_texts(dialect_name, names)
+    return FenceStatements(**{name: str(texts[name]) for name in ("check_held", "accept_fence", "accepted")})
 
 
 @lru_cache(maxsize=64)

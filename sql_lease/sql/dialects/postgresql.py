@@ -1,0 +1,438 @@
+"""Every statement sql_lease sends to PostgreSQL, written out whole: what you read is what the
+driver runs. The reasoning is in docs/statements.md; tests/test_statement_texts.py checks that each
+text is sent as written and that each is sent by some operation.
+
+Placeholders (the only substitution, made once per provider by
+:func:`sql_lease.sql.statements.statements_for`, with identifiers quoted by SQLAlchemy's
+PostgreSQL dialect):
+
+    {table}                   the lease table, e.g. "sql_leases" or "my_schema"."sql_leases"
+    {table_literal}           the same name as a string literal, '"sql_leases"' (for ::regclass)
+    {fence_sequence_literal}  the fence sequence's name as a string literal, '"sql_leases_fence_seq"'
+    {fence_table}             the table of accepted fences, "sql_leases_fences"
+
+Lease statements take positional parameters ($1, ...), run in autocommit on the provider's
+connections; fenced-write statements (CHECK_HELD, ACCEPT_FENCE, ACCEPTED) take named parameters
+(SQLAlchemy ``text()``) and run in the caller's transaction.
+
+Variants. Acquire, renew and transfer must commit with ``synchronous_commit`` at least ``on``. On
+the provider's own connections that is pinned once per session (SESSION_SETUP) and the plain
+statement runs; on borrowed connections and with ``pgbouncer=True`` the ``*_PINNED`` statement
+pins it for its own transaction. Release is relaxed (``synchronous_commit = off`` for its own
+transaction) unless ``durable_release=True``. :func:`texts` picks one statement per name.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PLACEHOLDERS", "SESSION_SETUP", "texts"]
+
+PLACEHOLDERS = ("table", "table_literal", "fence_sequence_literal", "fence_table")
+
+# -- set up once on each connection the provider makes itself (not borrowed, not via PgBouncer) ---
+
+# () no sequential scans for key lookups (docs/statements.md, "Plans")
+SET_NO_SEQSCAN = "SET enable_seqscan = off"
+
+# () synchronous_commit raised to 'on' for the session if it is 'off' (stronger settings kept)
+SET_DURABLE_SESSION = """SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, false)"""
+
+SESSION_SETUP = (SET_NO_SEQSCAN, SET_DURABLE_SESSION)
+
+# -- acquire --------------------------------------------------------------------------------------
+
+# acquire ($1 key, $2 owner, $3 ttl_ms, $4 data JSON text | NULL, $5 lock_timeout '2500ms' | NULL)
+#   -> (acquired, owner, fence, expires_at, remaining_ms): granted, or refused naming the holder
+ACQUIRE = """
+WITH busy AS (
+    SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
+           has_waiters FROM {table}
+     WHERE key = $1 AND expires_at + interval '0' > now() AND owner <> $2
+), bounded AS (
+    SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
+), serialised AS (
+    SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar))
+      FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
+), granted AS (
+    SELECT clock_timestamp() AS at FROM serialised
+), attempt AS (
+    INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
+    SELECT $1, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
+      FROM granted
+    ON CONFLICT (key) DO UPDATE
+       SET owner = excluded.owner,
+           expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
+           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                        THEN held.fence ELSE excluded.fence END,
+           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                       THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                              THEN held.acquired_at ELSE clock_timestamp() END,
+           has_waiters = held.has_waiters AND held.owner = excluded.owner
+     WHERE held.owner = excluded.owner OR held.expires_at <= clock_timestamp()
+    RETURNING held.owner, held.fence, held.expires_at
+)
+SELECT true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8
+  FROM attempt
+UNION ALL
+SELECT false, owner, fence, expires_at, remaining FROM busy"""
+
+# acquire, pinned durable for its own transaction: parameters and result as ACQUIRE
+ACQUIRE_PINNED = """
+WITH busy AS (
+    SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
+           has_waiters FROM {table}
+     WHERE key = $1 AND expires_at + interval '0' > now() AND owner <> $2
+), bounded AS (
+    SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
+), serialised AS (
+    SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar)),
+           set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                      WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+      FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
+), granted AS (
+    SELECT clock_timestamp() AS at FROM serialised
+), attempt AS (
+    INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
+    SELECT $1, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
+      FROM granted
+    ON CONFLICT (key) DO UPDATE
+       SET owner = excluded.owner,
+           expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
+           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                        THEN held.fence ELSE excluded.fence END,
+           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                       THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                              THEN held.acquired_at ELSE clock_timestamp() END,
+           has_waiters = held.has_waiters AND held.owner = excluded.owner
+     WHERE held.owner = excluded.owner OR held.expires_at <= clock_timestamp()
+    RETURNING held.owner, held.fence, held.expires_at
+)
+SELECT true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8
+  FROM attempt
+UNION ALL
+SELECT false, owner, fence, expires_at, remaining FROM busy"""
+
+# acquire of a waiter ($1 key, $2 owner, $3 ttl_ms, $4 data, $5 lock_timeout) -> ACQUIRE's columns and
+#   flagged: a refusal also sets has_waiters, unless another transaction locks the row (flagged false)
+ACQUIRE_WAITING = """
+WITH busy AS (
+    SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
+           has_waiters FROM {table}
+     WHERE key = $1 AND expires_at + interval '0' > now() AND owner <> $2
+), bounded AS (
+    SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
+), serialised AS (
+    SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar))
+      FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
+), granted AS (
+    SELECT clock_timestamp() AS at FROM serialised
+), attempt AS (
+    INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
+    SELECT $1, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
+      FROM granted
+    ON CONFLICT (key) DO UPDATE
+       SET owner = excluded.owner,
+           expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
+           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                        THEN held.fence ELSE excluded.fence END,
+           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                       THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                              THEN held.acquired_at ELSE clock_timestamp() END,
+           has_waiters = held.has_waiters AND held.owner = excluded.owner
+     WHERE held.owner = excluded.owner OR held.expires_at <= clock_timestamp()
+    RETURNING held.owner, held.fence, held.expires_at
+), flag AS (
+    SELECT key FROM {table}
+     WHERE key = $1 AND NOT has_waiters AND NOT EXISTS (SELECT FROM attempt)
+       FOR NO KEY UPDATE SKIP LOCKED
+), waiting AS (
+    UPDATE {table} AS l SET has_waiters = true FROM flag
+     WHERE l.key = flag.key
+    RETURNING l.owner, l.fence, l.expires_at
+)
+SELECT true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8, true
+  FROM attempt
+UNION ALL
+SELECT false, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8, true
+  FROM waiting WHERE expires_at > clock_timestamp() AND owner <> $2
+UNION ALL
+SELECT false, owner, fence, expires_at, remaining, has_waiters FROM busy WHERE NOT EXISTS (SELECT FROM waiting)"""
+
+# acquire of a waiter, pinned durable for its own transaction: parameters and result as ACQUIRE_WAITING
+ACQUIRE_WAITING_PINNED = """
+WITH busy AS (
+    SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
+           has_waiters FROM {table}
+     WHERE key = $1 AND expires_at + interval '0' > now() AND owner <> $2
+), bounded AS (
+    SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
+), serialised AS (
+    SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar)),
+           set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                      WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+      FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
+), granted AS (
+    SELECT clock_timestamp() AS at FROM serialised
+), attempt AS (
+    INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
+    SELECT $1, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
+      FROM granted
+    ON CONFLICT (key) DO UPDATE
+       SET owner = excluded.owner,
+           expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
+           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                        THEN held.fence ELSE excluded.fence END,
+           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                       THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                              THEN held.acquired_at ELSE clock_timestamp() END,
+           has_waiters = held.has_waiters AND held.owner = excluded.owner
+     WHERE held.owner = excluded.owner OR held.expires_at <= clock_timestamp()
+    RETURNING held.owner, held.fence, held.expires_at
+), flag AS (
+    SELECT key FROM {table}
+     WHERE key = $1 AND NOT has_waiters AND NOT EXISTS (SELECT FROM attempt)
+       FOR NO KEY UPDATE SKIP LOCKED
+), waiting AS (
+    UPDATE {table} AS l SET has_waiters = true FROM flag
+     WHERE l.key = flag.key
+    RETURNING l.owner, l.fence, l.expires_at
+)
+SELECT true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8, true
+  FROM attempt
+UNION ALL
+SELECT false, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8, true
+  FROM waiting WHERE expires_at > clock_timestamp() AND owner <> $2
+UNION ALL
+SELECT false, owner, fence, expires_at, remaining, has_waiters FROM busy WHERE NOT EXISTS (SELECT FROM waiting)"""
+
+# -- reads ----------------------------------------------------------------------------------------
+
+# holder ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at) of the unexpired lease
+HOLDER = """
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text, acquired_at
+  FROM {table} WHERE key = $1 AND expires_at + interval '0' > now()"""
+
+# owner ($1 key) -> (owner,) of the unexpired lease
+OWNER = "SELECT owner FROM {table} WHERE key = $1 AND expires_at + interval '0' > now()"
+
+# list_leases ($1 prefix, $2 include_expired, $3 limit, $4 upper bound of the prefix)
+#   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at) by key
+LIST_LEASES = """
+SELECT key, owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text,
+       acquired_at FROM {table}
+ WHERE key COLLATE "C" >= $1::varchar AND key COLLATE "C" < $4::varchar
+   AND ($2::boolean OR expires_at + interval '0' > now())
+ ORDER BY key
+ LIMIT $3"""
+
+# list_all ($1 include_expired, $2 limit) -> rows as LIST_LEASES, every key
+LIST_ALL = """
+SELECT key, owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text,
+       acquired_at FROM {table}
+ WHERE $1::boolean OR expires_at + interval '0' > now()
+ ORDER BY key
+ LIMIT $2"""
+
+# notify_channel () -> (channel,) the LISTEN channel of the table
+NOTIFY_CHANNEL = "SELECT 'sql_lease_' || {table_literal}::regclass::oid"
+
+# -- release --------------------------------------------------------------------------------------
+
+# release, relaxed ($1 key, $2 owner) -> (was_unexpired, notified) if owner's row was deleted
+RELEASE_RELAXED = """
+WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone AS (
+    DELETE FROM {table} USING commit_mode WHERE key = $1 AND owner = $2
+    RETURNING key, expires_at > now() AS was_unexpired, has_waiters
+)
+SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
+  FROM gone"""
+
+# release, durable on a durable session ($1 key, $2 owner) -> as RELEASE_RELAXED
+RELEASE_DURABLE = """
+WITH gone AS (
+    DELETE FROM {table} WHERE key = $1 AND owner = $2
+    RETURNING key, expires_at > now() AS was_unexpired, has_waiters
+)
+SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
+  FROM gone"""
+
+# release, durable, pinned for its own transaction ($1 key, $2 owner) -> as RELEASE_RELAXED
+RELEASE_DURABLE_PINNED = """
+WITH commit_mode AS (
+    SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                      WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+), gone AS (
+    DELETE FROM {table} USING commit_mode WHERE key = $1 AND owner = $2
+    RETURNING key, expires_at > now() AS was_unexpired, has_waiters
+)
+SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
+  FROM gone"""
+
+# -- renew ----------------------------------------------------------------------------------------
+
+# renew ($1 key, $2 owner, $3 ttl_ms) -> (owner, fence, expires_at, remaining_ms) if renewed
+RENEW = """
+UPDATE {table} SET expires_at = now() + $3::float8 * interval '1 millisecond'
+ WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now()
+RETURNING owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
+
+# renew, pinned durable for its own transaction: parameters and result as RENEW
+RENEW_PINNED = """
+WITH durable AS (
+    SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                      WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+)
+UPDATE {table} SET expires_at = now() + $3::float8 * interval '1 millisecond'
+  FROM durable
+ WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now()
+RETURNING owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
+
+# renew_many ($1 keys varchar[], $2 owners varchar[], $3 ttls_ms float8[])
+#   -> rows (key, owner, fence, expires_at, remaining_ms) of the leases renewed
+RENEW_MANY = """
+UPDATE {table} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
+  FROM unnest($1::varchar[], $2::varchar[], $3::float8[]) AS r(key, owner, ttl)
+ WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now()
+RETURNING l.key, l.owner, l.fence, l.expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
+
+# renew_many, pinned durable for its own transaction: parameters and result as RENEW_MANY
+RENEW_MANY_PINNED = """
+WITH durable AS (
+    SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                      WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+)
+UPDATE {table} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
+  FROM durable, unnest($1::varchar[], $2::varchar[], $3::float8[]) AS r(key, owner, ttl)
+ WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now()
+RETURNING l.key, l.owner, l.fence, l.expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
+
+# -- transfer -------------------------------------------------------------------------------------
+
+# transfer ($1 key, $2 from_owner, $3 to_owner, $4 ttl_ms, $5 data JSON text | NULL)
+#   -> (owner, fence, expires_at, remaining_ms, notified) if transferred
+TRANSFER = """
+WITH serialised AS (
+    SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar))
+), mine AS (
+    SELECT l.key, l.has_waiters, l.expires_at FROM {table} AS l, serialised
+     WHERE l.key = $1 AND l.owner = $2 AND l.expires_at + interval '0' > now()
+       FOR UPDATE OF l
+), granted AS (
+    SELECT key, has_waiters, at FROM (SELECT key, has_waiters, expires_at, clock_timestamp() AS at FROM mine) AS locked
+     WHERE expires_at > at
+), moved AS (
+    UPDATE {table} AS l
+       SET owner = $3::varchar,
+           expires_at = granted.at + $4::float8 * interval '1 millisecond',
+           fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval({fence_sequence_literal}) END,
+           data = CASE WHEN l.owner = $3::varchar THEN coalesce($5::json, l.data) ELSE $5::json END,
+           acquired_at = CASE WHEN l.owner = $3::varchar THEN l.acquired_at ELSE granted.at END,
+           has_waiters = l.has_waiters AND l.owner = $3::varchar
+      FROM granted
+     WHERE l.key = granted.key
+    RETURNING l.key, l.owner, l.fence, l.expires_at, granted.has_waiters AS had_waiters
+)
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8,
+       CASE WHEN had_waiters AND $2 <> $3 THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
+  FROM moved"""
+
+# transfer, pinned durable for its own transaction: parameters and result as TRANSFER
+TRANSFER_PINNED = """
+WITH serialised AS (
+    SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar)),
+           set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                      WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+), mine AS (
+    SELECT l.key, l.has_waiters, l.expires_at FROM {table} AS l, serialised
+     WHERE l.key = $1 AND l.owner = $2 AND l.expires_at + interval '0' > now()
+       FOR UPDATE OF l
+), granted AS (
+    SELECT key, has_waiters, at FROM (SELECT key, has_waiters, expires_at, clock_timestamp() AS at FROM mine) AS locked
+     WHERE expires_at > at
+), moved AS (
+    UPDATE {table} AS l
+       SET owner = $3::varchar,
+           expires_at = granted.at + $4::float8 * interval '1 millisecond',
+           fence = CASE WHEN l.owner = $3::varchar THEN l.fence ELSE nextval({fence_sequence_literal}) END,
+           data = CASE WHEN l.owner = $3::varchar THEN coalesce($5::json, l.data) ELSE $5::json END,
+           acquired_at = CASE WHEN l.owner = $3::varchar THEN l.acquired_at ELSE granted.at END,
+           has_waiters = l.has_waiters AND l.owner = $3::varchar
+      FROM granted
+     WHERE l.key = granted.key
+    RETURNING l.key, l.owner, l.fence, l.expires_at, granted.has_waiters AS had_waiters
+)
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8,
+       CASE WHEN had_waiters AND $2 <> $3 THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
+  FROM moved"""
+
+# -- operators: break and sweep -------------------------------------------------------------------
+
+# break_lease ($1 key, $2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, was_unexpired,
+#   notified) of the row it deleted; no advisory lock (deleting draws no fence), no durability pin
+BREAK_LEASE = """
+WITH gone AS (
+    DELETE FROM {table} WHERE key = $1 AND ($2::bigint IS NULL OR fence = $2::bigint)
+    RETURNING key, owner, fence, expires_at, has_waiters
+)
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, expires_at > now(),
+       CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END FROM gone"""
+
+# sweep ($1 grace_ms, $2 batch_size) -> (rows deleted, notified)
+SWEEP = """
+WITH doomed AS (
+    SELECT key FROM {table}
+     WHERE expires_at <= now() - $1::float8 * interval '1 millisecond'
+     ORDER BY expires_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {table} AS l USING doomed WHERE l.key = doomed.key RETURNING l.key, l.has_waiters
+)
+SELECT count(*), count(CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END)
+  FROM gone"""
+
+# -- fenced writes, on the caller's connection in the caller's transaction ------------------------
+
+# check_held (:key, :owner, :fence) -> (fence,) iff owner holds key with that fence, unexpired; locks the row
+CHECK_HELD = """
+SELECT fence FROM {table}
+ WHERE key = :key AND owner = :owner AND fence = :fence AND expires_at + interval '0' > statement_timestamp()
+   FOR SHARE"""
+
+# accept_fence (:resource, :fence) -> (fence,) iff fence >= the highest one accepted so far
+ACCEPT_FENCE = """
+INSERT INTO {fence_table} AS seen (resource, fence, accepted_at) VALUES (:resource, :fence, statement_timestamp())
+ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, accepted_at = excluded.accepted_at
+ WHERE seen.fence <= excluded.fence
+RETURNING fence"""
+
+# accepted (:resource) -> (fence,) the highest fence accepted (for StaleFenceError)
+ACCEPTED = "SELECT fence FROM {fence_table} WHERE resource = :resource"
+
+
+def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | None]:
+    """The statement each operation sends, by name. ``durable_session``: the connection ran
+    SESSION_SETUP, so nothing is pinned per statement; ``durable_release``: releases commit durably."""
+    s = durable_session
+    return {
+        "acquire": ACQUIRE if s else ACQUIRE_PINNED,
+        "acquire_waiting": ACQUIRE_WAITING if s else ACQUIRE_WAITING_PINNED,
+        "holder": HOLDER,
+        "owner": OWNER,
+        "list_leases": LIST_LEASES,
+        "list_all": LIST_ALL,
+        "notify_channel": NOTIFY_CHANNEL,
+        "release": (RELEASE_DURABLE if s else RELEASE_DURABLE_PINNED) if durable_release else RELEASE_RELAXED,
+        "renew": RENEW if s else RENEW_PINNED,
+        "renew_many": RENEW_MANY if s else RENEW_MANY_PINNED,
+        "transfer": TRANSFER if s else TRANSFER_PINNED,
+        "break_lease": BREAK_LEASE,
+        "sweep": SWEEP,
+        "check_held": CHECK_HELD,
+        "accept_fence": ACCEPT_FENCE,
+        "accepted": ACCEPTED,
+    }

@@ -1,0 +1,168 @@
+"""Every statement sql_lease sends to SQLite, written out whole: what you read is what the driver
+runs. The reasoning is in docs/statements.md; tests/test_statement_texts.py checks that each text is
+sent as written and that each is sent by some operation.
+
+Placeholders (the only substitution, made once per provider by
+:func:`sql_lease.sql.statements.statements_for`, with identifiers quoted by SQLAlchemy's SQLite
+dialect):
+
+    {table}          the lease table, e.g. "sql_leases" or "main"."sql_leases"
+    {fence_counter}  the one-row table of the last fence handed out, "sql_leases_fence"
+    {fence_table}    the table of accepted fences, "sql_leases_fences"
+
+Times are SQLite's own clock as integer Unix epoch milliseconds,
+``CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`` ('now' is stable within one
+statement; SQLite 3.40 has no unixepoch('subsec')). Lease statements take positional parameters
+(?1, ...) and each runs as its own write transaction; fenced-write statements (CHECK_HELD,
+ACCEPT_FENCE, ACCEPTED) take named parameters (SQLAlchemy ``text()``) and run in the caller's
+transaction. SQLite has one text per operation: no durability variants (each commit follows the
+database's ``synchronous`` setting) and no NOTIFY (waiters poll).
+"""
+
+from __future__ import annotations
+
+__all__ = ["NOW_MS", "PLACEHOLDERS", "texts"]
+
+PLACEHOLDERS = ("table", "fence_counter", "fence_table")
+
+NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+"""SQLite's clock in epoch milliseconds, as written in every statement below (for scripts)."""
+
+# acquire (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL)
+#   -> (1, owner, fence, expires_at, remaining_ms) if granted; no row if refused (the plan reads HOLDER first)
+ACQUIRE = """
+INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
+VALUES (?1, ?2, (SELECT last_fence + 1 FROM {fence_counter}),
+        CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, ?4,
+        CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+ON CONFLICT (key) DO UPDATE
+   SET owner = excluded.owner,
+       expires_at = excluded.expires_at,
+       fence = CASE WHEN held.owner = excluded.owner
+                         AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                    THEN held.fence ELSE excluded.fence END,
+       data = CASE WHEN held.owner = excluded.owner
+                        AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                   THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+       acquired_at = CASE WHEN held.owner = excluded.owner
+                               AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                          THEN held.acquired_at ELSE excluded.acquired_at END
+ WHERE held.owner = excluded.owner
+    OR held.expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+RETURNING 1, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# holder (?1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at) of the unexpired lease
+HOLDER = """
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
+       acquired_at FROM {table}
+ WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# owner (?1 key) -> (owner,) of the unexpired lease
+OWNER = """
+SELECT owner FROM {table} WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# list_leases (?1 prefix, ?2 include_expired, ?3 limit, ?4 upper bound of the prefix)
+#   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at) by key (BINARY collation)
+LIST_LEASES = """
+SELECT key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
+       acquired_at FROM {table}
+ WHERE key >= ?1 AND key < ?4 AND (?2 OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+ ORDER BY key
+ LIMIT ?3"""
+
+# list_all (?1 include_expired, ?2 limit) -> rows as LIST_LEASES, every key
+LIST_ALL = """
+SELECT key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
+       acquired_at FROM {table}
+ WHERE ?1 OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+ ORDER BY key
+ LIMIT ?2"""
+
+# release (?1 key, ?2 owner) -> (was_unexpired,) if owner's row was deleted
+RELEASE = """
+DELETE FROM {table} WHERE key = ?1 AND owner = ?2
+RETURNING expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# renew (?1 key, ?2 owner, ?3 ttl_ms integer) -> (owner, fence, expires_at, remaining_ms) if renewed
+RENEW = """
+UPDATE {table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3
+ WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# renew_many (?1 JSON array of [key, owner, ttl_ms]) -> rows (key, owner, fence, expires_at, remaining_ms) renewed
+RENEW_MANY = """
+UPDATE {table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + r.ttl
+  FROM (SELECT value ->> 0 AS k, value ->> 1 AS o, value ->> 2 AS ttl FROM json_each(?1)) AS r
+ WHERE key = r.k AND owner = r.o AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+RETURNING key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# transfer (?1 key, ?2 from_owner, ?3 to_owner, ?4 ttl_ms integer, ?5 data JSON text | NULL)
+#   -> (owner, fence, expires_at, remaining_ms) if transferred
+TRANSFER = """
+UPDATE {table}
+   SET owner = ?3,
+       expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?4,
+       fence = CASE WHEN owner = ?3 THEN fence ELSE (SELECT last_fence + 1 FROM {fence_counter}) END,
+       data = CASE WHEN owner = ?3 THEN coalesce(?5, data) ELSE ?5 END,
+       acquired_at = CASE WHEN owner = ?3 THEN acquired_at
+                          ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END
+ WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# break_lease (?1 key, ?2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, was_unexpired) deleted
+BREAK_LEASE = """
+DELETE FROM {table} WHERE key = ?1 AND (?2 IS NULL OR fence = ?2)
+RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+          expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# sweep (?1 grace_ms, ?2 batch_size) -> one row per row deleted
+SWEEP = """
+DELETE FROM {table} WHERE key IN (
+    SELECT key FROM {table}
+     WHERE expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - ?1
+     ORDER BY expires_at LIMIT ?2
+) RETURNING 1"""
+
+# -- fenced writes, on the caller's connection in the caller's transaction ------------------------
+
+# check_held (:key, :owner, :fence) -> (fence,) iff owner holds key with that fence, unexpired; takes the
+#   write lock (a no-op UPDATE: the fence triggers fire on UPDATE OF fence only)
+CHECK_HELD = """
+UPDATE {table} SET owner = owner
+ WHERE key = :key AND owner = :owner AND fence = :fence
+   AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+RETURNING fence"""
+
+# accept_fence (:resource, :fence) -> (fence,) iff fence >= the highest one accepted so far
+ACCEPT_FENCE = """
+INSERT INTO {fence_table} AS seen (resource, fence, accepted_at)
+VALUES (:resource, :fence, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, accepted_at = excluded.accepted_at
+ WHERE seen.fence <= excluded.fence
+RETURNING fence"""
+
+# accepted (:resource) -> (fence,) the highest fence accepted (for StaleFenceError)
+ACCEPTED = "SELECT fence FROM {fence_table} WHERE resource = :resource"
+
+
+def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | None]:
+    """The statement each operation sends, by name; the same for every variant (the flags are
+    PostgreSQL's: SQLite's commits follow its ``synchronous`` setting)."""
+    return {
+        "acquire": ACQUIRE,
+        "acquire_waiting": ACQUIRE,  # no NOTIFY on SQLite: a waiter's acquire flags nothing
+        "holder": HOLDER,
+        "owner": OWNER,
+        "list_leases": LIST_LEASES,
+        "list_all": LIST_ALL,
+        "notify_channel": None,  # no LISTEN on SQLite: waiters poll
+        "release": RELEASE,
+        "renew": RENEW,
+        "renew_many": RENEW_MANY,
+        "transfer": TRANSFER,
+        "break_lease": BREAK_LEASE,
+        "sweep": SWEEP,
+        "check_held": CHECK_HELD,
+        "accept_fence": ACCEPT_FENCE,
+        "accepted": ACCEPTED,
+    }
