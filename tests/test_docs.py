@@ -244,6 +244,24 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "index.html").exists()
 
 
+def test_readme_links_resolve() -> None:
+    """The README is not built by MkDocs: its links into docs/ and the repository are checked here,
+    anchors included (GitHub and MkDocs make the same ids for these headings)."""
+    from markdown.extensions.toc import slugify
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", readme)
+    assert len(links) >= 10
+    for target, anchor in links:
+        if target.startswith(("http://", "https://")):
+            continue
+        path = ROOT / target
+        assert path.exists(), f"README links to a missing {target}"
+        if anchor:
+            headings = re.findall(r"^#+\s+(.*)$", path.read_text(encoding="utf-8"), re.M)
+            assert anchor in {slugify(h, "-") for h in headings}, f"README links to a missing anchor {target}#{anchor}"
+
+
 def test_readme_fits() -> None:
     """The README is a front page: what, why, install, quick start, one example per audience, links."""
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
