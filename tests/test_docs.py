@@ -11,6 +11,7 @@ runs here, so no snippet can rot:
   lands), ``sql-lease`` on ``PATH``, ``DATABASE_URL`` naming a fresh SQLite file (or the test
   PostgreSQL); it must exit 0.
 - ``toml``: parsed.
+- ``sql``: must be marked ``skip`` naming the test that runs it.
 
 A block's behaviour is set by an HTML comment on the line right before its fence (invisible on
 GitHub and on the site)::
@@ -115,14 +116,16 @@ def collect(path: Path) -> Iterator[Block]:
             i += 1
         i += 1
         where = f"{path.relative_to(ROOT)}:{start + 1}"
-        if lang not in CHECKED_LANGS:
+        if lang not in CHECKED_LANGS | {"sql"}:
             continue
-        if lang not in RUN_LANGS:
+        if lang not in RUN_LANGS | {"sql"}:
             raise ValueError(f"{where}: use ```python, ```sh or ```toml, not ```{lang}")
         kind, options = "run", {}
         previous = lines[start - 1].strip() if start else ""
         if marker := MARKER.match(previous):
             kind, options = parse_marker(marker["body"], where)
+        if lang == "sql" and kind != "skip":
+            raise ValueError(f"{where}: a ```sql block is not run here: mark it skip with the test that runs it")
         yield Block(path, start + 1, lang, "\n".join(body) + "\n", kind, options)
 
 
