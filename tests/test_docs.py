@@ -194,13 +194,15 @@ def _check_imports(block: Block) -> None:
             exec(compile(ast.Module([node], []), block.id, "exec"), {})
 
 
-@pytest.fixture
-def docs_pg_url() -> Iterator[str]:
-    """The test PostgreSQL for examples that need one; no server is a failure, never a skip."""
-    from tests.support.pgserver import postgres_url
+@pytest.fixture(scope="session")
+def docs_pg_url(pg_url: str) -> str:
+    """The test PostgreSQL (conftest's ``pg_url``: no server is a failure, never a skip), its
+    default lease table migrated, as the pages assume after their quick start's ``migrate``."""
+    from sql_lease import SyncSqlLeaseProvider
 
-    with postgres_url() as url:
-        yield url
+    with SyncSqlLeaseProvider(pg_url) as leases:
+        leases.migrate()
+    return pg_url
 
 
 @pytest.mark.parametrize("block", unique([b for b in BLOCKS if b.kind != "skip"]), ids=lambda b: b.id)
