@@ -33,14 +33,15 @@ LEASE_OBJECTS = ("sql_leases", "sql_leases_fence", "sql_leases_fences", "sql_lea
 
 
 def readme_django_snippets() -> dict[str, str]:
-    """The README's Django code blocks, by the file their first line names (``# reports/leases.py``)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("**Django** (") : readme.index("**Flask** (")]
+    """The Django recipe's code blocks, by the file their first line names (``# reports/leases.py``)."""
+    recipes = (REPO / "docs" / "recipes.md").read_text()
+    start = recipes.index("\n## Django\n")
+    section = recipes[start : recipes.index("\n## ", start + 1)]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     snippets = {}
     for block in blocks:
         match = re.match(r"# (\S+\.py)\b", block)
-        assert match, f"a README Django block does not start with the file it belongs in:\n{block}"
+        assert match, f"a Django recipe block does not start with the file it belongs in:\n{block}"
         snippets[match[1]] = block
     assert set(snippets) == {"settings.py", "reports/leases.py", "reports/views.py"}, snippets.keys()
     return snippets
