@@ -17,7 +17,7 @@ from ..contract import validate_key, validate_owner, validate_ttl_ms
 from ..errors import LeaseNotAcquiredError
 from ..holding import acquire_lease_wait, hold, new_owner_id
 from .exits import EX_TEMPFAIL, EXIT_LEASE_LOST, fail
-from .options import DURATION, schema_option, table_option, url_option
+from .options import DURATION, data_option, parse_data, schema_option, table_option, url_option
 from .render import expiry_words, printable
 from .runner import is_embedded_sqlite, open_provider, run
 from .supervisor import Ending, Signals, Supervision, poll, run_in_group
@@ -50,7 +50,8 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     done, and exits with COMMAND's status. Exit 75 if another owner holds KEY, 76 if the lease was
     lost while COMMAND ran (COMMAND and its process group are then terminated), 69 if the database
     fails, 78 if the lease table is missing. A sqlite:// database gets its schema on first use;
-    PostgreSQL must be migrated first (sql-lease migrate).
+    PostgreSQL must be migrated first (sql-lease migrate). --data stores job metadata with the
+    lease (a JSON object, @FILE or - for stdin), shown by `sql-lease show` and `list`.
 
     \b
     COMMAND leads a process group of its own; SIGINT, SIGTERM and SIGHUP sent to exec are
@@ -88,6 +89,7 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     help="Lease TTL, renewed every TTL/3. Durations: 500ms, 30s, 5m, 1h, 2d, 1h30m (a bare number is seconds).",
 )
 @click.option("--owner", default=None, help="Owner id (default host:pid:random). One holder per owner id.")
+@data_option
 @click.option(
     "--retry-owner",
     is_flag=True,
@@ -141,6 +143,7 @@ def exec_(
     schema: str | None,
     ttl: float,
     owner: str | None,
+    data_json: str | None,
     retry_owner: bool,
     wait: bool,
     timeout: float | None,
@@ -163,6 +166,7 @@ def exec_(
         validate_ttl_ms(ttl * 1000)
     except ValueError:
         fail(2, f"--ttl must be between 1ms and 365 days (8760h), got {ttl:g} s")
+    data = parse_data(data_json)
     if timeout is not None and not wait:
         fail(2, "--timeout goes with --wait")
     if retry_owner and ctx.params.get("owner") is None:
@@ -178,7 +182,7 @@ def exec_(
         )
     provider = open_provider(url, table_name, schema)
     options = _ExecOptions(
-        key, owner, claim, ttl, wait, timeout, kill_after, on_exit, command, conflict_exit_code, quiet
+        key, owner, claim, ttl, wait, timeout, kill_after, on_exit, command, conflict_exit_code, quiet, data
     )
     code = run(lambda: _exec(provider, url, options))
     sys.exit(code)
@@ -197,6 +201,7 @@ class _ExecOptions:
     command: tuple[str, ...]
     conflict_exit_code: int
     quiet: bool = False  # a refusal prints nothing
+    data: dict[str, Any] | None = None  # --data, stored with the lease
 
 
 _TEST_HOOK_ENV = "_SQL_LEASE_TEST_AFTER_ACQUIRE"  # private: tests pause exec between acquire and start
@@ -254,7 +259,7 @@ async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: Signals, 
             wait = False  # held by opts.owner now: hold() re-acquires it (semantic 3)
         taken.add(opts.owner)
         async with hold(
-            provider, opts.key, opts.owner, ttl_ms, wait=wait, timeout_s=opts.timeout_s, on_lost="flag"
+            provider, opts.key, opts.owner, ttl_ms, wait=wait, timeout_s=opts.timeout_s, on_lost="flag", data=opts.data
         ) as lease:
             if status is not None:
                 await status.stop()
@@ -324,9 +329,9 @@ async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Take
     ttl_ms = opts.ttl_s * 1000
     try:
         if opts.wait:
-            result = await acquire_lease_wait(provider, opts.key, claim, ttl_ms, opts.timeout_s)
+            result = await acquire_lease_wait(provider, opts.key, claim, ttl_ms, opts.timeout_s, data=opts.data)
         else:
-            result = await provider.acquire_lease(opts.key, claim, ttl_ms)
+            result = await provider.acquire_lease(opts.key, claim, ttl_ms, data=opts.data)
             if not result.acquired:
                 raise LeaseNotAcquiredError(opts.key, result.owner, result.fence, result.expires_at)
     except LeaseNotAcquiredError as exc:
@@ -334,7 +339,7 @@ async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Take
             raise _SameOwnerError(opts.key, exc.holder, exc.fence, exc.expires_at) from None
         raise
     taken.add(opts.owner)
-    if not await provider.transfer_lease(opts.key, claim, opts.owner, ttl_ms):
+    if not await provider.transfer_lease(opts.key, claim, opts.owner, ttl_ms, data=opts.data):
         raise LeaseNotAcquiredError(opts.key, None)  # expired between two statements: TTL too short
 
 
