@@ -13,26 +13,12 @@ from .exits import EX_CONFIG, fail
 from .render import printable
 
 DEFAULT_URL = "sqlite:///sql_lease.db"
-
-
 URL_ENV = "SQL_LEASE_URL"
-
-
 CONFIG_ENV = "SQL_LEASE_CONFIG"
-
-
 SYSTEM_CONFIG = "/etc/sql-lease/config.toml"
-
-
 _SYSTEM_CONFIG_ENV = "_SQL_LEASE_TEST_SYSTEM_CONFIG"  # private: tests point the system file elsewhere
-
-
 CONFIG_KEYS = ("url", "table", "schema")
-
-
 DEFAULT_TABLE = "sql_leases"
-
-
 _SOURCE = "sql_lease.url_source"
 
 
@@ -46,16 +32,25 @@ class UrlSource:
     schema: str | None = None
 
 
-def _config_file() -> str | None:
-    """The config file to read: $SQL_LEASE_CONFIG (it must exist), else the first that exists of
+def config_candidates() -> list[str]:
+    """The config files looked for, in order: $SQL_LEASE_CONFIG alone when set, else
     $XDG_CONFIG_HOME/sql-lease/config.toml (~/.config/... when unset) and /etc/sql-lease/config.toml."""
     named = os.environ.get(CONFIG_ENV)
     if named:
-        return os.path.abspath(named)
+        return [os.path.abspath(named)]
     xdg = os.environ.get("XDG_CONFIG_HOME", "")
     base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".config")
     system = os.environ.get(_SYSTEM_CONFIG_ENV) or SYSTEM_CONFIG
-    for candidate in (os.path.join(base, "sql-lease", "config.toml"), system):
+    return [os.path.join(base, "sql-lease", "config.toml"), system]
+
+
+def _config_file() -> str | None:
+    """The config file to read: $SQL_LEASE_CONFIG (it must exist), else the first of
+    :func:`config_candidates` that exists."""
+    candidates = config_candidates()
+    if os.environ.get(CONFIG_ENV):
+        return candidates[0]
+    for candidate in candidates:
         if os.path.lexists(candidate):  # a dangling link is a broken file, not a missing one
             return candidate
     return None
@@ -132,8 +127,15 @@ def describe_source(url: str) -> str:
         return f"{shown} from the config file {source.path}"
     return (
         f"{shown}: the default (no --url, ${URL_ENV} or config file gave one), the SQLite file "
-        f"{source.path}, which excludes only processes on this machine"
+        f"{source.path}, which excludes only processes on this machine; config files looked for: "
+        f"{', '.join(config_candidates())}"
     )
+
+
+def uses_default() -> bool:
+    """True if no --url, $SQL_LEASE_URL or config file gave the URL: the local SQLite default is used."""
+    source = url_source()
+    return source is not None and source.origin == "default"
 
 
 def announce_default() -> None:

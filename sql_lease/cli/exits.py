@@ -7,18 +7,15 @@ from typing import NoReturn
 
 import click
 
-EX_UNAVAILABLE = 69
+from .render import as_given
 
-
-EX_TEMPFAIL = 75
-
-
-EXIT_LEASE_LOST = 76
-
-
-EX_CONFIG = 78
+EX_UNAVAILABLE = 69  # the database failed or could not be reached
+EX_TEMPFAIL = 75  # held by another owner, or not held by the given one
+EXIT_LEASE_LOST = 76  # exec: the lease was lost while the command ran
+EX_CONFIG = 78  # a missing table, a refused role or privilege, bad configuration
 
 
 def fail(code: int, message: str) -> NoReturn:
-    click.echo(f"sql-lease: {message}", err=True)
+    """Print ``sql-lease: MESSAGE`` on stderr (URLs as the user gave them) and exit with ``code``."""
+    click.echo(f"sql-lease: {as_given(message)}", err=True)
     sys.exit(code)

@@ -25,6 +25,23 @@ def printable(text: object) -> str:
     return "".join(out)
 
 
+def as_given(text: str) -> str:
+    """``text`` with the database URL of the current command shown as the user gave it: the
+    library names it with its driver (``postgresql+asyncpg://``); the user typed ``postgresql://``.
+    Passwords stay masked (both forms come from ``safe_url``)."""
+    from ..sql.urls import safe_url, to_async_url
+
+    ctx = click.get_current_context(silent=True)
+    url = ctx.params.get("url") if ctx is not None else None
+    if not isinstance(url, str):
+        return text
+    try:
+        driver_form, given = safe_url(to_async_url(url)), safe_url(url)
+    except ValueError:  # a URL that does not parse: no message names it
+        return text
+    return text.replace(driver_form, given) if driver_form != given else text
+
+
 def expiry_words(remaining_ms: float | None) -> str:
     """``expires in 12s`` (whole seconds, rounded up), ``expires in 4m05s``, or ``expired``."""
     if remaining_ms is None:

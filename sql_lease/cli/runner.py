@@ -15,10 +15,15 @@ from .exits import EX_CONFIG, EX_UNAVAILABLE, fail
 T = TypeVar("T")
 
 
-def open_provider(url: str, table_name: str, schema: str | None, version_table: str | None = None) -> Any:
+def open_provider(
+    url: str, table_name: str, schema: str | None, version_table: str | None = None, announce: bool = True
+) -> Any:
+    """The provider for the command's URL and table (exit 78 naming the problem if it cannot be
+    made); ``announce``: say on stderr when the local SQLite default is used."""
     from ..sql.provider import SqlLeaseProvider
 
-    announce_default()
+    if announce:
+        announce_default()
     try:
         return SqlLeaseProvider(url, table_name=table_name, schema=schema, version_table=version_table)
     except (TypeError, ValueError, LeaseConfigError) as exc:  # LeaseConfigError: a driver not installed

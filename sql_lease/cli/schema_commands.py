@@ -10,10 +10,10 @@ from typing import Any
 import click
 
 from ..errors import LeaseConfigError, LeaseError, SchemaMissingError
-from .config import announce_default, describe_source, from_config_file
+from .config import announce_default, describe_source, from_config_file, uses_default
 from .exits import EX_CONFIG, EX_UNAVAILABLE, fail
 from .options import json_option, schema_option, table_option, url_option
-from .render import print_json, printable
+from .render import as_given, print_json, printable
 from .runner import open_provider, run
 
 
@@ -39,13 +39,14 @@ def migrate(
 ) -> None:
     """Create or upgrade the lease table (idempotent; safe to run concurrently). A sqlite:// file
     is created if missing (its directory must exist)."""
-    from ..sql.migrate import create_fence_table, fence_table_sql, offline_sql
+    from ..sql.migrate import Upgrade, create_fence_table, fence_table_sql, offline_sql, upgrade_engine_report
     from ..sql.schema import LeaseTableNames
     from ..sql.urls import safe_url, to_async_url
 
     try:
         names = LeaseTableNames(table_name, schema, version_table)
-        shown_url = safe_url(to_async_url(url))
+        to_async_url(url)  # refused here, before any connection
+        shown_url = safe_url(url)  # as the user gave it, password masked
     except (TypeError, ValueError) as exc:
         fail(EX_CONFIG, str(exc) + from_config_file())
     if fences_only:
@@ -64,34 +65,19 @@ def migrate(
         return
     provider = open_provider(url, table_name, schema, version_table)
 
-    async def main() -> tuple[tuple[bool, tuple[str, ...] | None], str | None]:
+    async def main() -> Upgrade:
         async with provider:
-            before = await _schema_before(provider)
-            return before, await provider.migrate()
+            return await upgrade_engine_report(provider.engine, provider.names)
 
-    (existed, versions), revision = run(main)
+    done = run(main)  # read under the migration lock: concurrent runs each say what they did
     table = f"{names.schema}.{names.table}" if names.schema else names.table
-    if not existed:
-        click.echo(f"created {table} at revision {revision} on {shown_url}")
-    elif versions == (revision,):
-        click.echo(f"{table} already at revision {revision} on {shown_url}")
+    if not done.table_existed:
+        click.echo(f"created {table} at revision {done.revision} on {shown_url}")
+    elif not done.changed:
+        click.echo(f"{table} already at revision {done.revision} on {shown_url}")
     else:
-        earlier = ", ".join(versions or ()) or "unknown"
-        click.echo(f"migrated {table} from revision {earlier} to {revision} on {shown_url}")
-
-
-async def _schema_before(provider: Any) -> tuple[bool, tuple[str, ...] | None]:
-    """(does the lease table exist, its recorded revisions) before ``migrate``: what it then did."""
-    from ..sql.migrate import migrate_error, read_state
-
-    path = getattr(provider, "database_file", None)
-    if provider.dialect_name == "sqlite" and path is not None and not path.is_file():
-        return False, None  # migrate creates the file (or says why it cannot); a connection here must not
-    try:
-        async with provider.engine.connect() as conn:
-            return await conn.run_sync(read_state, provider.names)  # type: ignore[no-any-return]
-    except Exception as exc:
-        raise migrate_error(exc, provider.engine.url) from exc
+        earlier = ", ".join(done.previous or ()) or "unknown"
+        click.echo(f"migrated {table} from revision {earlier} to {done.revision} on {shown_url}")
 
 
 @dataclasses.dataclass
@@ -99,6 +85,15 @@ class _Check:
     name: str
     ok: bool | None  # None: informational
     detail: str
+    warning: bool = False  # informational, but worth a look (the local SQLite default is used)
+
+
+def _quoted(names: Any, name: str) -> str:
+    """``name`` (a table or sequence of ``names``) quoted for PostgreSQL, with its schema if any."""
+    from sqlalchemy.dialects import postgresql
+
+    quote = postgresql.dialect().identifier_preparer.quote_identifier  # type: ignore[no-untyped-call]
+    return f"{quote(names.schema)}.{quote(name)}" if names.schema else quote(name)
 
 
 async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], int]:
@@ -108,11 +103,9 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
     import sqlalchemy as sa
 
     from ..sql.migrate import HEAD_REVISION, migrate_error, read_state
-    from ..sql.statements import qualified_name
-    from ..sql.translate import translate
     from ..sql.urls import safe_url
 
-    checks: list[_Check] = [_Check("url", None, describe_source(url))]
+    checks: list[_Check] = [_Check("url", None, describe_source(url), warning=uses_default())]
     postgres = provider.dialect_name == "postgresql"
     path = getattr(provider, "database_file", None)
     if path is not None and path.exists() and not path.is_file():  # said without a connect that must fail
@@ -141,7 +134,7 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
                 )
             )
             hint = f"run `sql-lease migrate --url {safe_url(url)}{provider.migrate_command_options()}`"
-            unreadable = await _version_table_readable(conn, names, qualified_name, sa) if postgres else None
+            unreadable = await _version_table_readable(conn, names, sa) if postgres else None
             if unreadable is not None:
                 table_exists, versions = unreadable[0], None
                 checks.append(_Check("schema", None, unreadable[1]))
@@ -159,33 +152,28 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
                     _Check("schema", False, f"{names.table} at revision {at}, head is {HEAD_REVISION}: {hint}")
                 )
             if postgres and table_exists:
-                checks.append(await _grants(conn, names, qualified_name, sa))
+                checks.append(await _grants(conn, names, sa))
             elif not postgres:
                 checks.append(_sqlite_access(provider))
     except LeaseError as exc:
         checks.append(_Check("database", False, str(exc)))
         return checks, EX_CONFIG if isinstance(exc, (SchemaMissingError, LeaseConfigError)) else EX_UNAVAILABLE
     except Exception as exc:
-        error = translate(exc, "check", provider.safe_url, provider._schema_missing)
-        if not isinstance(error, SchemaMissingError):  # one line, the driver's words, no SQLAlchemy text
-            error = migrate_error(exc, provider.engine.url, "checking")
+        error = migrate_error(exc, provider.engine.url, "checking")  # one line, the driver's words
         checks.append(_Check("database", False, str(error)))
         return checks, EX_CONFIG if isinstance(error, (SchemaMissingError, LeaseConfigError)) else EX_UNAVAILABLE
     return checks, 0 if all(check.ok is not False for check in checks) else EX_CONFIG
 
 
-async def _version_table_readable(conn: Any, names: Any, qualified: Any, sa: Any) -> tuple[bool, str] | None:
+async def _version_table_readable(conn: Any, names: Any, sa: Any) -> tuple[bool, str] | None:
     """None if this role may read the lease table's Alembic version table (or it is missing), else
     (does the lease table exist, why its revision cannot be checked): a least-privilege role has no
     SELECT on the version table."""
-    from sqlalchemy.dialects import postgresql
-
-    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-    version_table = qualified(dialect, names, names.version_table)
+    version_table = _quoted(names, names.version_table)
     row = (
         await conn.execute(
             sa.text("SELECT to_regclass(:v) IS NULL OR has_table_privilege(:v, 'SELECT'), to_regclass(:t) IS NOT NULL"),
-            {"v": version_table, "t": qualified(dialect, names, names.table)},
+            {"v": version_table, "t": _quoted(names, names.table)},
         )
     ).one()
     if row[0]:
@@ -197,20 +185,23 @@ async def _version_table_readable(conn: Any, names: Any, qualified: Any, sa: Any
     )
 
 
-async def _grants(conn: Any, names: Any, qualified: Any, sa: Any) -> _Check:
-    from sqlalchemy.dialects import postgresql
-
-    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-    table = qualified(dialect, names, names.table)
-    sequence = qualified(dialect, names, names.fence_sequence)
+async def _grants(conn: Any, names: Any, sa: Any) -> _Check:
+    table = _quoted(names, names.table)
+    sequence = _quoted(names, names.fence_sequence)
     wanted = ("SELECT", "INSERT", "UPDATE", "DELETE")
     columns = ", ".join(f"has_table_privilege(:t, '{p}')" for p in wanted)
     row = (
         await conn.execute(
-            sa.text(f"SELECT {columns}, has_sequence_privilege(:s, 'USAGE'), current_user"), {"t": table, "s": sequence}
+            sa.text(
+                f"SELECT {columns}, CASE WHEN to_regclass(:s) IS NOT NULL THEN has_sequence_privilege(:s, 'USAGE') "
+                "END, current_user"
+            ),
+            {"t": table, "s": sequence},
         )
     ).one()
     missing = [f"{p} on {table}" for p, has in zip(wanted, row[:4], strict=True) if not has]
+    if row[4] is None:  # checked, not raised: the sequence exists from the first revision on
+        return _Check("privileges", False, f"the fence sequence {sequence} is missing: run `sql-lease migrate`")
     if not row[4]:
         missing.append(f"USAGE on sequence {sequence}")
     role = row[5]
@@ -242,11 +233,12 @@ def check(url: str, table_name: str, schema: str | None, version_table: str | No
     """Check the database answers, the schema is at head, and the role may use the lease table.
 
     First prints where the URL came from (--url, $SQL_LEASE_URL, a config file, or the local
-    SQLite default). Also prints the offset between this machine's clock and the database's (informational: expiry
-    is decided by the database's clock alone). Exit 0 all good, 78 a missing or old schema or a
-    missing privilege (the message names the fix), 69 the database does not answer.
+    SQLite default: a warning naming the config files looked for). Also prints the offset between
+    this machine's clock and the database's (informational: expiry is decided by the database's
+    clock alone). Exit 0 all good, 78 a missing or old schema or a missing privilege (the message
+    names the fix), 69 the database does not answer.
     """
-    provider = open_provider(url, table_name, schema, version_table)
+    provider = open_provider(url, table_name, schema, version_table, announce=False)  # its url line says it
 
     async def main() -> tuple[list[_Check], int]:
         async with provider:
@@ -254,9 +246,9 @@ def check(url: str, table_name: str, schema: str | None, version_table: str | No
 
     checks, code = run(main)
     if as_json:
-        print_json([dataclasses.asdict(c) for c in checks])
+        print_json([dict(dataclasses.asdict(c), detail=as_given(c.detail)) for c in checks])
     else:
         for c in checks:
-            mark = "info" if c.ok is None else ("ok" if c.ok else "FAIL")
-            click.echo(f"{mark:<5} {c.name:<11} {printable(c.detail)}")
+            mark = ("warn" if c.warning else "info") if c.ok is None else ("ok" if c.ok else "FAIL")
+            click.echo(f"{mark:<5} {c.name:<11} {printable(as_given(c.detail))}")
     sys.exit(code)
