@@ -562,3 +562,22 @@ def test_sqlite_messages_show_the_url_as_the_user_gave_it(tmp_path: Path) -> Non
     done = run_cli(["migrate", "--url", "sqlite:///given.db"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith(" on sqlite:///given.db"), done.stdout
+
+
+def test_the_cli_package_imports_no_sql_internals_and_the_supervisor_no_leases() -> None:
+    """Issue 22, item 3: no arrow upward from the CLI into the statements or the error mapping, and
+    exec's process supervisor knows nothing of leases or databases."""
+    import ast
+
+    package = Path(__file__).resolve().parent.parent / "sql_lease" / "cli"
+    assert (package / "supervisor.py").is_file()
+    for module in package.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                imported.add("." * node.level + (node.module or ""))
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        assert not imported & {"..sql.statements", "..sql.translate", "sql_lease.sql.statements"}, module.name
+        if module.name == "supervisor.py":
+            assert all(name in (".render",) or not name.startswith(".") for name in imported), imported
