@@ -263,7 +263,7 @@ async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: Signals, 
         ) as lease:
             if status is not None:
                 await status.stop()
-            signals.acquiring = False
+            signals.cancel_on_signal = False
             return await _run_command(lease, opts, signals)
     finally:
         if status is not None:
@@ -369,7 +369,7 @@ async def _run_command(lease: Any, opts: _ExecOptions, signals: Signals) -> int:
         return 128 + signals.received
 
     def announce(ending: Ending) -> None:
-        if ending is Ending.LOST:
+        if ending is Ending.STOP:
             reason = printable(lease.lost_reason)
             click.echo(
                 f"sql-lease: lease {printable(repr(lease.key))} lost ({reason}); terminating the command", err=True

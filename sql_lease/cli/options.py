@@ -16,17 +16,9 @@ from .exits import fail
 from .render import printable
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-
-
 _DURATION = re.compile(rf"\s*(?:{_NUMBER}\s*(?:ms|s|m|h|d)\s*)+\Z|\s*{_NUMBER}\s*\Z")
-
-
 _DURATION_PART = re.compile(rf"({_NUMBER})\s*(ms|s|m|h|d)?")
-
-
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, None: 1.0}
-
-
 MAX_DURATION_S = 10 * 365 * 86_400
 """Longest duration any option accepts: 10 years (87600h), in seconds."""
 

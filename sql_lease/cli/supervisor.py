@@ -22,18 +22,19 @@ _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Signals:
-    """exec's SIGINT/SIGTERM/SIGHUP handling, installed before the acquire.
+    """SIGINT/SIGTERM/SIGHUP handling, installed by the current task before the command starts.
 
-    While the lease is being acquired a signal cancels that (the caller then releases whatever may
-    have been taken); once it is held, before the command starts, a signal is only recorded (the
-    command is then not started); once the command runs, signals go to its process group."""
+    While ``cancel_on_signal`` is True (exec: while the lease is being acquired) a signal cancels
+    the task (the caller then undoes what it may have done); after that and before the command
+    starts, a signal is only recorded (the command is then not started); once the command runs,
+    signals go to its process group."""
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self.received: int | None = None
         self.group: int | None = None
-        self.acquiring = True
+        self.cancel_on_signal = True
         self.cancelled = False
         for signum in _FORWARDED_SIGNALS:
             self.loop.add_signal_handler(signum, self._on_signal, signum)
@@ -44,7 +45,7 @@ class Signals:
             return
         if self.received is None:
             self.received = signum
-        if self.acquiring and not self.cancelled and self.task is not None:
+        if self.cancel_on_signal and not self.cancelled and self.task is not None:
             self.cancelled = True
             self.task.cancel("sql-lease: signal before the command started")
 
@@ -163,7 +164,7 @@ async def _start(
 class Ending(enum.Enum):
     """Why the supervisor terminated the command's group."""
 
-    LOST = "lost"  # the caller's ``stop`` event was set (exec: the lease was lost)
+    STOP = "stop"  # the caller's ``stop`` event was set (exec: the lease was lost)
     STOPPED = "stopped"  # the command stayed stopped (SIGSTOP, Ctrl-Z) for ``stopped_limit_s``
 
 
@@ -227,7 +228,7 @@ async def _supervise(
         while not exited.done():
             await asyncio.wait({exited, stopped}, timeout=how.poll_s, return_when=asyncio.FIRST_COMPLETED)
             if stopped.done():
-                return await end(Ending.LOST, exited)
+                return await end(Ending.STOP, exited)
             if exited.done():
                 break
             stopped_since = _still_stopped(_is_stopped(proc.pid), stopped_since, loop.time())
@@ -238,13 +239,13 @@ async def _supervise(
             if _group_alive(group):
                 await _terminate_group(group, None, how.kill_after_s)
             if stop.is_set():
-                return await end(Ending.LOST, None)
+                return await end(Ending.STOP, None)
             return status
         stopped_since = None
         while _group_alive(group):  # --on-exit wait
             await asyncio.wait({stopped}, timeout=how.poll_s)
             if stopped.done():
-                return await end(Ending.LOST, None)
+                return await end(Ending.STOP, None)
             stopped_since = _still_stopped(_group_stopped(group), stopped_since, loop.time())
             if stopped_since is not None and loop.time() - stopped_since >= how.stopped_limit_s:
                 return await end(Ending.STOPPED, None)
