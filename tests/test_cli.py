@@ -485,3 +485,99 @@ def test_a_bad_url_in_a_config_file_names_the_file(tmp_path: Path) -> None:
     for args in (["list"], ["migrate"]):
         done = run_cli(args, tmp_path, env=env)
         assert done.returncode == 78 and str(config) in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+# -- issue 22: polish from a new-user trial ----------------------------------------------------------
+
+
+def _plain(url: str) -> str:
+    """``url`` as a user types it: ``postgresql://``, no driver name."""
+    return url.replace("postgresql+asyncpg://", "postgresql://").replace("postgresql+psycopg://", "postgresql://")
+
+
+@pytest.mark.postgres
+def test_concurrent_migrates_each_say_what_they_did(pg_url: str, fresh_pg_schema: str, tmp_path: Path) -> None:
+    """Three `migrate` runs on an empty schema, all past their first look before any holds the
+    migration lock: one created the table, the other two found it at head."""
+    import asyncpg
+
+    async def main() -> list[subprocess.CompletedProcess[str]]:
+        lock = await asyncpg.connect(_plain(pg_url))
+        try:
+            await lock.execute("SELECT pg_advisory_lock(hashtext('sql_lease migrate'))")
+            args = ["migrate", "--url", _plain(pg_url), "--schema", fresh_pg_schema]
+            procs = [start_cli(args, tmp_path) for _ in range(3)]
+            deadline = time.monotonic() + 30
+            waiting = 0
+            while waiting < 3 and time.monotonic() < deadline and all(p.poll() is None for p in procs):
+                waiting = await lock.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                )
+                await asyncio.sleep(0.05)
+            assert waiting >= 3, [p.poll() for p in procs]
+        finally:
+            await lock.execute("SELECT pg_advisory_unlock(hashtext('sql_lease migrate'))")
+            await lock.close()
+        results = []
+        for proc in procs:
+            out, err = await asyncio.to_thread(proc.communicate, timeout=60)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        return results
+
+    results = asyncio.run(main())
+    assert all(done.returncode == 0 for done in results), [done.stderr for done in results]
+    said = sorted(done.stdout.split(" on ")[0] for done in results)
+    table = f"{fresh_pg_schema}.sql_leases"
+    assert said == [
+        f"created {table} at revision 0003",
+        f"{table} already at revision 0003",
+        f"{table} already at revision 0003",
+    ], said
+
+
+def test_concurrent_migrates_on_sqlite_create_the_table_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/race.db"
+    procs = [start_cli(["migrate", "--url", url], tmp_path) for _ in range(3)]
+    outs = [proc.communicate(timeout=60) for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outs
+    created = [out for out, _ in outs if out.startswith("created ")]
+    assert len(created) == 1, outs
+
+
+@pytest.mark.postgres
+def test_messages_show_the_url_as_the_user_gave_it(pg_url: str, fresh_pg_schema: str, tmp_path: Path) -> None:
+    url = _plain(pg_url)
+    migrated = run_cli(["migrate", "--url", url, "--schema", fresh_pg_schema], tmp_path)
+    assert migrated.returncode == 0, migrated.stderr
+    assert migrated.stdout.rstrip().endswith(f" on {url}"), migrated.stdout
+    missing = run_cli(["status", "k", "--url", url, "--schema", fresh_pg_schema + "_none"], tmp_path)
+    assert missing.returncode == 78 and f" {url}" in missing.stderr and "+asyncpg" not in missing.stderr
+    refused = run_cli(["show", "k", "--url", "postgresql://u:hunter2@127.0.0.1:1/db"], tmp_path)
+    assert refused.returncode == 69, refused.stderr
+    assert "postgresql://u:***@127.0.0.1:1/db" in refused.stderr and "+asyncpg" not in refused.stderr
+    assert "hunter2" not in refused.stderr
+
+
+def test_sqlite_messages_show_the_url_as_the_user_gave_it(tmp_path: Path) -> None:
+    done = run_cli(["migrate", "--url", "sqlite:///given.db"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith(" on sqlite:///given.db"), done.stdout
+
+
+def test_the_cli_package_imports_no_sql_internals_and_the_supervisor_no_leases() -> None:
+    """Issue 22, item 3: no arrow upward from the CLI into the statements or the error mapping, and
+    exec's process supervisor knows nothing of leases or databases."""
+    import ast
+
+    package = Path(__file__).resolve().parent.parent / "sql_lease" / "cli"
+    assert (package / "supervisor.py").is_file()
+    for module in package.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                imported.add("." * node.level + (node.module or ""))
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        assert not imported & {"..sql.statements", "..sql.translate", "sql_lease.sql.statements"}, module.name
+        if module.name == "supervisor.py":
+            assert all(name in (".render",) or not name.startswith(".") for name in imported), imported

@@ -171,3 +171,17 @@ def test_the_python_api_reads_no_config_file(tmp_path: Path, home: dict[str, str
         [sys.executable, "-c", code], env=dict(home, SQL_LEASE_CONFIG=str(config)), capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_check_on_the_default_warns_naming_the_config_files_tried(tmp_path: Path, home: dict[str, str]) -> None:
+    work = tmp_path / "work"
+    assert run(["migrate"], work, home).returncode == 0
+    done = run(["check"], work, home)
+    assert done.returncode == 0, done.stdout + done.stderr  # the default is fine on a laptop
+    (line,) = [line for line in done.stdout.splitlines() if " url " in f" {line} "]
+    assert line.startswith("warn "), done.stdout
+    assert str(tmp_path / "home/.config/sql-lease/config.toml") in line
+    assert str(tmp_path / "etc/sql-lease/config.toml") in line
+    checks = json.loads(run(["check", "--json"], work, home).stdout)
+    (url,) = [c for c in checks if c["name"] == "url"]
+    assert url["ok"] is None and url["warning"] is True

@@ -343,7 +343,7 @@ def test_migrate_command_never_shows_a_query_password(tmp_path: Path) -> None:
     done = run_cli(["migrate", "--url", url], tmp_path)
     assert done.returncode == 69, done.stderr
     assert SECRET not in done.stdout + done.stderr
-    assert "u:***@" in done.stderr
+    assert "u@127.0.0.1" in done.stderr and "password=***" in done.stderr  # as given, masked
     done = run_cli(["migrate", "--url", "postgresql://u:hunter@2-Zq9@127.0.0.1/db"], tmp_path)
     assert done.returncode == 78 and "%40" in done.stderr, done.stderr
     assert "hunter" not in done.stderr and "Zq9" not in done.stderr and "Traceback" not in done.stderr
@@ -354,7 +354,7 @@ def test_migrate_command_output_masks_a_query_password(pg_url: str, fresh_pg_sch
     url = f"{pg_url}?password={SECRET}" if "?" not in pg_url else f"{pg_url}&password={SECRET}"
     done = invoke(["migrate", "--url", url, "--schema", fresh_pg_schema])
     assert done.exit_code == 0, done.output
-    assert "revision 0003" in done.output and SECRET not in done.output and ":***@" in done.output
+    assert "revision 0003" in done.output and SECRET not in done.output and "password=***" in done.output
 
 
 # -- item 10: SQLite paths, busy timeout and pool -------------------------------------------

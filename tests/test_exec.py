@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import re
 import select
@@ -556,3 +557,27 @@ def test_waiting_without_a_terminal_prints_no_status_line(tmp_path: Path) -> Non
     assert run_cli(["acquire", "k", "--url", url, "--owner", "other", "--ttl", "1m"], tmp_path).returncode == 0
     done = run_cli(["exec", "k", "--url", url, "--wait", "--timeout", "1500ms", "--", "true"], tmp_path)
     assert done.returncode == 75 and "waiting for" not in done.stderr and done.stderr.count("\n") == 1
+
+
+# -- issue 22: exec --data ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("owner", [[], ["--owner", "nightly-job"]])
+def test_exec_stores_data_with_its_lease(owner: list[str], tmp_path: Path) -> None:
+    """`exec --data` (JSON, @file or -) is stored with exec's lease: the command sees it with `show`."""
+    url = f"sqlite:///{tmp_path}/data.db"
+    (tmp_path / "job.json").write_text('{"job": 42, "by": "cron"}')
+    show = " ".join([*CLI, "show", "k", "--json", "--url", url])
+    for data, stdin in (('{"job": 42, "by": "cron"}', None), ("@job.json", None), ("-", '{"job": 42, "by": "cron"}')):
+        args = ["exec", "k", "--url", url, *owner, "--data", data, "--", "sh", "-c", show]
+        done = run_cli(args, tmp_path, input=stdin)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["data"] == {"job": 42, "by": "cron"}, done.stdout
+
+
+def test_exec_refuses_bad_data_before_running_anything(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/bad.db"
+    for bad in ("{nope", "[1, 2]", "@missing.json"):
+        done = run_cli(["exec", "k", "--url", url, "--data", bad, "--", "touch", "ran"], tmp_path)
+        assert done.returncode == 2 and "--data" in done.stderr, done.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "bad.db").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import itertools
 import os
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEAD_REVISION",
+    "Upgrade",
     "alembic_config",
     "create_fence_table",
     "fence_table_sql",
@@ -42,6 +44,7 @@ __all__ = [
     "offline_sql",
     "read_state",
     "upgrade_engine",
+    "upgrade_engine_report",
     "upgrade_sync_engine",
 ]
 
@@ -72,8 +75,27 @@ def alembic_config(names: LeaseTableNames, **attributes: Any) -> Config:
     return config
 
 
+@dataclasses.dataclass(frozen=True)
+class Upgrade:
+    """What one upgrade did, as read under the migration lock (so concurrent runs each tell the
+    truth: one created the table, the others found it).
+
+    ``table_existed``: the lease table was there before; ``previous``: the revisions its version
+    table recorded then (None: no version table); ``revision``: the revision now in place."""
+
+    table_existed: bool
+    previous: tuple[str, ...] | None
+    revision: str | None
+
+    @property
+    def changed(self) -> bool:
+        """True if this run created or upgraded something."""
+        return not (self.table_existed and self.previous == (self.revision,))
+
+
 async def upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | None:
-    """Upgrade the lease schema on ``engine`` to head; returns the revision now in place.
+    """Upgrade the lease schema on ``engine`` to head; returns the revision now in place
+    (:func:`upgrade_engine_report` says also what was there before).
 
     A schema already at head costs one connection and two or three small reads; Alembic runs only
     when something is missing. Each lease table has a version table of its own (see
@@ -86,6 +108,12 @@ async def upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | N
     (the whole upgrade is one transaction; no lock file). A missing SQLite database file is
     created here, and only here (its directory must exist).
     """
+    return (await upgrade_engine_report(engine, names)).revision
+
+
+async def upgrade_engine_report(engine: AsyncEngine, names: LeaseTableNames) -> Upgrade:
+    """:func:`upgrade_engine`, returning what it did (:class:`Upgrade`, read under the migration
+    lock). Raises as :func:`upgrade_engine` does."""
     try:
         return await _upgrade_engine(engine, names)
     except LeaseError:
@@ -94,7 +122,7 @@ async def upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | N
         raise migrate_error(exc, engine.url) from exc
 
 
-async def _upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | None:
+async def _upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> Upgrade:
     head = HEAD_REVISION
     if engine.dialect.name == "sqlite":
         await asyncio.to_thread(_create_sqlite_file, engine.url)
@@ -102,7 +130,7 @@ async def _upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> str | 
         table_exists, versions = await conn.run_sync(read_state, names)
         await conn.rollback()
     if table_exists and versions == (head,):
-        return head
+        return Upgrade(True, versions, head)
     async with _locked(_PROCESS_LOCK):
         return await _upgrade_in_transaction(engine, names, head)
 
@@ -127,9 +155,9 @@ def _upgrade_sync_engine(engine: Engine, names: LeaseTableNames) -> str | None:
     if table_exists and versions == (HEAD_REVISION,):
         return HEAD_REVISION
     with _PROCESS_LOCK, engine.connect() as conn:
-        revision = _upgrade_sync(conn, names, HEAD_REVISION)
+        upgrade = _upgrade_sync(conn, names, HEAD_REVISION)
         conn.commit()
-        return revision
+        return upgrade.revision
 
 
 # Errors no retry can fix: the URL names a database, role or password the server refuses, the role
@@ -228,16 +256,16 @@ def _versions(connection: Connection, version_table: str, schema: str | None) ->
     return tuple(sorted(connection.execute(sa.select(table.c.version_num)).scalars()))
 
 
-def _upgrade_sync(connection: Connection, names: LeaseTableNames, head: str) -> str | None:
+def _upgrade_sync(connection: Connection, names: LeaseTableNames, head: str) -> Upgrade:
     from alembic import command
     from alembic.runtime.migration import MigrationContext
 
     if connection.dialect.name == "postgresql":
         # the same lock env.py takes (re-entrant): concurrent deploys wait here, then find head
         connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('sql_lease migrate'))"))
-    table_exists, versions = read_state(connection, names)
+    table_exists, versions = read_state(connection, names)  # under the lock: what this run finds
     if table_exists and versions == (head,):
-        return head
+        return Upgrade(True, versions, head)
     where = f"{names.schema}.{names.table}" if names.schema else names.table
     if table_exists and not versions:
         # Earlier releases kept every lease table's revision in the shared version table.
@@ -249,6 +277,7 @@ def _upgrade_sync(connection: Connection, names: LeaseTableNames, head: str) -> 
                 f"with `alembic -x table={names.table} -x version_table={names.version_table} stamp <revision>`"
             )
         command.stamp(alembic_config(names, connection=connection), legacy[0])
+        versions = legacy
     elif versions and not table_exists:
         if versions != (head,):
             raise LeaseError(
@@ -263,7 +292,7 @@ def _upgrade_sync(connection: Connection, names: LeaseTableNames, head: str) -> 
         connection,
         opts={"version_table": names.version_table, "version_table_schema": names.schema},
     )
-    return context.get_current_revision()
+    return Upgrade(table_exists, versions, context.get_current_revision())
 
 
 _PROCESS_LOCK = threading.Lock()
@@ -301,25 +330,25 @@ async def _switch_to_wal(conn: AsyncConnection) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _upgrade_in_transaction(engine: AsyncEngine, names: LeaseTableNames, head: str) -> str | None:
+async def _upgrade_in_transaction(engine: AsyncEngine, names: LeaseTableNames, head: str) -> Upgrade:
     async with engine.connect() as conn:
         if engine.dialect.name != "sqlite":
-            revision = await conn.run_sync(_upgrade_sync, names, head)
+            upgrade = await conn.run_sync(_upgrade_sync, names, head)
             await conn.commit()
-            return revision
+            return upgrade
         # pysqlite begins transactions only before DML, so DDL would run in autocommit: take the
         # transaction (and with it the database's write lock) explicitly instead.
         await conn.execution_options(isolation_level="AUTOCOMMIT")
         await _switch_to_wal(conn)
         await conn.exec_driver_sql("BEGIN IMMEDIATE")
         try:
-            revision = await conn.run_sync(_upgrade_sync, names, head)
+            upgrade = await conn.run_sync(_upgrade_sync, names, head)
         except BaseException:
             with contextlib.suppress(Exception):
                 await conn.exec_driver_sql("ROLLBACK")
             raise
         await conn.exec_driver_sql("COMMIT")
-        return revision
+        return upgrade
 
 
 def offline_sql(url: str | URL, names: LeaseTableNames) -> str:

@@ -1,0 +1,260 @@
+"""``sql-lease acquire``, ``renew``, ``release``, ``transfer`` and ``break``: operating leases by hand.
+
+Exit codes for scripts: 0 success; 1 nothing there (break: nothing to break); 2 bad arguments; 75
+held by another / not ours (as exec's EX_TEMPFAIL); 69 database failure; 78 configuration (missing
+table, refused role or privilege). Text from the database goes through ``printable()``; JSON is printed
+with json.dumps' ASCII escapes."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from ..contract import validate_fence, validate_key, validate_owner
+from ..errors import LeaseNotAcquiredError
+from .exits import EX_TEMPFAIL, fail
+from .options import (
+    checked_ttl_ms,
+    data_option,
+    json_option,
+    owner_required,
+    parse_data,
+    schema_option,
+    table_option,
+    ttl_option,
+    url_option,
+    validated,
+)
+from .render import describe_lease, expires_in, lease_json, print_json, printable
+from .runner import is_embedded_sqlite, open_provider, run
+
+
+@click.command(name="break")
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (required when stdin is not a terminal).")
+@click.option(
+    "--fence",
+    type=int,
+    default=None,
+    help="Break only the tenure with this fencing token (as `show` printed it); if the lease changed "
+    "hands meanwhile, leave it and exit 1 naming the current holder.",
+)
+@json_option
+def break_(
+    key: str, url: str, table_name: str, schema: str | None, yes: bool, fence: int | None, as_json: bool
+) -> None:
+    """Delete the lease on KEY (exit 0), or exit 1 if nothing is held.
+
+    For a lease left behind by a holder that died (kill -9). The next acquire gets a new, larger
+    fence; the holder, if it still runs, has its next renewal refused. Asks first on a terminal,
+    and then breaks only the tenure it showed (its fence); without a terminal it refuses unless
+    --yes is given. With --fence N it breaks only that tenure: a lease that changed hands since is
+    left alone (exit 1, naming its holder).
+    """
+    validated(lambda: validate_key(key))
+    if fence is not None:
+        validated(lambda: validate_fence(fence))
+    if not yes and not sys.stdin.isatty():
+        fail(2, f"refusing to break lease {printable(repr(key))} without --yes: stdin is not a terminal")
+    provider = open_provider(url, table_name, schema)
+
+    async def main() -> tuple[Any, bool, Any]:
+        """(the lease broken, confirmed, the current lease when the tenure to break was not there)."""
+        async with provider:
+            expected = fence
+            if not yes:
+                current = await provider.get_lease(key)
+                if current is None:
+                    return None, True, None
+                if fence is not None and current.fence != fence:
+                    return None, True, current
+                click.echo(describe_lease(current))
+                if not click.confirm("Break it? Its holder loses it at its next renewal", default=False):
+                    return None, False, None
+                expected = current.fence  # the tenure shown, not whoever holds the key by now
+            broken = await provider.break_lease(key, fence=expected)
+            if broken is None and expected is not None:
+                return None, True, await provider.get_lease(key)
+            return broken, True, None
+
+    broken, confirmed, now = run(main)
+    if as_json:
+        print_json(None if broken is None else lease_json(broken, read_row=False))
+    if broken is None and now is not None:
+        fail(1, f"not broken: lease {printable(repr(key))} changed hands, now {describe_lease(now)}")
+    if as_json:
+        pass  # printed above
+    elif broken is not None:
+        left = expires_in(broken.remaining_ms)
+        click.echo(
+            f"broke {printable(broken.key)}: it was held by {printable(broken.owner)} "
+            f"(fence {broken.fence}, {left} left)"
+        )
+    elif confirmed:
+        click.echo(f"{printable(key)}: free, nothing to break")
+    else:
+        click.echo("not broken")
+    sys.exit(0 if broken is not None else 1)
+
+
+def _not_ours(key: str, owner: str) -> NoReturn:
+    fail(
+        EX_TEMPFAIL,
+        f"lease {printable(repr(key))} is not held by {printable(repr(owner))} (expired, released, or held by another)",
+    )
+
+
+def _print_fence(lease: Any, as_json: bool, read_row: bool = False, **extra: Any) -> None:
+    if as_json:
+        print_json({**extra, **lease_json(lease, read_row)})
+    else:
+        click.echo(f"fence={lease.fence}")
+
+
+@click.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@owner_required
+@ttl_option
+@data_option
+@json_option
+def acquire(
+    key: str,
+    url: str,
+    table_name: str,
+    schema: str | None,
+    owner: str,
+    ttl: float,
+    data_json: str | None,
+    as_json: bool,
+) -> None:
+    """Acquire KEY for --owner; print its fence (exit 0), or exit 75 naming the holder.
+
+    Re-acquiring a lease the same owner holds extends it and keeps the fence (and its data, unless
+    --data replaces it). A sqlite:// database gets its schema on first use, as with exec.
+    """
+    from ..contract import LeaseInfo
+
+    validated(lambda: (validate_key(key), validate_owner(owner)))
+    ttl_ms = checked_ttl_ms(ttl)
+    data = parse_data(data_json)
+    provider = open_provider(url, table_name, schema)
+
+    async def main() -> Any:
+        async with provider:
+            if is_embedded_sqlite(url):
+                await provider.migrate()
+            return await provider.acquire_lease(key, owner, ttl_ms, data=data)
+
+    result = run(main)
+    if result.acquired:
+        _print_fence(
+            LeaseInfo(key, owner, result.fence, result.expires_at, result.remaining_ms), as_json, acquired=True
+        )
+        return
+    refusal = LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at)
+    if as_json:
+        print_json({"acquired": False, "key": key, "holder": result.owner, "fence": result.fence})
+    fail(EX_TEMPFAIL, printable(refusal))
+
+
+@click.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@owner_required
+@ttl_option
+@json_option
+def renew(key: str, url: str, table_name: str, schema: str | None, owner: str, ttl: float, as_json: bool) -> None:
+    """Extend --owner's lease on KEY to now + --ttl; print its fence (exit 0), or exit 75 if it is
+    not that owner's (expired, released, or held by another)."""
+    validated(lambda: (validate_key(key), validate_owner(owner)))
+    ttl_ms = checked_ttl_ms(ttl)
+    provider = open_provider(url, table_name, schema)
+
+    async def main() -> Any:
+        async with provider:
+            return await provider.renew_lease_info(key, owner, ttl_ms)
+
+    lease = run(main)
+    if lease is None:
+        _not_ours(key, owner)
+    _print_fence(lease, as_json, renewed=True)
+
+
+@click.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@owner_required
+@json_option
+def release(key: str, url: str, table_name: str, schema: str | None, owner: str, as_json: bool) -> None:
+    """Release --owner's lease on KEY (exit 0), or exit 75 if it is not that owner's."""
+    validated(lambda: (validate_key(key), validate_owner(owner)))
+    provider = open_provider(url, table_name, schema)
+
+    async def main() -> bool:
+        async with provider:
+            return bool(await provider.release_lease(key, owner))
+
+    if not run(main):
+        _not_ours(key, owner)
+    if as_json:
+        print_json({"released": True, "key": key, "owner": owner})
+    else:
+        click.echo("released")
+
+
+@click.command()
+@click.argument("key")
+@url_option
+@table_option
+@schema_option
+@click.option("--from", "from_owner", required=True, help="The current owner.")
+@click.option("--to", "to_owner", required=True, help="The next owner.")
+@ttl_option
+@data_option
+@json_option
+def transfer(
+    key: str,
+    url: str,
+    table_name: str,
+    schema: str | None,
+    from_owner: str,
+    to_owner: str,
+    ttl: float,
+    data_json: str | None,
+    as_json: bool,
+) -> None:
+    """Hand KEY from --from to --to atomically (the key is never free in between); print the new
+    fence (exit 0), or exit 75 if --from does not hold it. The next owner gets --data (none
+    without it)."""
+    validated(lambda: (validate_key(key), validate_owner(from_owner, "--from"), validate_owner(to_owner, "--to")))
+    ttl_ms = checked_ttl_ms(ttl)
+    data = parse_data(data_json)
+    provider = open_provider(url, table_name, schema)
+
+    async def main() -> tuple[bool, Any]:
+        async with provider:
+            if not await provider.transfer_lease(key, from_owner, to_owner, ttl_ms, data=data):
+                return False, None
+            return True, await provider.get_lease(key)
+
+    moved, lease = run(main)
+    if not moved:
+        _not_ours(key, from_owner)
+    if lease is None or lease.owner != to_owner:  # released or lost in the instant since
+        fail(
+            EX_TEMPFAIL,
+            f"lease {printable(repr(key))} was transferred but is no longer held by {printable(repr(to_owner))}",
+        )
+    _print_fence(lease, as_json, read_row=True, transferred=True)

@@ -1,0 +1,48 @@
+"""Opening the provider a command names and running a command's coroutine: library errors to exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, SchemaMissingError
+from .config import announce_default, from_config_file
+from .exits import EX_CONFIG, EX_UNAVAILABLE, fail
+
+T = TypeVar("T")
+
+
+def open_provider(
+    url: str, table_name: str, schema: str | None, version_table: str | None = None, announce: bool = True
+) -> Any:
+    """The provider for the command's URL and table (exit 78 naming the problem if it cannot be
+    made); ``announce``: say on stderr when the local SQLite default is used."""
+    from ..sql.provider import SqlLeaseProvider
+
+    if announce:
+        announce_default()
+    try:
+        return SqlLeaseProvider(url, table_name=table_name, schema=schema, version_table=version_table)
+    except (TypeError, ValueError, LeaseConfigError) as exc:  # LeaseConfigError: a driver not installed
+        fail(EX_CONFIG, str(exc) + from_config_file())
+
+
+def run(main: Callable[[], Awaitable[T]]) -> T:
+    """Run ``main`` and turn the library's errors into messages and exit codes."""
+    try:
+        return asyncio.run(main())  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        sys.exit(128 + signal.SIGINT)
+    except (SchemaMissingError, LeaseConfigError) as exc:
+        fail(EX_CONFIG, str(exc))
+    except LeaseBackendError as exc:
+        fail(EX_UNAVAILABLE, str(exc))
+    except LeaseError as exc:
+        fail(EX_UNAVAILABLE, str(exc))
+
+
+def is_embedded_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
