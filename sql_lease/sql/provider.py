@@ -25,9 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from .. import observe
-from ..contract import AcquireResult, LeaseInfo, validate_key
+from ..contract import AcquireResult, LeaseInfo, LeaseProviderBase, validate_key
 from ..errors import LeaseBackendError, LeaseError, MissingDriverError, ProviderClosedError, SchemaMissingError
-from ..holding import LeaseProviderBase
 from . import operations
 from .deadlines import DeadlineWatch
 from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor
