@@ -27,19 +27,7 @@ from typing import Any, Literal
 
 from .. import observe
 from ..contract import AcquireResult, LeaseInfo, SyncLeaseProvider, SyncReleaseWaiter
-from .rules import (
-    NOTHING_TAKEN,
-    HoldRegistry,
-    HoldRules,
-    RenewalCourse,
-    WaitingAcquire,
-    data_kw,
-    due_losses,
-    itself,
-    renewal_answer,
-    renewal_method,
-    shortcut,
-)
+from . import rules
 
 __all__ = ["SyncHeldLease", "acquire_lease_wait", "hold"]
 
@@ -73,7 +61,7 @@ class _PollingWaiter:
         self, owner: str, ttl_ms: int | float, timeout_s: float | None, *, data: dict[str, Any] | None = None
     ) -> AcquireResult:
         result: AcquireResult = self._provider.acquire_lease(
-            self.key, owner, ttl_ms, **data_kw(data), **_timeout_kw(self._provider, timeout_s)
+            self.key, owner, ttl_ms, **rules.data_kw(data), **_timeout_kw(self._provider, timeout_s)
         )
         return result
 
@@ -82,7 +70,7 @@ class _PollingWaiter:
         return False
 
 
-class ThreadWaitingAcquire(WaitingAcquire[SyncLeaseProvider]):
+class ThreadWaitingAcquire(rules.WaitingAcquire[SyncLeaseProvider]):
     """One waiting acquire in this thread: the rules' decisions, with blocking waits. Each
     attempt is bounded (on providers whose calls take a bound) by the deadline plus
     ``ATTEMPT_GRACE_S``."""
@@ -105,7 +93,7 @@ class ThreadWaitingAcquire(WaitingAcquire[SyncLeaseProvider]):
                 waiter.wait(self.pause(result, time.monotonic(), waiter.listening))
 
 
-acquire_lease_wait = shortcut(
+acquire_lease_wait = rules.shortcut(
     ThreadWaitingAcquire,
     ThreadWaitingAcquire.result,
     "acquire_lease_wait",
@@ -133,7 +121,7 @@ acquire_lease_wait = shortcut(
 
 # The hold() blocks of this process per provider and (key, owner): nested holds of one owner keep
 # the lease until the outermost exits, and every renewal uses the longest TTL among them.
-_holds: HoldRegistry[SyncHeldLease] = HoldRegistry(threading.Lock())  # apart from the async face's
+_holds: rules.HoldRegistry[SyncHeldLease] = rules.HoldRegistry(threading.Lock())  # apart from the async face's
 observe.count_held_with(_holds.held_count)
 
 
@@ -176,7 +164,7 @@ class _LossWatch:
         while True:
             with self._cond:
                 now = time.monotonic()
-                due, earliest = due_losses(self._leases, now)
+                due, earliest = rules.due_losses(self._leases, now)
                 if not due and not self._leases:  # no thread lingers while no lease is held
                     if self._thread is threading.current_thread():
                         self._thread = None
@@ -193,7 +181,7 @@ class _LossWatch:
 _watch = _LossWatch()
 
 
-class SyncHeldLease(HoldRules[SyncLeaseProvider, SyncOnLost]):
+class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
     """A lease held while a ``with`` block runs, renewed by a background thread; made by
     :func:`hold`, which takes the same arguments: ``SyncHeldLease(provider, key, owner=None,
     ttl_ms=15_000, *, renew_every_ms=None, wait=False, timeout_s=None, on_lost="raise",
@@ -245,14 +233,16 @@ class SyncHeldLease(HoldRules[SyncLeaseProvider, SyncOnLost]):
                 result, sent = waiting.timed()
             else:
                 sent = time.monotonic()
-                result = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **data_kw(self.data))
+                result = self.provider.acquire_lease(
+                    self.key, self.owner, self._call_ttl_ms, **rules.data_kw(self.data)
+                )
             first_due = self._acquired(result, sent)
             self._renewer = threading.Thread(
                 target=self._renew_loop, args=(first_due,), name=f"sql_lease renew {self.key}", daemon=True
             )
             self._renewer.start()
             _watch.add(self)
-        except NOTHING_TAKEN:
+        except rules.NOTHING_TAKEN:
             raise  # nothing can have been acquired
         except BaseException as exc:
             self._stop.set()
@@ -319,12 +309,12 @@ class SyncHeldLease(HoldRules[SyncLeaseProvider, SyncOnLost]):
             log.exception("the on_lost callback of lease %r raised", self.key)
 
     def _renew_once(self, wait_s: float) -> LeaseInfo | bool:
-        call, with_info = renewal_method(self.provider)
+        call, with_info = rules.renewal_method(self.provider)
         raw = call(self.key, self.owner, self._call_ttl_ms, **_timeout_kw(self.provider, wait_s))
-        return renewal_answer(raw, with_info)
+        return rules.renewal_answer(raw, with_info)
 
     def _renew_loop(self, first_due: float) -> None:
-        course = RenewalCourse(self, self.renew_every_ms / 1000)
+        course = rules.RenewalCourse(self, self.renew_every_ms / 1000)
         next_at: float | None = first_due
         while next_at is not None and not self._stop.wait(max(0.0, next_at - time.monotonic())):
             with self._lock:
@@ -359,11 +349,9 @@ class SyncHeldLease(HoldRules[SyncLeaseProvider, SyncOnLost]):
             window = self._transfer_window()
             if window is None:
                 return False
-            bound = _timeout_kw(self.provider, window)
+            given = {**rules.data_kw(data), **_timeout_kw(self.provider, window)}
             try:
-                moved = bool(
-                    self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **data_kw(data), **bound)
-                )  # type: ignore[call-arg]
+                moved = bool(self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **given))
             except Exception as exc:
                 self._transfer_failed(next_owner, exc)
                 raise
@@ -372,9 +360,9 @@ class SyncHeldLease(HoldRules[SyncLeaseProvider, SyncOnLost]):
         return moved
 
 
-hold = shortcut(
+hold = rules.shortcut(
     SyncHeldLease,
-    itself,
+    rules.itself,
     "hold",
     """Hold ``key`` on a synchronous provider while a ``with`` block runs, renewing it from a
     background thread.
