@@ -13,6 +13,7 @@ blocks (a registry's lock is given by its face).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
@@ -22,7 +23,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, suppress
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from .. import observe
 from ..contract import (
@@ -124,6 +125,13 @@ def shortcut(make: Callable[P, T], finish: Callable[[T], R], name: str, doc: str
     def made(*args: P.args, **kwargs: P.kwargs) -> R:
         return finish(make(*args, **kwargs))
 
+    async def made_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+        return await finish(make(*args, **kwargs))  # type: ignore[misc]
+
+    if inspect.iscoroutinefunction(finish):  # a coroutine function to inspect too, as ``async def`` was
+        made = cast("Callable[P, R]", made_async)
+    # help() and editors show make's parameters
+    made.__signature__ = inspect.signature(make).replace(return_annotation=inspect.Signature.empty)  # type: ignore[attr-defined]
     made.__name__ = made.__qualname__ = name
     made.__doc__ = doc
     made.__module__ = getattr(make, "__module__", __name__)
