@@ -405,12 +405,8 @@ class RenewalCourse:
         if renewed is False:
             lease._declare_lost(f"renewal refused: the lease expired or another owner holds it{late}")
             return None
-        lease._valid_until = sent + lease.ttl_ms / 1000
-        if isinstance(renewed, LeaseInfo):
-            lease.expires_at = renewed.expires_at
-        elif lease._acquired_expiry is not None:  # the database's expiry, moved on by elapsed time
-            lease.expires_at = lease._acquired_expiry + timedelta(seconds=sent - lease._acquired_at)
-        lease._last_error, self.backoff = None, min(0.05, self.interval)
+        lease._renewed(renewed, sent)
+        self.backoff = min(0.05, self.interval)
         return sent + self.interval
 
 
@@ -528,6 +524,16 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         self.fence, self.expires_at = result.fence, result.expires_at
         self._acquired_expiry = result.expires_at
         return sent + self.renew_every_ms / 1000  # from the acquire, not from when renewing starts
+
+    def _renewed(self, renewed: LeaseInfo | bool, sent: float) -> None:
+        """A renewal sent at ``sent`` succeeded (``renewed``: its ``LeaseInfo``, or True): the
+        lease is surely ours for a TTL from then, and ``expires_at`` follows the database."""
+        self._valid_until = sent + self.ttl_ms / 1000
+        if isinstance(renewed, LeaseInfo):
+            self.expires_at = renewed.expires_at
+        elif self._acquired_expiry is not None:  # the database's expiry, moved on by elapsed time
+            self.expires_at = self._acquired_expiry + timedelta(seconds=sent - self._acquired_at)
+        self._last_error = None
 
     def _kept_by_another(self) -> bool:
         """Another ``hold()`` of this owner holds the key here: an acquire that failed must not
