@@ -8,11 +8,18 @@ in-memory providers work without SQLAlchemy or a driver installed.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
+
+if TYPE_CHECKING:  # the holding layer's signatures, for the shortcuts' types only (no import at run time)
+    from .holding import aio as _aio
+    from .holding import rules as _rules
+    from .holding import threads as _threads
 
 __all__ = [
     "MAX_DATA_BYTES",
@@ -26,9 +33,13 @@ __all__ = [
     "AcquireResult",
     "LeaseInfo",
     "LeaseProvider",
+    "LeaseProviderBase",
     "ReleaseWaiter",
     "ReleaseWaiters",
     "RenewsWithLeaseInfo",
+    "SyncLeaseProvider",
+    "SyncLeaseProviderBase",
+    "SyncReleaseWaiter",
     "UnreadableData",
     "decode_data",
     "encode_data",
@@ -37,6 +48,7 @@ __all__ = [
     "validate_key",
     "validate_list",
     "validate_owner",
+    "validate_renew_items",
     "validate_seconds",
     "validate_sweep",
     "validate_ttl_ms",
@@ -220,6 +232,50 @@ class ReleaseWaiters(Protocol):
     """
 
     def release_waiter(self, key: str) -> ReleaseWaiter | None: ...
+
+
+class SyncLeaseProvider(Protocol):
+    """The five lease methods as plain (blocking) functions: what ``hold()``,
+    ``acquire_lease_wait()`` (:mod:`sql_lease.sync_holding`) and ``@leased`` on a plain function
+    need. ``SyncSqlLeaseProvider``, ``SyncInMemoryLeaseProvider`` and ``DjangoSqlLeaseProvider``
+    have them (each also takes a keyword ``timeout_s``, seconds, and ``data`` where
+    ``LeaseProvider`` describes it). The rules are ``LeaseProvider``'s; a static type, not checked
+    at run time."""
+
+    def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult: ...
+
+    def get_lease_owner(self, key: str) -> str | None: ...
+
+    def release_lease(self, key: str, owner: str) -> bool: ...
+
+    def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool: ...
+
+    def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool: ...
+
+
+class SyncReleaseWaiter(Protocol):
+    """The optional wake-up hook a sync provider returns from ``release_waiter(key)``: a context
+    manager (registered for the key while entered) with a bounded acquire attempt and a wait."""
+
+    @property
+    def listening(self) -> bool:
+        """True while release wake-ups work (else the waiter polls)."""
+        ...
+
+    def __enter__(self) -> SyncReleaseWaiter: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    def acquire(
+        self, owner: str, ttl_ms: int | float, timeout_s: float | None, *, data: dict[str, Any] | None = None
+    ) -> AcquireResult:
+        """One acquire attempt with lease ``data`` (given only when the caller gave it), answered
+        within ``timeout_s`` seconds (None: the provider's own limit)."""
+        ...
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until the key may be free (True) or ``timeout_s`` seconds pass (False)."""
+        ...
 
 
 def is_lease_provider(obj: object) -> bool:
@@ -448,3 +504,105 @@ def validate_sweep(batch_size: object, grace_ms: object) -> tuple[int, float]:
 def validate_seconds(value: object, what: str) -> float:
     """A finite number of seconds >= 0 (``TypeError``/``ValueError`` otherwise)."""
     return _validate_number(value, what, "seconds", 0, 10 * 365 * 86_400, True)
+
+
+def validate_renew_items(items: object) -> list[tuple[str, str, float]]:
+    """``(key, owner, ttl_ms)`` items, each checked as ``renew`` checks its arguments, keys distinct;
+    ``TypeError``/``ValueError`` else."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(f"items must be a sequence of (key, owner, ttl_ms) tuples, not {type(items).__name__}")
+    checked: list[tuple[str, str, float]] = []
+    seen: set[str] = set()
+    for item in items:
+        exact = type(item) is tuple
+        if (not exact and (isinstance(item, (str, bytes)) or not isinstance(item, Sequence))) or len(item) != 3:
+            raise TypeError(f"each item must be a (key, owner, ttl_ms) tuple, not {item!r}")
+        key, owner, ttl = validate_key(item[0]), validate_owner(item[1]), validate_ttl_ms(item[2])
+        if key in seen:
+            raise ValueError(f"key {key!r} appears twice in one batch renewal")
+        seen.add(key)
+        checked.append((key, owner, ttl))
+    return checked
+
+
+# -- The providers' holding shortcuts ------------------------------------------------------------
+# ``provider.hold(...)`` is ``hold(provider, ...)`` of the holding layer, which sits above the
+# providers: it registers its functions here when imported (``import sql_lease`` imports it), so
+# no provider imports the layer above it.
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+_holding: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
+def provide_holding(face: str, **functions: Callable[..., Any]) -> None:
+    """The holding layer's functions (``hold``, ``acquire_lease_wait``) of ``face`` ("async" or
+    "sync") that the providers' shortcut methods call; called by :mod:`sql_lease.holding`."""
+    _holding.update({(face, name): function for name, function in functions.items()})
+
+
+class HoldingShortcut(Generic[P, R]):
+    """A provider method calling the holding layer's function of the same name with the provider
+    first (registered by :func:`provide_holding`). ``RuntimeError`` if the layer is not imported."""
+
+    __slots__ = ("_face", "_name")
+
+    def __init__(self, face: str, name: str) -> None:
+        self._face, self._name = face, name
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any] | None = None) -> HoldingShortcut[P, R]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type[Any] | None = None) -> Callable[P, R]: ...
+
+    def __get__(self, obj: object, owner: type[Any] | None = None) -> Any:
+        if obj is None:
+            return self
+        try:
+            function = _holding[self._face, self._name]
+        except KeyError:
+            raise RuntimeError(f"sql_lease.holding is not imported: {self._name}() is not available") from None
+        return functools.partial(function, obj)
+
+
+def _shortcut_to(make: Callable[Concatenate[Any, P], T], finish: Callable[[T], R]) -> HoldingShortcut[P, R]:
+    """For the type checker: the shortcut to the function made by the holding layer's
+    ``shortcut(make, finish)``: ``make``'s parameters after the provider, ``finish``'s result."""
+    raise NotImplementedError
+
+
+def _shortcuts(face: str) -> tuple[HoldingShortcut[..., Any], HoldingShortcut[..., Any]]:
+    return HoldingShortcut(face, "hold"), HoldingShortcut(face, "acquire_lease_wait")
+
+
+class LeaseProviderBase:
+    """The holding shortcuts of the bundled asyncio providers: ``provider.hold(key, ...)`` is
+    :func:`sql_lease.hold` ``(provider, key, ...)`` and ``await provider.acquire_lease_wait(key,
+    owner, ttl_ms, ...)`` is :func:`sql_lease.acquire_lease_wait` ``(provider, ...)``; they rely
+    only on the five lease methods."""
+
+    if TYPE_CHECKING:
+        hold = _shortcut_to(_aio.HeldLease, _rules.itself)
+        acquire_lease_wait = _shortcut_to(_aio.AsyncWaitingAcquire, _aio.AsyncWaitingAcquire.result)
+    else:
+        hold, acquire_lease_wait = _shortcuts("async")
+
+
+class SyncLeaseProviderBase:
+    """The holding shortcuts of the bundled synchronous providers: ``provider.hold(key, ...)`` and
+    ``provider.acquire_lease_wait(key, owner, ttl_ms, ...)`` are those of
+    :mod:`sql_lease.sync_holding` with the provider first.
+
+    ``accepts_timeout_s``: every lease method of the subclass takes a keyword ``timeout_s``
+    (seconds) that bounds that one call; holding uses it to keep its deadlines.
+    """
+
+    accepts_timeout_s = True
+    if TYPE_CHECKING:
+        hold = _shortcut_to(_threads.SyncHeldLease, _rules.itself)
+        acquire_lease_wait = _shortcut_to(_threads.ThreadWaitingAcquire, _threads.ThreadWaitingAcquire.result)
+    else:
+        hold, acquire_lease_wait = _shortcuts("sync")

@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Never, ParamSpec, Proto
 
 from .contract import LeaseProvider, encode_data, is_lease_provider, validate_key, validate_owner
 from .errors import LeaseNotAcquiredError
-from .holding import validate_hold_options
+from .holding.rules import validate_hold_options
 
 if TYPE_CHECKING:
-    from .holding import HeldLease
-    from .sync_holding import SyncHeldLease, SyncLeaseProvider
+    from .contract import SyncLeaseProvider
+    from .holding.aio import HeldLease
+    from .holding.threads import SyncHeldLease
 
 __all__ = ["leased"]
 
@@ -326,7 +327,7 @@ def leased(
                     f"{func.__qualname__} is async: give @leased an async provider (SqlLeaseProvider, "
                     f"InMemoryLeaseProvider), not {type(provider).__name__}"
                 )
-            from .holding import hold as async_hold
+            from .holding.aio import hold as async_hold
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -357,7 +358,7 @@ def leased(
                     f"{func.__qualname__} is not async: give @leased a sync provider (SyncSqlLeaseProvider, "
                     f"SyncInMemoryLeaseProvider), not {type(provider).__name__}"
                 )
-            from .sync_holding import hold as sync_hold
+            from .holding.threads import hold as sync_hold
 
             @functools.wraps(func)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -13,17 +13,18 @@ from typing import Any
 from .contract import (
     AcquireResult,
     LeaseInfo,
+    LeaseProviderBase,
+    SyncLeaseProviderBase,
     decode_data,
     encode_data,
     validate_fence,
     validate_key,
     validate_list,
     validate_owner,
+    validate_renew_items,
     validate_sweep,
     validate_ttl_ms,
 )
-from .holding import LeaseProviderBase
-from .sync_holding import SyncLeaseProviderBase
 
 __all__ = ["InMemoryLeaseProvider", "MemoryLeases", "NoopLeaseProvider", "SyncInMemoryLeaseProvider", "monotonic_ms"]
 
@@ -168,8 +169,6 @@ class MemoryLeases:
             return LeaseInfo(key, owner, current.fence, self._wall(current.expires_at_ms), ttl)
 
     def renew_many(self, items: object) -> dict[str, LeaseInfo]:
-        from .sql.operations import validate_renew_items
-
         renewed: dict[str, LeaseInfo] = {}
         for key, owner, ttl in validate_renew_items(items):
             info = self.renew(key, owner, ttl)

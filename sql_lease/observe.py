@@ -34,6 +34,7 @@ __all__ = [
     "LeaseObserver",
     "OperationEvent",
     "add_observer",
+    "count_held_with",
     "held_leases",
     "observers",
 ]
@@ -199,10 +200,19 @@ def renewal_failed(lease: Any, error: BaseException | None) -> None:
     _deliver("on_hold", HoldEvent("renewal_failed", lease.key, lease.owner, lease.fence, cause, message))
 
 
+_held_counts: list[Callable[[], int]] = []
+
+
+def count_held_with(count: Callable[[], int]) -> None:
+    """Register ``count``, a function returning how many leases one registry of ``hold()`` blocks
+    holds now; :func:`held_leases` sums them. Each face of :mod:`sql_lease.holding` registers
+    its own when imported (so this module reads no private state of the layer above it)."""
+    with _lock:
+        _held_counts.append(count)
+
+
 def held_leases() -> int:
     """How many leases ``hold()`` blocks of this process hold now, both faces (nested holds of one
     owner and key count once; lost and transferred ones not at all). Read from the holds' own
-    registries when asked, so holding costs nothing extra."""
-    from . import holding, sync_holding
-
-    return holding._holds.held_count() + sync_holding._holds.held_count()
+    registries when asked (registered with :func:`count_held_with`), so holding costs nothing extra."""
+    return sum(count() for count in tuple(_held_counts))

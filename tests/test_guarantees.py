@@ -370,7 +370,7 @@ async def test_cancelled_acquire_in_flight_leaves_no_orphan_lease(provider: Any,
 
 
 async def test_waiter_queue_lock_is_not_kept_by_a_deadline_at_the_handover() -> None:
-    from sql_lease.holding import _LocalQueue
+    from sql_lease.holding.aio import _LocalQueue
 
     queue = _LocalQueue()
     loop = asyncio.get_running_loop()
@@ -381,7 +381,7 @@ async def test_waiter_queue_lock_is_not_kept_by_a_deadline_at_the_handover() -> 
 
 
 async def test_waiter_queue_lock_is_not_kept_by_a_cancellation_at_the_handover() -> None:
-    from sql_lease.holding import _LocalQueue
+    from sql_lease.holding.aio import _LocalQueue
 
     queue = _LocalQueue()
     await queue.lock.acquire()  # the head of the queue
@@ -460,7 +460,7 @@ async def test_has_waiters_is_cleared_when_the_owner_changes(pg_schema: tuple[st
 
 
 def client_clock_an_hour_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sql_lease.holding as holding
+    import sql_lease.holding.rules as holding
 
     class AheadClock(datetime):
         @classmethod

@@ -22,6 +22,7 @@ from ..contract import (
     validate_key,
     validate_list,
     validate_owner,
+    validate_renew_items,
     validate_sweep,
     validate_ttl_ms,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "run_sync",
     "sweep",
     "transfer",
+    "validate_renew_items",
 ]
 
 T = TypeVar("T")
@@ -205,25 +207,6 @@ def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object) -> Plan[Leas
 
 RENEW_BATCH_SIZE = 1000
 """At most this many leases are renewed by one ``renew_many`` statement; larger batches take several."""
-
-
-def validate_renew_items(items: object) -> list[tuple[str, str, float]]:
-    """``(key, owner, ttl_ms)`` items, each checked as ``renew`` checks its arguments, keys distinct;
-    ``TypeError``/``ValueError`` else."""
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-        raise TypeError(f"items must be a sequence of (key, owner, ttl_ms) tuples, not {type(items).__name__}")
-    checked: list[tuple[str, str, float]] = []
-    seen: set[str] = set()
-    for item in items:
-        exact = type(item) is tuple
-        if (not exact and (isinstance(item, (str, bytes)) or not isinstance(item, Sequence))) or len(item) != 3:
-            raise TypeError(f"each item must be a (key, owner, ttl_ms) tuple, not {item!r}")
-        key, owner, ttl = validate_key(item[0]), validate_owner(item[1]), validate_ttl_ms(item[2])
-        if key in seen:
-            raise ValueError(f"key {key!r} appears twice in one batch renewal")
-        seen.add(key)
-        checked.append((key, owner, ttl))
-    return checked
 
 
 def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:

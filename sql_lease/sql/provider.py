@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool, NullPool
 
 from .. import observe
-from ..contract import AcquireResult, LeaseInfo, validate_key
+from ..contract import AcquireResult, LeaseInfo, LeaseProviderBase, validate_key
 from ..errors import (
     InvalidURLError,
     LeaseBackendError,
@@ -34,7 +34,6 @@ from ..errors import (
     ProviderClosedError,
     SchemaMissingError,
 )
-from ..holding import LeaseProviderBase
 from . import operations
 from .deadlines import DeadlineWatch
 from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor, LoopLocal

@@ -22,9 +22,8 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .. import observe
-from ..contract import AcquireResult, LeaseInfo, validate_key, validate_seconds
+from ..contract import AcquireResult, LeaseInfo, SyncLeaseProviderBase, validate_key, validate_seconds
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
-from ..sync_holding import SyncLeaseProviderBase
 from . import forks, operations
 from .operations import LOCK_WAIT_SHARE, Plan
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
