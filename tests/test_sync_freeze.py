@@ -114,18 +114,19 @@ def test_an_aborted_statement_is_cancelled_on_the_server(pg_schema: tuple[str, s
     with SyncSqlLeaseProvider(url, schema=schema, operation_timeout_s=0.5) as provider:
         conninfo = provider._executor._conninfo  # type: ignore[attr-defined]
         with psycopg.connect(conninfo) as blocker, psycopg.connect(conninfo, autocommit=True) as observer:
-            # the lock acquire takes before it draws a fence: held by an open transaction
-            blocker.execute(
-                f"SELECT pg_advisory_xact_lock('\"{schema}\".sql_leases'::regclass::oid::int4, hashtext(%s::varchar))",
-                (key,),
-            )
+            assert provider.acquire_lease(key, "alice", 10_000).acquired
+            # the lease's row, locked by an open transaction: a release waits for it
+            blocker.execute(f'SELECT 1 FROM "{schema}".sql_leases WHERE key = %s FOR UPDATE', (key,))
 
             def waiting() -> int:
-                row = observer.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                row = observer.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                    (f"%{schema}%",),
+                )
                 return int(row.fetchone()[0])  # type: ignore[index]
 
             with pytest.raises(LeaseBackendError):
-                provider.acquire_lease(key, "alice", 10_000)
+                provider.release_lease(key, "alice")
             # the server stops waiting for the lock at once (the cancel request), not when it is freed
             deadline = time.monotonic() + 3.0
             while waiting() and time.monotonic() < deadline:

@@ -325,19 +325,19 @@ def test_a_stalled_postgres_statement_is_aborted(pg_schema: tuple[str, str], key
 
     url, schema = pg_schema
     with SyncSqlLeaseProvider(url, schema=schema, operation_timeout_s=0.5) as provider:
+        assert provider.acquire_lease(key, "alice", 10_000).acquired
         with psycopg.connect(provider._executor._conninfo) as blocker:
-            # the lock acquire takes before it draws a fence: held by an open transaction
-            blocker.execute(
-                f"SELECT pg_advisory_xact_lock('\"{schema}\".sql_leases'::regclass::oid::int4, hashtext(%s::varchar))",
-                (key,),
-            )
+            # the lease's row, locked by an open transaction: a release waits for it (an acquire
+            # would answer "not acquired" at its lock_timeout instead, see test_guarded_waits.py)
+            blocker.execute(f'SELECT 1 FROM "{schema}".sql_leases WHERE key = %s FOR UPDATE', (key,))
             started = time.monotonic()
             with pytest.raises(LeaseBackendError, match=r"within 0\.5 s") as info:
-                provider.acquire_lease(key, "alice", 10_000)
+                provider.release_lease(key, "alice")
             assert time.monotonic() - started < 1.5
             assert info.value.__cause__ is not None
             blocker.rollback()
-        assert provider.acquire_lease(key, "alice", 10_000).acquired  # a fresh connection works
+        # a fresh connection works (the aborted release's outcome is unknown: the lease may be free)
+        assert provider.acquire_lease(key, "alice", 10_000).acquired
 
 
 def test_a_stalled_sqlite_statement_is_aborted(tmp_path: Path, sync_sqlite_template: str) -> None:
