@@ -9,6 +9,7 @@ import asyncio
 import gc
 import json
 import os
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -134,3 +135,44 @@ def test_a_forked_child_gets_its_own_connections(kind: str, request: pytest.Fixt
 
     asyncio.run(parent_and_children())
     asyncio.run(leases.close())
+
+
+def test_waiters_on_one_provider_in_two_event_loops_at_once_each_get_the_lease() -> None:
+    """The in-process waiting queue is per event loop: two threads, each running its own loop, wait
+    for one key through one provider (an asyncio.Lock bound to the first loop failed the second)."""
+    import threading
+
+    from sql_lease import InMemoryLeaseProvider
+
+    leases = InMemoryLeaseProvider()
+    key = f"two-loops:{uuid.uuid4().hex}"
+    assert run_in_own_loop(lambda: leases.acquire_lease(key, "holder", 60_000)).acquired
+    waiting = threading.Barrier(3)
+    outcomes: dict[str, object] = {}
+    took: dict[str, float] = {}
+
+    def waiter(owner: str) -> None:
+        async def main() -> None:
+            waiting.wait()
+            started = time.monotonic()
+            got = await acquire_lease_wait(leases, key, owner, 60_000, timeout_s=10, poll_max_s=0.05)
+            took[owner] = time.monotonic() - started
+            await asyncio.sleep(0.05)
+            await leases.release_lease(key, owner)
+            outcomes[owner] = got.acquired
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            outcomes[owner] = exc
+
+    threads = [threading.Thread(target=waiter, args=(owner,)) for owner in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    waiting.wait()
+    run_in_own_loop(lambda: asyncio.sleep(0.2))
+    assert run_in_own_loop(lambda: leases.release_lease(key, "holder"))
+    for thread in threads:
+        thread.join(15)
+    assert outcomes == {"a": True, "b": True}
+    assert max(took.values()) < 3.0, took  # polled every 50 ms once the holder released at 0.2 s

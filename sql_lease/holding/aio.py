@@ -119,7 +119,10 @@ class _LocalQueue:
                 taking.add_done_callback(lambda done: _release_if_taken(done, self.lock))
 
 
-_local_queues: weakref.WeakKeyDictionary[Any, dict[str, _LocalQueue]] = weakref.WeakKeyDictionary()
+# per provider, then per (event loop, key): an asyncio.Lock serves one loop only
+_local_queues: weakref.WeakKeyDictionary[Any, dict[tuple[asyncio.AbstractEventLoop, str], _LocalQueue]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @contextlib.contextmanager
@@ -129,7 +132,8 @@ def _local_queue(provider: LeaseProvider, key: str, owner: str) -> Iterator[tupl
     except TypeError:  # not weak-referenceable: no coalescing
         yield None
         return
-    queue = queues.setdefault(key, _LocalQueue())
+    slot = (asyncio.get_running_loop(), key)
+    queue = queues.setdefault(slot, _LocalQueue())
     queue.users += 1
     nudge = asyncio.Event()
     queue.nudges.setdefault(owner, []).append(nudge)
@@ -141,7 +145,7 @@ def _local_queue(provider: LeaseProvider, key: str, owner: str) -> Iterator[tupl
             del queue.nudges[owner]
         queue.users -= 1
         if queue.users == 0:
-            del queues[key]
+            del queues[slot]
 
 
 class AsyncWaitingAcquire(WaitingAcquire[LeaseProvider]):
