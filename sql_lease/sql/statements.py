@@ -238,6 +238,12 @@ class SqliteStatements(LeaseStatements):
     def ttl_param(self, ttl_ms: float) -> int:
         return math.ceil(ttl_ms)
 
+    def lock_timed_out(self, exc: BaseException) -> bool:
+        import sqlite3
+
+        # SQLITE_BUSY past the busy timeout: the statement's own transaction wrote nothing
+        return isinstance(exc, sqlite3.OperationalError) and "database is locked" in str(exc)
+
     def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
         return (json.dumps([[key, owner, self.ttl_param(ttl)] for key, owner, ttl in items]),)
 
