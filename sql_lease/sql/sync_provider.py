@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -25,10 +26,10 @@ from .. import observe
 from ..contract import AcquireResult, LeaseInfo, validate_key, validate_seconds
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
 from ..sync_holding import SyncLeaseProviderBase
-from . import forks, operations
+from . import forks, operations, setup
 from .operations import LOCK_WAIT_SHARE, Plan
-from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
-from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
+from .options import validate_provider_options
+from .schema import DEFAULT_TABLE_NAME, LeaseTableNames
 from .statements import LeaseStatements, statements_for
 from .sync_executors import (
     EngineExecutor,
@@ -38,7 +39,7 @@ from .sync_executors import (
     Watchdog,
     psycopg_conninfo,
 )
-from .translate import describe, operation_label, schema_outdated, translate
+from .translate import describe, operation_label, translate
 from .urls import safe_url, sqlite_file, to_async_url, to_sync_url
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ __all__ = ["SyncSqlLeaseProvider"]
 
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
-_ENGINE_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
+_ENGINE_DRIVERS_IN_WORDS = "psycopg (postgresql+psycopg) or the standard sqlite3 (sqlite+pysqlite)"
 
 
 class SyncSqlLeaseProvider(SyncLeaseProviderBase):
@@ -111,13 +112,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     ) -> None:
         self._closed = True  # until constructed: close() and __del__ find nothing to do
         self.names = LeaseTableNames(table_name, schema, version_table)
-        checked = validate_provider_options(
-            operation_timeout_s=operation_timeout_s,
-            pool_size=pool_size,
-            sqlite_busy_timeout_ms=sqlite_busy_timeout_ms,
-            sqlite_synchronous=sqlite_synchronous,
-        )
-        pool_size, sqlite_busy_timeout_ms = checked.pool_size, checked.sqlite_busy_timeout_ms
+        checked = validate_provider_options(operation_timeout_s, pool_size, sqlite_busy_timeout_ms, sqlite_synchronous)
         self.operation_timeout_s = checked.operation_timeout_s
         self._watchdog = Watchdog("sql_lease watchdog")
         self._engine: Engine | None = None
@@ -125,12 +120,10 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         if isinstance(url_or_engine, AsyncEngine):
             raise TypeError("an AsyncEngine belongs to SqlLeaseProvider; SyncSqlLeaseProvider takes a URL or an Engine")
         if isinstance(url_or_engine, Engine):
-            backend, driver = url_or_engine.dialect.name, url_or_engine.dialect.driver
-            if _ENGINE_DRIVERS.get(backend) != driver:
-                raise ValueError(
-                    f"the engine must use psycopg (postgresql+psycopg) or the standard sqlite3 (sqlite+pysqlite), "
-                    f"not {backend}+{driver}"
-                )
+            dialect = url_or_engine.dialect
+            backend = setup.engine_backend(
+                dialect.name, dialect.driver, setup.SYNC_ENGINE_DRIVERS, _ENGINE_DRIVERS_IN_WORDS
+            )
             self._engine = url_or_engine
             self._url = url_or_engine.url
             executor = EngineExecutor(url_or_engine, pool_size or 2, watchdog=self._watchdog)
@@ -153,34 +146,21 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                     raise ValueError(
                         "SyncSqlLeaseProvider takes sqlite:///path/to/file.db URLs without query parameters"
                     )
-                if not path.parent.is_dir():
-                    raise ValueError(
-                        f"the directory {path.parent} of the SQLite database does not exist "
-                        "(or is not a directory); create it first"
-                    )
-                if sqlite_busy_timeout_ms is None:
-                    sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), MAX_SQLITE_BUSY_TIMEOUT_MS)
-
-                def missing() -> SchemaMissingError:
-                    return SchemaMissingError(
-                        f"lease table {self.names.table!r} not found: the SQLite database file {path} "
-                        f"does not exist: run `sql-lease migrate --url URL{self.migrate_command_options()}` first"
-                    )
-
                 executor = SqliteFileExecutor(
-                    path,
+                    setup.sqlite_directory(path),
                     pool_size or 10,
-                    busy_timeout_ms=int(sqlite_busy_timeout_ms),
+                    busy_timeout_ms=setup.sqlite_busy_timeout(
+                        sqlite_busy_timeout_ms, self.operation_timeout_s, backend
+                    ),
                     synchronous=sqlite_synchronous,
-                    missing=missing,
+                    missing=functools.partial(setup.database_file_missing, self.names, path),
                     watchdog=self._watchdog,
                 )
         else:
             raise TypeError(
                 f"url_or_engine must be a URL string, sqlalchemy URL or Engine, not {type(url_or_engine).__name__}"
             )
-        if sqlite_busy_timeout_ms is not None and backend != "sqlite":
-            raise ValueError(f"sqlite_busy_timeout_ms is only for SQLite databases, not {backend}")
+        setup.sqlite_busy_timeout(sqlite_busy_timeout_ms, self.operation_timeout_s, backend)  # ValueError if not SQLite
         self._executor = executor
         self.dialect_name = backend
         own_postgres = isinstance(executor, PsycopgPoolExecutor) and not pgbouncer
@@ -247,19 +227,10 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
 
     def migrate_command_options(self) -> str:
         """The CLI options that name this provider's table, for hints in messages."""
-        names = self.names
-        options = "" if names.table == DEFAULT_TABLE_NAME else f" --table {names.table}"
-        options += f" --schema {names.schema}" if names.schema else ""
-        if names.version_table != derived_version_table(names.table):
-            options += f" --version-table {names.version_table}"
-        return options
+        return setup.migrate_command_options(self.names)
 
     def _schema_missing(self, exc: BaseException) -> SchemaMissingError:
-        problem = "is older than this sql_lease" if schema_outdated(exc) else "not found"
-        return SchemaMissingError(
-            f"lease table {self.names.table!r} {problem} in {self.safe_url}: "
-            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({describe(exc)})"
-        )
+        return setup.schema_missing(self.names, self.safe_url, exc)
 
     # -- running plans ------------------------------------------------------------------------
 
