@@ -33,7 +33,7 @@ class NotifyListener:
 
     def __init__(
         self,
-        open_dedicated: Callable[[], Awaitable[tuple[Any, Callable[[], Awaitable[None]]]]],
+        open_dedicated: Callable[[float], Awaitable[tuple[Any, Callable[[], Awaitable[None]]]]],
         channel_query: str,
         is_closed: Callable[[], bool],
         timeout_s: float,
@@ -76,7 +76,7 @@ class NotifyListener:
             await self._drop()
             try:
                 async with asyncio.timeout(self._timeout_s):
-                    driver, drop = await self._open_dedicated()
+                    driver, drop = await self._open_dedicated(self._timeout_s)
                     try:
                         channel = await driver.fetchval(self._channel_query)
                         await driver.add_listener(channel, self._on_notify)

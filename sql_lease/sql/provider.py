@@ -359,7 +359,7 @@ class SqlLeaseProvider(LeaseProviderBase):
                     await asyncio.shield(self._drained)
         if self._listeners is not None:
             await self._listeners.close()
-        await self._executor.close()
+        await self._executor.close(self.operation_timeout_s)
         if getattr(self, "_uri_engine", None) is not None:
             await self._uri_engine.dispose()
         if self._owns_engine:
@@ -386,7 +386,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             channel_query = self.statements.notify_channel or ""
             self._listeners = LoopLocal(
                 lambda: NotifyListener(
-                    self._executor.dedicated,
+                    self._executor.listen_connection,
                     channel_query,
                     lambda: self._closed,
                     self.operation_timeout_s,
@@ -473,7 +473,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         ticket = self._deadlines.start(self.operation_timeout_s)
         try:
             try:
-                return await self._executor.run(make_plan, plan)
+                return await self._executor.run(make_plan, plan, time.monotonic() + self.operation_timeout_s)
             except asyncio.CancelledError:
                 if self._deadlines.stop(ticket):  # our deadline's, as asyncio.timeout converts it
                     raise TimeoutError from None

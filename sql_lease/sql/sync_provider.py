@@ -242,29 +242,32 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         return min(limit, self.operation_timeout_s)
 
-    def _run(self, operation: str, key: str | None, plan: Plan[T], timeout_s: float | None) -> T:
-        """Run ``plan`` within the limit; errors become the library's. Every operation passes here,
-        and here alone it is reported to observers (:mod:`sql_lease.observe`)."""
+    def _run(self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], timeout_s: float | None) -> T:
+        """Run the plan ``make_plan()`` within the limit; errors become the library's. Every
+        operation passes here, and here alone it is reported to observers (:mod:`sql_lease.observe`)."""
+        plan = make_plan()  # validates the arguments before any I/O (and before closed-ness)
         limit = self._limit(timeout_s)
         if not observe.observers:
-            return self._run_plan(operation, key, plan, limit)
+            return self._run_plan(operation, key, make_plan, plan, limit)
         started = time.perf_counter()
         try:
-            result = self._run_plan(operation, key, plan, limit)
+            result = self._run_plan(operation, key, make_plan, plan, limit)
         except BaseException as exc:
             observe.operation_failed(operation, key, self.dialect_name, time.perf_counter() - started, exc)
             raise
         observe.operation_done(operation, key, self.dialect_name, time.perf_counter() - started, result)
         return result
 
-    def _run_plan(self, operation: str, key: str | None, plan: Plan[T], limit: float) -> T:
+    def _run_plan(
+        self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], plan: Plan[T], limit: float
+    ) -> T:
         if self._closed:
             plan.close()
             raise ProviderClosedError(f"{operation_label(operation, key)}: the provider for {self.safe_url} is closed")
         token = object()
         self._in_flight.add(token)
         try:
-            return self._executor.run(plan, limit)
+            return self._executor.run(make_plan, plan, time.monotonic() + limit)
         except LeaseError:
             raise
         except TimeoutError as exc:
@@ -303,21 +306,25 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
     ) -> AcquireResult:
-        wait_ms = self._limit(timeout_s) * LOCK_WAIT_SHARE * 1000
-        plan = operations.acquire(self.statements, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms)
-        return self._run("acquire", key, plan, timeout_s)
+        s, wait_ms = self.statements, self._limit(timeout_s) * LOCK_WAIT_SHARE * 1000
+        return self._run(
+            "acquire",
+            key,
+            lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms),
+            timeout_s,
+        )
 
     def get_lease_owner(self, key: str, *, timeout_s: float | None = None) -> str | None:
         """The owner of the unexpired lease on ``key``, or None (rule 5)."""
-        return self._run("get owner of", key, operations.get_owner(self.statements, key), timeout_s)
+        return self._run("get owner of", key, lambda: operations.get_owner(self.statements, key), timeout_s)
 
     def get_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
         """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms, data), or None."""
-        return self._run("read", key, operations.get_lease(self.statements, key), timeout_s)
+        return self._run("read", key, lambda: operations.get_lease(self.statements, key), timeout_s)
 
     def release_lease(self, key: str, owner: str, *, timeout_s: float | None = None) -> bool:
         """Release ``key`` if ``owner`` holds it unexpired; True iff it did (rule 6)."""
-        return self._run("release", key, operations.release(self.statements, key, owner), timeout_s)
+        return self._run("release", key, lambda: operations.release(self.statements, key, owner), timeout_s)
 
     def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None) -> bool:
         """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds (rule 7)."""
@@ -328,7 +335,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     ) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease with the database's new ``expires_at``, or
         None if ``owner`` does not hold an unexpired lease on ``key``."""
-        return self._run("renew", key, operations.renew(self.statements, key, owner, ttl_ms), timeout_s)
+        return self._run("renew", key, lambda: operations.renew(self.statements, key, owner, ttl_ms), timeout_s)
 
     def transfer_lease(
         self,
@@ -342,15 +349,17 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     ) -> bool:
         """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8),
         with lease ``data`` as :meth:`SqlLeaseProvider.transfer_lease`."""
-        plan = operations.transfer(self.statements, key, from_owner, to_owner, ttl_ms, data)
-        return self._run("transfer", key, plan, timeout_s)
+        s = self.statements
+        return self._run(
+            "transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms, data), timeout_s
+        )
 
     def sweep_expired(
         self, batch_size: int = 1000, grace_ms: int | float = 0, *, timeout_s: float | None = None
     ) -> int:
         """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago, in
         one short statement; how many it removed (call again while that equals ``batch_size``)."""
-        return self._run("sweep", None, operations.sweep(self.statements, batch_size, grace_ms), timeout_s)
+        return self._run("sweep", None, lambda: operations.sweep(self.statements, batch_size, grace_ms), timeout_s)
 
     def list_leases(
         self,
@@ -363,15 +372,15 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         """Leases ordered by key, at most ``limit`` (1 to 100,000), whose key starts with ``prefix``
         (all when None); unexpired ones only unless ``include_expired`` (``remaining_ms <= 0``);
         each with its ``data``."""
-        plan = operations.list_leases(self.statements, prefix, include_expired, limit)
-        return self._run("list", None, plan, timeout_s)
+        s = self.statements
+        return self._run("list", None, lambda: operations.list_leases(s, prefix, include_expired, limit), timeout_s)
 
     def break_lease(self, key: str, *, fence: int | None = None, timeout_s: float | None = None) -> LeaseInfo | None:
         """Delete the lease on ``key`` (for operators): whoever holds it, or, with ``fence``, only
         the tenure with that fencing token. The lease it broke, or None if there was no such
         unexpired one. The next acquire gets a larger fence; the holder's next renewal is refused.
         See :meth:`SqlLeaseProvider.break_lease`."""
-        broken = self._run("break", key, operations.break_lease(self.statements, key, fence), timeout_s)
+        broken = self._run("break", key, lambda: operations.break_lease(self.statements, key, fence), timeout_s)
         if broken is not None:
             log.warning("lease %r held by %r (fence %s) broken by an operator", key, broken.owner, broken.fence)
         return broken
@@ -402,7 +411,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     def release_waiter(self, key: str) -> SyncPostgresReleaseWaiter | None:
         """The wake-up hook of :func:`sql_lease.sync_holding.acquire_lease_wait`: on PostgreSQL
         (unless ``listen_notify=False``) a waiter woken by NOTIFY; None elsewhere (waiters poll)."""
-        if self.dialect_name != "postgresql" or not self.listen_notify:
+        if self.dialect_name != "postgresql" or not self.listen_notify or not self._executor.listens:
             return None
         from .sync_notify import SyncNotifyListener, SyncPostgresReleaseWaiter
 
@@ -411,9 +420,15 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             if self._closed:
                 raise ProviderClosedError(f"wait for {key!r}: the provider for {self.safe_url} is closed")
             if self._listener is None:
-                opener = self._executor.listen_connection  # type: ignore[union-attr]
-                self._listener = SyncNotifyListener(self, opener)
-            return SyncPostgresReleaseWaiter(self, self._listener, key)
+                self._listener = SyncNotifyListener(
+                    self._executor.listen_connection,
+                    self.statements.notify_channel or "",
+                    lambda: self._closed,
+                    self.operation_timeout_s,
+                    self.names.table,
+                    self._watchdog,
+                )
+            return SyncPostgresReleaseWaiter(self._listener, key, self._acquire)
 
     # -- migrations -----------------------------------------------------------------------------
 
