@@ -217,11 +217,11 @@ def test_both_faces_offer_one_executor_interface() -> None:
 
     async_classes = [executors.AsyncpgPoolExecutor, executors.AiosqlitePoolExecutor, executors.EngineExecutor]
     async_classes.append(psycopg_async.PsycopgAsyncPoolExecutor)
-    sync_classes = [sync_executors.PsycopgPoolExecutor, sync_executors.SqliteFileExecutor, sync_executors.EngineExecutor]
+    sync_classes = [sync_executors.PsycopgPoolExecutor, sync_executors.SqliteFileExecutor]
+    sync_classes.append(sync_executors.EngineExecutor)
     for name in ("run", "listen_connection", "close"):
-        shapes = {
-            (cls.__name__, tuple(inspect.signature(getattr(cls, name)).parameters)) for cls in async_classes + sync_classes
-        }
+        every = async_classes + sync_classes
+        shapes = {(cls.__name__, tuple(inspect.signature(getattr(cls, name)).parameters)) for cls in every}
         assert {params for _, params in shapes} == {next(iter(shapes))[1]}, shapes
         assert all(inspect.iscoroutinefunction(getattr(cls, name)) for cls in async_classes)
         assert not any(inspect.iscoroutinefunction(getattr(cls, name)) for cls in sync_classes)

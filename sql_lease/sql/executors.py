@@ -329,6 +329,13 @@ class LentPoolExecutor(AsyncExecutor):
         )
         self._closed = False
 
+    @property
+    def _connections(self) -> _Connections:
+        """The pool of the running event loop in this process (connections belong to one loop)."""
+        if self._closed:
+            raise ProviderClosedError("the provider is closed")
+        return self._pools.current()
+
     async def _new_connection(self) -> Any:
         raise NotImplementedError
 
@@ -342,9 +349,7 @@ class LentPoolExecutor(AsyncExecutor):
         return False
 
     async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
-        if self._closed:
-            raise ProviderClosedError("the provider is closed")
-        connections = self._pools.current()  # the running loop's (connections belong to one loop)
+        connections = self._connections
         conn = connections.take_idle() or await connections.take()
         if self._dead_before_sending(conn, None):
             connections.give(conn, healthy=False)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from ..contract import AcquireResult
 from . import forks
 from .sync_executors import Watchdog, run_on_psycopg
+from .waiters import KeyedEvents, ListenerBase, ReleaseWaiterBase
 
 
 class SyncAcquire(Protocol):
@@ -54,7 +55,10 @@ class _Generation:
         self.thread: threading.Thread | None = None
 
 
-class SyncNotifyListener:
+OpenConnection = Callable[[float], tuple[Any, Callable[[], None]]]
+
+
+class SyncNotifyListener(ListenerBase[OpenConnection, threading.Event]):
     """The provider's LISTEN connection and the waiters registered per key: ``open_connection``
     (the executor's ``listen_connection``), the query that names the channel, whether the provider
     is closed, the operation timeout (seconds) that bounds the setup, the table (for logs), and the
@@ -62,20 +66,15 @@ class SyncNotifyListener:
 
     def __init__(
         self,
-        open_connection: Callable[[float], tuple[Any, Callable[[], None]]],
+        open_connection: OpenConnection,
         channel_query: str,
         is_closed: Callable[[], bool],
         timeout_s: float,
         table: str,
         watchdog: Watchdog,
     ) -> None:
-        self._open_connection = open_connection
-        self._channel_query = channel_query
-        self._is_closed = is_closed
-        self._timeout_s = timeout_s
-        self._table = table
+        super().__init__(open_connection, channel_query, is_closed, timeout_s, table)
         self._watchdog = watchdog
-        self._waiters: dict[str, set[threading.Event]] = {}
         self._lock = threading.Lock()
         self._opening = threading.Lock()
         self._current: _Generation | None = None
@@ -88,7 +87,7 @@ class SyncNotifyListener:
         self._current = None
         self._lock = threading.Lock()
         self._opening = threading.Lock()
-        self._waiters = {}
+        self._waiters = KeyedEvents()
 
     @property
     def listening(self) -> bool:
@@ -97,21 +96,15 @@ class SyncNotifyListener:
 
     def register(self, key: str, event: threading.Event) -> None:
         with self._lock:
-            self._waiters.setdefault(key, set()).add(event)
+            self._waiters.register(key, event)
 
     def unregister(self, key: str, event: threading.Event) -> None:
         with self._lock:
-            events = self._waiters.get(key)
-            if events is not None:
-                events.discard(event)
-                if not events:
-                    del self._waiters[key]
+            self._waiters.unregister(key, event)
 
     def _wake(self, key: str | None) -> None:
         with self._lock:
-            events = (
-                [e for es in self._waiters.values() for e in es] if key is None else list(self._waiters.get(key, ()))
-            )
+            events = self._waiters.of(key)
         for event in events:
             event.set()
 
@@ -179,19 +172,11 @@ class SyncNotifyListener:
             self._drop()
 
 
-class SyncPostgresReleaseWaiter:
+class SyncPostgresReleaseWaiter(ReleaseWaiterBase[SyncNotifyListener, threading.Event, SyncAcquire]):
     """One waiting thread on one key: acquire attempts that flag the row, and waits that end on NOTIFY."""
 
     def __init__(self, listener: SyncNotifyListener, key: str, acquire: SyncAcquire) -> None:
-        self._acquire = acquire
-        self._listener = listener
-        self.key = key
-        self._event = threading.Event()
-
-    @property
-    def listening(self) -> bool:
-        """True while NOTIFY wake-ups work; otherwise the caller polls."""
-        return self._listener.listening
+        super().__init__(listener, key, acquire, threading.Event())
 
     def __enter__(self) -> SyncPostgresReleaseWaiter:
         self._listener.register(self.key, self._event)  # before the first attempt: no lost wake-up
