@@ -87,7 +87,7 @@ async def statements_on_raw_asyncpg(url: str, cycles: int) -> dict[str, float]:
             conn = conns[worker]
             for i in range(n):
                 key, owner = f"{tag}:{i % 64}", uuid.uuid4().hex
-                rows = await conn.fetch(statements.acquire, key, owner, 15000.0, None)
+                rows = await conn.fetch(statements.acquire, *statements.acquire_params(key, owner, 15000.0, None, None))
                 assert rows and rows[0][0]
                 await conn.fetch(statements.release, key, owner)
 

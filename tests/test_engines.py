@@ -139,3 +139,28 @@ def test_the_engine_tests_pass_on_the_oldest_sqlalchemy(tmp_path: Path) -> None:
     assert " passed" in done.stdout and "skipped" not in done.stdout.split("\n")[-2].replace("1 skipped", ""), (
         done.stdout[-2000:]
     )
+
+
+async def test_the_engine_path_sets_no_driver_attribute(
+    engine: tuple[AsyncEngine, str | None], key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22 item 5: autocommit on an application's engine goes through SQLAlchemy's public API
+    (its ``AUTOCOMMIT`` isolation level); sql_lease sets no attribute of the driver's connection or
+    of SQLAlchemy's adapter behind SQLAlchemy's back (it used to flip asyncpg's adapter flag)."""
+    made, schema = engine
+    async with made.connect() as conn:
+        raw = await conn.get_raw_connection()
+        classes = {type(raw.dbapi_connection), type(raw.driver_connection)}
+    set_by_sql_lease: list[tuple[str, str]] = []
+    for cls in classes:
+        original = cls.__setattr__
+
+        def recording(self: object, name: str, value: object, _original: object = original) -> None:
+            if sys._getframe(1).f_globals.get("__name__", "").startswith("sql_lease"):
+                set_by_sql_lease.append((type(self).__name__, name))
+            _original(self, name, value)  # type: ignore[operator]
+
+        monkeypatch.setattr(cls, "__setattr__", recording)
+    async with SqlLeaseProvider(made, schema=schema) as leases:
+        await every_operation(leases, key)
+    assert set_by_sql_lease == []

@@ -158,3 +158,79 @@ async def test_a_waiter_cancelled_as_a_connection_is_handed_to_it_gives_it_back(
         await first
     async with asyncio.timeout(5):
         assert await second is busy
+
+
+# -- issue 22 item 1: one executor interface, one retry rule, on both faces -------------------------
+
+
+def _terminate_other_backends(url: str, schema: str) -> int:
+    """End every session of the test database but this one (the provider's idle pooled ones)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' "
+            "AND state = 'idle' AND application_name = 'r2-retry'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kind", ["url", "engine"])
+def test_a_sync_connection_that_died_idle_is_replaced_before_the_statement_is_sent(
+    pg_schema: tuple[str, str], key: str, kind: str
+) -> None:
+    """The sync face applies the async face's retry rule: a pooled connection found dead before
+    its statement was sent (the server ended it while it sat idle) is replaced, and the operation
+    succeeds; before, the first operation after it raised ``LeaseBackendError``."""
+    import time
+
+    import sqlalchemy as sa
+
+    from sql_lease import SyncSqlLeaseProvider
+
+    url, schema = pg_schema
+    named = url + ("&" if "?" in url else "?") + "application_name=r2-retry"
+    engine = sa.create_engine(named.replace("postgresql://", "postgresql+psycopg://"), pool_size=2)
+    target: Any = engine if kind == "engine" else named
+    try:
+        with SyncSqlLeaseProvider(target, schema=schema, pool_size=2) as leases:
+            assert leases.acquire_lease(key, "a", 10_000).acquired
+            assert _terminate_other_backends(url, schema) >= 1
+            time.sleep(0.2)  # the server's goodbye reaches the idle socket
+            assert leases.get_lease_owner(key) == "a"
+            assert leases.release_lease(key, "a")
+    finally:
+        engine.dispose()
+
+
+def test_both_faces_offer_one_executor_interface() -> None:
+    """Same method names and parameters on the async and the sync executors (async or not), and
+    one retry rule object: a dead-before-sending connection is retried up to N times, within the
+    deadline."""
+    import inspect
+
+    from sql_lease.sql import executors, psycopg_async, sync_executors
+    from sql_lease.sql.retry import DeadBeforeSending, DeadConnectionRetry
+
+    async_classes = [executors.AsyncpgPoolExecutor, executors.AiosqlitePoolExecutor, executors.EngineExecutor]
+    async_classes.append(psycopg_async.PsycopgAsyncPoolExecutor)
+    sync_classes = [sync_executors.PsycopgPoolExecutor, sync_executors.SqliteFileExecutor]
+    sync_classes.append(sync_executors.EngineExecutor)
+    for name in ("run", "listen_connection", "close"):
+        every = async_classes + sync_classes
+        shapes = {(cls.__name__, tuple(inspect.signature(getattr(cls, name)).parameters)) for cls in every}
+        assert {params for _, params in shapes} == {next(iter(shapes))[1]}, shapes
+        assert all(inspect.iscoroutinefunction(getattr(cls, name)) for cls in async_classes)
+        assert not any(inspect.iscoroutinefunction(getattr(cls, name)) for cls in sync_classes)
+
+    rule = DeadConnectionRetry(2)
+    dead = DeadBeforeSending(ConnectionError("gone"))
+    rule.again(dead, 0, None)
+    rule.again(dead, 1, None)
+    with pytest.raises(ConnectionError):
+        rule.again(dead, 2, None)
+    with pytest.raises(ConnectionError):
+        rule.again(dead, 0, 0.0)  # past the deadline (time.monotonic() seconds)

@@ -174,3 +174,28 @@ def test_the_cli_without_any_postgres_driver_exits_78_naming_both_extras(command
     assert done.returncode == 78, done.stderr
     assert "sql-lease[postgresql]" in done.stderr and "sql-lease[psycopg]" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.postgres
+async def test_a_connection_that_died_idle_is_replaced_before_the_statement_is_sent(
+    pg_url: str, fresh_pg_schema: str, psycopg_only: None, key: str
+) -> None:
+    """Issue 22 item 1: psycopg's async pool applies the one retry rule too (it had the retry
+    budget but never found a connection dead): a pooled connection the server ended while it sat
+    idle is replaced and the operation succeeds (before: ``LeaseBackendError``, AdminShutdown)."""
+    import psycopg
+
+    named = pg_url + ("&" if "?" in pg_url else "?") + "application_name=r2-retry-async"
+    async with SqlLeaseProvider(named, schema=fresh_pg_schema, pool_size=2) as leases:
+        await leases.migrate()
+        assert (await leases.acquire_lease(key, "a", 10_000)).acquired
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+            cur = await admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'r2-retry-async' AND state = 'idle'"
+            )
+            row = await cur.fetchone()
+            assert row is not None and row[0] >= 1
+        await asyncio.sleep(0.2)  # the server's goodbye reaches the idle socket
+        assert await leases.get_lease_owner(key) == "a"
+        assert await leases.release_lease(key, "a")

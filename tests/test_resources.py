@@ -38,15 +38,30 @@ def with_database(url: str, database: str) -> str:
 async def test_a_given_engines_connections_come_back_with_the_same_session_settings(
     pg_schema: tuple[str, str], key: str
 ) -> None:
+    """The server session of a lent connection is as it was (no ``SET``), and SQLAlchemy's view of
+    it too: the isolation level it reports, and autocommit off. (Read on the driver connection,
+    outside any transaction: SQLAlchemy's ``AUTOCOMMIT`` option, the public way to autocommit, puts
+    back the default level it detected, so the next transaction's ``BEGIN`` names that level
+    explicitly: the same level, as for any application that uses the option.)"""
     url, schema = pg_schema
     engine = create_async_engine(url.replace("postgresql://", "postgresql+asyncpg://"), pool_size=1, max_overflow=0)
     query = (
         "SELECT pg_backend_pid(), array_agg(name || '=' || setting ORDER BY name)"
         " FROM pg_settings WHERE source = 'session'"
     )
-    try:
+
+    async def session() -> tuple[Any, ...]:
         async with engine.connect() as conn:
-            before = (await conn.exec_driver_sql(query)).one()
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            row = await driver.fetchrow(query)  # no transaction of SQLAlchemy's around it
+            level = await conn.get_isolation_level()
+            await conn.exec_driver_sql("SELECT 1")
+            assert conn.in_transaction()  # autocommit is off again
+            return (*row, level)
+
+    try:
+        before = await session()
         leases = SqlLeaseProvider(engine, schema=schema, pool_size=1)
         assert (await leases.acquire_lease(key, "a", 10_000)).acquired
         assert await leases.renew_lease(key, "a", 10_000)
@@ -54,10 +69,9 @@ async def test_a_given_engines_connections_come_back_with_the_same_session_setti
         assert (await leases.get_lease(key)) is not None
         assert await leases.release_lease(key, "b")
         await leases.close()
-        async with engine.connect() as conn:
-            after = (await conn.exec_driver_sql(query)).one()
+        after = await session()
         assert after[0] == before[0], "not the same connection: the test proves nothing"
-        assert after[1] == before[1]
+        assert after[1:] == before[1:]
     finally:
         await engine.dispose()
 

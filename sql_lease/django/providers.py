@@ -9,9 +9,11 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderClosedError
-from ..sql.options import validate_provider_options
-from ..sql.schema import DEFAULT_TABLE_NAME, LeaseTableNames
+from ..sql.setup import SyncProviderOptions, checked_sync_options
 from ..sql.sync_provider import SyncSqlLeaseProvider
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 __all__ = ["DjangoSqlLeaseProvider", "provider"]
 
@@ -38,30 +40,11 @@ class DjangoSqlLeaseProvider(SyncSqlLeaseProvider):
     """A :class:`~sql_lease.SyncSqlLeaseProvider` for ``DATABASES[using]``, bound at first use: made
     by :func:`provider`. See there."""
 
-    def __init__(
-        self,
-        using: str = "default",
-        *,
-        table_name: str = DEFAULT_TABLE_NAME,
-        schema: str | None = None,
-        version_table: str | None = None,
-        operation_timeout_s: float = 10.0,
-        pool_size: int | None = None,
-        sqlite_busy_timeout_ms: int | None = None,
-        sqlite_synchronous: str = "FULL",
-        listen_notify: bool = True,
-        pgbouncer: bool = False,
-    ) -> None:
+    def __init__(self, using: str = "default", **options: Unpack[SyncProviderOptions]) -> None:
         if not isinstance(using, str):
             raise TypeError(f"using must be a database alias (str), not {type(using).__name__}")
         # Checked now, before any SQL; the rest waits for the first use.
-        self.names = LeaseTableNames(table_name, schema, version_table)
-        checked = validate_provider_options(
-            operation_timeout_s=operation_timeout_s,
-            pool_size=pool_size,
-            sqlite_busy_timeout_ms=sqlite_busy_timeout_ms,
-            sqlite_synchronous=sqlite_synchronous,
-        )
+        self.names, checked = checked_sync_options(options)
         self.operation_timeout_s = checked.operation_timeout_s
         self.using = using
         self.safe_url = f"DATABASES[{using!r}]"  # until bound
@@ -71,17 +54,7 @@ class DjangoSqlLeaseProvider(SyncSqlLeaseProvider):
         self._unbound_closed = False
         self._own_engine: Any = None
         self._configured_name = _current_name(using)  # a later other NAME: the test runner's database
-        self._options: dict[str, Any] = {
-            "table_name": table_name,
-            "schema": schema,
-            "version_table": version_table,
-            "operation_timeout_s": operation_timeout_s,
-            "pool_size": pool_size,
-            "sqlite_busy_timeout_ms": sqlite_busy_timeout_ms,
-            "sqlite_synchronous": sqlite_synchronous,
-            "listen_notify": listen_notify,
-            "pgbouncer": pgbouncer,
-        }
+        self._options: dict[str, Any] = dict(options)
 
     if not TYPE_CHECKING:  # to a type checker the attributes are SyncSqlLeaseProvider's, not Any
 
@@ -139,7 +112,7 @@ class DjangoSqlLeaseProvider(SyncSqlLeaseProvider):
             def connect() -> sqlite3.Connection:
                 return sqlite3.connect(text, uri=True, check_same_thread=False, timeout=timeout_s)
 
-            pool_size = self._options["pool_size"] or 10
+            pool_size = self._options.get("pool_size") or 10
             self._own_engine = sa.create_engine(
                 "sqlite+pysqlite://", creator=connect, poolclass=sa.pool.QueuePool, pool_size=pool_size, max_overflow=0
             )
@@ -176,7 +149,7 @@ class DjangoSqlLeaseProvider(SyncSqlLeaseProvider):
             return psycopg.connect(psycopg_conninfo(url))
 
         self._own_engine = sa.create_engine("postgresql+psycopg://", creator=connect, poolclass=sa.pool.NullPool)
-        self._options = {**self._options, "pool_size": self._options["pool_size"] or 10}
+        self._options = {**self._options, "pool_size": self._options.get("pool_size") or 10}
         return self._own_engine
 
     @property
@@ -207,19 +180,7 @@ class DjangoSqlLeaseProvider(SyncSqlLeaseProvider):
             SyncSqlLeaseProvider.__del__(self)
 
 
-def provider(
-    using: str = "default",
-    *,
-    table_name: str = DEFAULT_TABLE_NAME,
-    schema: str | None = None,
-    version_table: str | None = None,
-    operation_timeout_s: float = 10.0,
-    pool_size: int | None = None,
-    sqlite_busy_timeout_ms: int | None = None,
-    sqlite_synchronous: str = "FULL",
-    listen_notify: bool = True,
-    pgbouncer: bool = False,
-) -> DjangoSqlLeaseProvider:
+def provider(using: str = "default", **options: Unpack[SyncProviderOptions]) -> DjangoSqlLeaseProvider:
     """A :class:`~sql_lease.SyncSqlLeaseProvider` for ``settings.DATABASES[using]`` that reads the
     alias's connection settings at its first operation, not when made: create it at module level.
 
@@ -242,19 +203,10 @@ def provider(
     no idle connection (one per operation), so the test runner can drop the database at the end.
 
     The keyword arguments are :class:`~sql_lease.SyncSqlLeaseProvider`'s (``table_name``,
-    ``schema``, ``operation_timeout_s``, ...), checked now: ``TypeError``/``ValueError``. At first
+    ``schema``, ``version_table``, ``operation_timeout_s``, ``pool_size``, ``sqlite_busy_timeout_ms``,
+    ``sqlite_synchronous``, ``listen_notify``, ``pgbouncer``; typed by
+    :class:`~sql_lease.sql.setup.SyncProviderOptions`), checked now: ``TypeError``/``ValueError``. At first
     use: ``KeyError`` for an alias ``DATABASES`` lacks, ``ValueError`` for another engine than
     PostgreSQL or SQLite, or a private ``:memory:`` database.
     """
-    return DjangoSqlLeaseProvider(
-        using,
-        table_name=table_name,
-        schema=schema,
-        version_table=version_table,
-        operation_timeout_s=operation_timeout_s,
-        pool_size=pool_size,
-        sqlite_busy_timeout_ms=sqlite_busy_timeout_ms,
-        sqlite_synchronous=sqlite_synchronous,
-        listen_notify=listen_notify,
-        pgbouncer=pgbouncer,
-    )
+    return DjangoSqlLeaseProvider(using, **options)

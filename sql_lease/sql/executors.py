@@ -7,9 +7,9 @@
   autocommit (each statement its own write transaction), WAL, a busy timeout.
 - :class:`EngineExecutor`: the application's ``AsyncEngine``. Every operation checks a connection
   out of that engine and runs through SQLAlchemy (``exec_driver_sql``), so the application's pool
-  limits, recycle, pre-ping, events and instrumentation all apply; autocommit is switched on the
-  driver adapter for the statement and back after it, so the connection goes back as it came, and
-  nothing is held between operations.
+  limits, recycle, pre-ping, events and instrumentation all apply; autocommit is SQLAlchemy's
+  ``AUTOCOMMIT`` isolation level on a view of the engine (public API; SQLAlchemy puts the level back
+  when the connection returns to the pool), and nothing is held between operations.
 
 ``run(make_plan)`` runs one plan on one connection. A connection whose statement failed in a way
 that may leave it unusable (timeout, cancellation, lost connection) is dropped, never reused; a
@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import itertools
 import os
 import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -37,9 +38,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ProviderClosedError
 from .operations import Plan, run_async
+from .retry import DeadBeforeSending, DeadConnectionRetry
 from .translate import connection_survives
 
-__all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "EngineExecutor"]
+__all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "EngineExecutor", "LentPoolExecutor"]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -49,24 +51,28 @@ Fetch = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Row]]]
 
 
 class AsyncExecutor:
-    """Runs plans; ``dedicated()`` opens a driver connection of its own (PostgreSQL LISTEN)."""
+    """Runs plans (the interface of :class:`.retry.AsyncExecutorInterface`, the sync face's
+    :class:`.sync_executors.SyncExecutor` awaited); ``listen_connection()`` opens a driver
+    connection of its own (PostgreSQL LISTEN)."""
 
-    retries = 3  # connections found dead before sending, replaced in a row
-    listens = False  # dedicated() gives an asyncpg connection for LISTEN
+    listens = False  # listen_connection() gives an asyncpg connection for LISTEN
 
-    def __init__(self) -> None:
+    def __init__(self, retries: int = 3) -> None:
         self.hooks: list[StatementHook] = []
+        self.retry = DeadConnectionRetry(retries)  # connections found dead before sending, replaced in a row
 
-    async def run(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None = None) -> T:
+    async def run(
+        self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None = None, deadline: float | None = None
+    ) -> T:
         """Run ``plan`` (else ``make_plan()``); ``make_plan`` starts it afresh after a connection
-        was found dead before its statement was sent."""
-        for attempt in range(self.retries + 1):
+        was found dead before its statement was sent (:class:`.retry.DeadConnectionRetry`).
+        ``deadline``: ``time.monotonic()`` seconds, or None when the caller bounds the call."""
+        for attempt in itertools.count():
             try:
                 return await self._run_once(make_plan, plan)
-            except _DeadBeforeSending as dead:
+            except DeadBeforeSending as dead:
+                self.retry.again(dead, attempt, deadline)
                 plan = None
-                if attempt == self.retries:
-                    raise dead.error from None
         raise AssertionError("unreachable")
 
     async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
@@ -79,11 +85,14 @@ class AsyncExecutor:
             fetch = _shown_to(self.hooks, fetch)
         return run_async(make_plan() if plan is None else plan, fetch)
 
-    async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
-        """A driver connection kept apart from the pool, and a coroutine function that drops it."""
-        raise NotImplementedError
+    async def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], Awaitable[None]]]:
+        """A driver connection kept apart from the pool (for LISTEN), and a coroutine function that
+        drops it; the caller bounds the wait (``timeout_s``, seconds, is the operation timeout)."""
+        raise NotImplementedError("no LISTEN on this driver")
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float) -> None:
+        """Let the executor's own connections go, closing idle ones politely for at most
+        ``timeout_s`` seconds (then they are terminated)."""
         raise NotImplementedError
 
 
@@ -94,11 +103,6 @@ def _shown_to(hooks: list[StatementHook], fetch: Fetch) -> Fetch:
         return await fetch(sql, params)
 
     return fetch_shown
-
-
-class _DeadBeforeSending(Exception):
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
 
 
 def _asyncpg_dead_before_sending(exc: BaseException, driver_conn: Any) -> bool:
@@ -292,9 +296,9 @@ class _Connections:
             with contextlib.suppress(Exception):
                 conn.terminate()
 
-    async def close(self) -> None:
-        """Close the idle connections politely, all at once, within one second; a network that
-        does not answer gets them terminated instead (never a wait per connection)."""
+    async def close(self, within_s: float = CLOSE_BUDGET_S) -> None:
+        """Close the idle connections politely, all at once, within ``within_s`` seconds; a network
+        that does not answer gets them terminated instead (never a wait per connection)."""
         self.closed = True
         idle, self._idle = list(self._idle), collections.deque()
         self._open -= len(idle)
@@ -302,7 +306,7 @@ class _Connections:
             pass
         if idle:
             closing = [asyncio.ensure_future(conn.close()) for conn in idle]
-            await asyncio.wait(closing, timeout=CLOSE_BUDGET_S)
+            await asyncio.wait(closing, timeout=within_s)
             for conn, task in zip(idle, closing, strict=True):
                 if not task.done():
                     task.cancel()
@@ -311,28 +315,74 @@ class _Connections:
                     conn.terminate()
 
 
-class AsyncpgPoolExecutor(AsyncExecutor):
+class LentPoolExecutor(AsyncExecutor):
+    """The provider's own driver connections, up to ``size`` per event loop and process, lent by
+    :class:`_Connections`; a driver supplies how to connect, fetch, and tell a dead connection."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(retries=size)
+        self._close_within_s = CLOSE_BUDGET_S
+        self._pools: LoopLocal[_Connections] = LoopLocal(
+            lambda: _Connections(self._new_connection, size),
+            lambda pool: pool.close(self._close_within_s),
+            _Connections.abandon,
+        )
+        self._closed = False
+
+    @property
+    def _connections(self) -> _Connections:
+        """The pool of the running event loop in this process (connections belong to one loop)."""
+        if self._closed:
+            raise ProviderClosedError("the provider is closed")
+        return self._pools.current()
+
+    async def _new_connection(self) -> Any:
+        raise NotImplementedError
+
+    def _fetch(self, conn: Any) -> Fetch:
+        """The statement runner of the lent connection ``conn``."""
+        raise NotImplementedError
+
+    def _dead_before_sending(self, conn: Any, exc: BaseException | None) -> bool:
+        """Whether ``conn`` was found dead before a statement was sent: idle (``exc`` None), or by
+        the error its statement raised."""
+        return False
+
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+        connections = self._connections
+        conn = connections.take_idle() or await connections.take()
+        if self._dead_before_sending(conn, None):
+            connections.give(conn, healthy=False)
+            raise DeadBeforeSending(ConnectionError("the server ended an idle pooled connection"))
+        healthy = False
+        try:
+            result = await self._execute(make_plan, plan, self._fetch(conn))
+            healthy = True
+            return result
+        except BaseException as exc:
+            healthy = connection_survives(exc)
+            if self._dead_before_sending(conn, exc):
+                raise DeadBeforeSending(exc) from exc
+            raise
+        finally:
+            connections.give(conn, healthy=healthy)
+
+    async def close(self, timeout_s: float) -> None:
+        self._closed = True
+        self._close_within_s = min(timeout_s, CLOSE_BUDGET_S)
+        await self._pools.close()
+
+
+class AsyncpgPoolExecutor(LentPoolExecutor):
     """The provider's own asyncpg connections for a PostgreSQL URL (``connect_kwargs`` as for
     ``asyncpg.connect``); the ``setup`` statements run once on each new connection."""
 
     listens = True
 
     def __init__(self, connect_kwargs: dict[str, Any], size: int, setup: Sequence[str]) -> None:
-        super().__init__()
-        self.retries = size
+        super().__init__(size)
         self._connect_kwargs = connect_kwargs
         self._setup = tuple(setup)
-        self._pools: LoopLocal[_Connections] = LoopLocal(
-            lambda: _Connections(self._new_connection, size), _Connections.close, _Connections.abandon
-        )
-        self._closed = False
-
-    @property
-    def _connections(self) -> _Connections:
-        """The pool of the running event loop in this process (asyncpg connections belong to one loop)."""
-        if self._closed:
-            raise ProviderClosedError("the provider is closed")
-        return self._pools.current()
 
     async def _new_connection(self) -> Any:
         import asyncpg
@@ -346,23 +396,14 @@ class AsyncpgPoolExecutor(AsyncExecutor):
             raise
         return conn
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
-        connections = self._connections
-        conn = connections.take_idle() or await connections.take()
-        healthy = False
-        try:
-            result = await self._execute(make_plan, plan, lambda sql, params: conn.fetch(sql, *params))
-            healthy = True
-            return result
-        except BaseException as exc:
-            healthy = connection_survives(exc)
-            if _asyncpg_dead_before_sending(exc, conn):
-                raise _DeadBeforeSending(exc) from exc
-            raise
-        finally:
-            connections.give(conn, healthy=healthy)
+    def _fetch(self, conn: Any) -> Fetch:
+        return lambda sql, params: conn.fetch(sql, *params)  # type: ignore[no-any-return]
 
-    async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
+    def _dead_before_sending(self, conn: Any, exc: BaseException | None) -> bool:
+        # idle: take_idle() already skipped closed ones; asyncpg checks before it writes
+        return exc is not None and _asyncpg_dead_before_sending(exc, conn)
+
+    async def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], Awaitable[None]]]:
         import asyncpg
 
         conn = await asyncpg.connect(**self._connect_kwargs)
@@ -371,10 +412,6 @@ class AsyncpgPoolExecutor(AsyncExecutor):
             conn.terminate()
 
         return conn, drop
-
-    async def close(self) -> None:
-        self._closed = True
-        await self._pools.close()
 
 
 class _SqlitePool:
@@ -439,22 +476,19 @@ class AiosqlitePoolExecutor(AsyncExecutor):
             if self._closed:
                 raise ProviderClosedError("the provider is closed")
             conn = pool.idle.pop() if pool.idle else await self._connect()
-            healthy = False
             try:
                 result = await self._execute(make_plan, plan, conn.execute_fetchall)
-                healthy = True
-                return result
             except BaseException as exc:
-                healthy = connection_survives(exc)
+                self._give_back(pool, conn, connection_survives(exc))
                 raise
-            finally:
-                if healthy and not self._closed:
-                    pool.idle.append(conn)
-                else:
-                    self._drop(pool, conn, interrupt=not healthy)
+            self._give_back(pool, conn, True)
+            return result
 
-    async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
-        raise NotImplementedError("SQLite has no LISTEN")
+    def _give_back(self, pool: _SqlitePool, conn: Any, healthy: bool) -> None:
+        if healthy and not self._closed:
+            pool.idle.append(conn)
+        else:
+            self._drop(pool, conn, interrupt=not healthy)
 
     async def _close_pool(self, pool: _SqlitePool) -> None:
         while pool.idle:
@@ -470,16 +504,16 @@ class AiosqlitePoolExecutor(AsyncExecutor):
             with contextlib.suppress(Exception):
                 pool.idle.pop().stop()
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float) -> None:
         self._closed = True
         await self._pools.close()
 
 
 class EngineExecutor(AsyncExecutor):
     """The application's ``AsyncEngine`` (asyncpg, psycopg or aiosqlite): one checkout per
-    operation, through SQLAlchemy, in autocommit (psycopg, aiosqlite: SQLAlchemy's ``AUTOCOMMIT``
-    isolation level on an engine view sharing the application's pool, put back when the connection
-    returns; asyncpg: the adapter's autocommit flag, put back after the operation)."""
+    operation, through SQLAlchemy's public API, in autocommit (SQLAlchemy's ``AUTOCOMMIT`` isolation
+    level on an engine view sharing the application's pool, put back when the connection returns;
+    no driver attribute is set here)."""
 
     def __init__(self, engine: AsyncEngine, after_connect: Sequence[str] = ()) -> None:
         super().__init__()
@@ -499,16 +533,14 @@ class EngineExecutor(AsyncExecutor):
         self._owned = bool(after_connect)
         self._pid = os.getpid()
         self._asyncpg = engine.dialect.name == "postgresql" and engine.dialect.driver == "asyncpg"
-        # psycopg and aiosqlite: SQLAlchemy's AUTOCOMMIT, set at checkout and reset at checkin inside
-        # its greenlet (their adapters do I/O to switch). asyncpg: its adapter's autocommit flag is
-        # a plain attribute, switched here and put back (no I/O, no greenlet; the connection goes
-        # back exactly as it came, and it costs 25-30% less CPU per operation than the option).
-        self._engine = engine if self._asyncpg else engine.execution_options(isolation_level="AUTOCOMMIT")
+        # SQLAlchemy's AUTOCOMMIT, on a view of the engine sharing the application's pool: set at
+        # checkout, put back at checkin (public API only; no driver attribute is set here).
+        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._psycopg = engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
         self.listens = self._asyncpg
         pool = engine.sync_engine.pool
         size = getattr(pool, "size", None)
-        self.retries = (size() if callable(size) else 5) + 2
+        self.retry = DeadConnectionRetry((size() if callable(size) else 5) + 2)
 
     async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
         if self._owned and self._pid != os.getpid():
@@ -517,19 +549,16 @@ class EngineExecutor(AsyncExecutor):
             await self._given.dispose(close=False)
         async with self._engine.connect() as conn:
             driver_conn: Any = None
-            adapter: Any = None
-            before: Any = None
             if self._asyncpg:
+                # read through the synchronous Connection (public; no greenlet hop, unlike
+                # get_raw_connection(): 15-20 us of CPU per operation)
                 sync_conn = conn.sync_connection
                 raw = sync_conn.connection if sync_conn is not None else await conn.get_raw_connection()
                 driver_conn = raw.driver_connection
                 if driver_conn is not None and driver_conn.is_closed():
                     # died while idle in the application's pool (a database restart, no pre-ping)
                     await conn.invalidate()
-                    raise _DeadBeforeSending(ConnectionError("a pooled connection was closed"))
-                adapter = raw.dbapi_connection
-                before = adapter.autocommit
-                adapter.autocommit = True
+                    raise DeadBeforeSending(ConnectionError("a pooled connection was closed"))
             fetch: Fetch = _psycopg_rows(conn) if self._psycopg else lambda sql, params: _rows(conn, sql, params)
             try:
                 return await self._execute(make_plan, plan, fetch)
@@ -538,13 +567,10 @@ class EngineExecutor(AsyncExecutor):
                     with contextlib.suppress(Exception):
                         await asyncio.shield(conn.invalidate())
                 elif driver_conn is not None and _asyncpg_dead_before_sending(exc, driver_conn):
-                    raise _DeadBeforeSending(exc) from exc
+                    raise DeadBeforeSending(exc) from exc
                 raise
-            finally:
-                if self._asyncpg and not conn.invalidated:
-                    adapter.autocommit = before  # SQLAlchemy's empty transaction ends without I/O
 
-    async def dedicated(self) -> tuple[Any, Callable[[], Any]]:
+    async def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], Awaitable[None]]]:
         conn = await self._engine.connect()
         try:
             driver_conn = (await conn.get_raw_connection()).driver_connection
@@ -559,7 +585,7 @@ class EngineExecutor(AsyncExecutor):
 
         return driver_conn, drop
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float) -> None:
         """Nothing to do: the engine and its pool belong to the application."""
 
 

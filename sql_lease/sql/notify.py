@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..contract import AcquireResult
+from .waiters import ListenerBase, ReleaseWaiterBase
 
 
 class Acquire(Protocol):
@@ -28,41 +29,35 @@ class Acquire(Protocol):
 log = logging.getLogger("sql_lease")
 
 
-class NotifyListener:
+OpenDedicated = Callable[[float], Awaitable[tuple[Any, Callable[[], Awaitable[None]]]]]
+
+
+class NotifyListener(ListenerBase[OpenDedicated, asyncio.Event]):
     """The provider's LISTEN connection and the waiters registered per key."""
 
     def __init__(
         self,
-        open_dedicated: Callable[[], Awaitable[tuple[Any, Callable[[], Awaitable[None]]]]],
+        open_dedicated: OpenDedicated,
         channel_query: str,
         is_closed: Callable[[], bool],
         timeout_s: float,
         table: str,
     ) -> None:
-        self._open_dedicated = open_dedicated
-        self._channel_query = channel_query
-        self._is_closed = is_closed
-        self._timeout_s = timeout_s
-        self._table = table
+        super().__init__(open_dedicated, channel_query, is_closed, timeout_s, table)
         self._channel: str | None = None  # 'sql_lease_<table OID>': one per table, however it is named
         self._drop_connection: Callable[[], Awaitable[None]] | None = None
         self._driver: Any = None  # the asyncpg connection, LISTENing
         self._opening = asyncio.Lock()
-        self._waiters: dict[str, set[asyncio.Event]] = {}
 
     @property
     def listening(self) -> bool:
         return self._driver is not None and not self._driver.is_closed()
 
     def register(self, key: str, event: asyncio.Event) -> None:
-        self._waiters.setdefault(key, set()).add(event)
+        self._waiters.register(key, event)
 
     def unregister(self, key: str, event: asyncio.Event) -> None:
-        events = self._waiters.get(key)
-        if events is not None:
-            events.discard(event)
-            if not events:
-                del self._waiters[key]
+        self._waiters.unregister(key, event)
 
     async def ensure_listening(self) -> bool:
         """Open the LISTEN connection if it is not open; False if that failed (then poll)."""
@@ -76,7 +71,7 @@ class NotifyListener:
             await self._drop()
             try:
                 async with asyncio.timeout(self._timeout_s):
-                    driver, drop = await self._open_dedicated()
+                    driver, drop = await self._open_connection(self._timeout_s)
                     try:
                         channel = await driver.fetchval(self._channel_query)
                         await driver.add_listener(channel, self._on_notify)
@@ -94,14 +89,13 @@ class NotifyListener:
             return True
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, key: str) -> None:
-        for event in self._waiters.get(key, ()):
+        for event in self._waiters.of(key):
             event.set()
 
     def _on_terminated(self, _conn: Any) -> None:
         self._driver = None
-        for events in self._waiters.values():  # wake everyone to poll until we listen again
-            for event in events:
-                event.set()
+        for event in self._waiters.of(None):  # wake everyone to poll until we listen again
+            event.set()
 
     async def _drop(self) -> None:
         drop, self._drop_connection, self._driver = self._drop_connection, None, None
@@ -114,19 +108,11 @@ class NotifyListener:
             await self._drop()
 
 
-class PostgresReleaseWaiter:
+class PostgresReleaseWaiter(ReleaseWaiterBase[NotifyListener, asyncio.Event, Acquire]):
     """One waiter on one key: acquire attempts that flag the row, and waits that end on NOTIFY."""
 
     def __init__(self, listener: NotifyListener, key: str, acquire: Acquire) -> None:
-        self._acquire = acquire
-        self._listener = listener
-        self.key = key
-        self._event = asyncio.Event()
-
-    @property
-    def listening(self) -> bool:
-        """True while NOTIFY wake-ups work; otherwise the caller should poll."""
-        return self._listener.listening
+        super().__init__(listener, key, acquire, asyncio.Event())
 
     async def __aenter__(self) -> PostgresReleaseWaiter:
         self._listener.register(self.key, self._event)  # before the first attempt: no lost wake-up

@@ -17,11 +17,7 @@ class ProviderOptions(NamedTuple):
 
 
 def validate_provider_options(
-    *,
-    operation_timeout_s: float,
-    pool_size: int | None,
-    sqlite_busy_timeout_ms: int | None,
-    sqlite_synchronous: str,
+    operation_timeout_s: float, pool_size: int | None, sqlite_busy_timeout_ms: int | None, sqlite_synchronous: str
 ) -> ProviderOptions:
     """Check the arguments before any I/O: `TypeError` for a wrong type, `ValueError` out of range."""
     if isinstance(operation_timeout_s, bool) or not isinstance(operation_timeout_s, (int, float)):

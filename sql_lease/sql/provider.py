@@ -34,14 +34,14 @@ from ..errors import (
     ProviderClosedError,
     SchemaMissingError,
 )
-from . import operations
+from . import operations, setup
 from .deadlines import DeadlineWatch
 from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor, LoopLocal
 from .operations import LOCK_WAIT_SHARE, Plan
-from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
-from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
+from .options import validate_provider_options
+from .schema import DEFAULT_TABLE_NAME, LeaseTableNames
 from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
-from .translate import describe, operation_label, schema_outdated, translate
+from .translate import describe, operation_label, translate
 from .urls import asyncpg_url_and_args, open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
 
 if TYPE_CHECKING:
@@ -54,8 +54,7 @@ __all__ = ["SqlLeaseProvider", "to_async_url"]
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
 
-# the drivers of an application's AsyncEngine the engine path runs on
-_ENGINE_DRIVERS = {"postgresql": ("asyncpg", "psycopg"), "sqlite": ("aiosqlite",)}
+_ENGINE_DRIVERS_IN_WORDS = "asyncpg or psycopg (PostgreSQL) or aiosqlite (SQLite)"
 # keys SQLAlchemy's asyncpg dialect adds to the connect arguments that asyncpg itself does not take
 _SQLALCHEMY_ONLY_ARGS = ("prepared_statement_cache_size", "prepared_statement_name_func", "async_creator_fn")
 
@@ -219,13 +218,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         durable_release: bool = False,
     ) -> None:
         self.names = LeaseTableNames(table_name, schema, version_table)
-        checked = validate_provider_options(
-            operation_timeout_s=operation_timeout_s,
-            pool_size=pool_size,
-            sqlite_busy_timeout_ms=sqlite_busy_timeout_ms,
-            sqlite_synchronous=sqlite_synchronous,
-        )
-        pool_size, sqlite_busy_timeout_ms = checked.pool_size, checked.sqlite_busy_timeout_ms
+        checked = validate_provider_options(operation_timeout_s, pool_size, sqlite_busy_timeout_ms, sqlite_synchronous)
         self.operation_timeout_s = checked.operation_timeout_s
         self._closed = False
         self._in_flight = 0
@@ -239,12 +232,10 @@ class SqlLeaseProvider(LeaseProviderBase):
 
         if isinstance(url_or_engine, AsyncEngine):
             base_engine, self._owns_engine = url_or_engine, False
-            backend = base_engine.dialect.name
-            if base_engine.dialect.driver not in _ENGINE_DRIVERS.get(backend, ()):
-                raise ValueError(
-                    f"the engine must use asyncpg or psycopg (PostgreSQL) or aiosqlite (SQLite), "
-                    f"not {backend}+{base_engine.dialect.driver}"
-                )
+            dialect = base_engine.dialect
+            backend = setup.engine_backend(
+                dialect.name, dialect.driver, setup.ASYNC_ENGINE_DRIVERS, _ENGINE_DRIVERS_IN_WORDS
+            )
         elif isinstance(url_or_engine, (str, URL)):
             url = to_async_url(url_or_engine)
             backend = url.get_backend_name()
@@ -253,11 +244,8 @@ class SqlLeaseProvider(LeaseProviderBase):
                 if postgres_driver == "psycopg":
                     url = url.set(drivername="postgresql+psycopg")
             database_file = sqlite_file(url)
-            if database_file is not None and not database_file.parent.is_dir():
-                raise ValueError(
-                    f"the directory {database_file.parent} of the SQLite database does not exist "
-                    "(or is not a directory); create it first"
-                )
+            if database_file is not None:
+                setup.sqlite_directory(database_file)
             # This engine only migrates (and runs `uri=true` SQLite URLs): it keeps no connections.
             options: dict[str, Any] = {"poolclass": NullPool}
             if postgres_driver == "asyncpg":
@@ -278,10 +266,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             raise TypeError(
                 f"url_or_engine must be a URL string, sqlalchemy URL or AsyncEngine, not {type(url_or_engine).__name__}"
             )
-        if sqlite_busy_timeout_ms is not None and backend != "sqlite":
-            raise ValueError(f"sqlite_busy_timeout_ms is only for SQLite databases, not {backend}")
-        if sqlite_busy_timeout_ms is None:
-            sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), MAX_SQLITE_BUSY_TIMEOUT_MS)
+        busy_timeout_ms = setup.sqlite_busy_timeout(checked.sqlite_busy_timeout_ms, self.operation_timeout_s, backend)
         self._base_engine = base_engine
         self.dialect_name = backend
         self.durable_release = bool(durable_release)
@@ -292,19 +277,15 @@ class SqlLeaseProvider(LeaseProviderBase):
         self.safe_url = safe_url(base_engine.url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
         size = pool_size or 10
-        pragmas = (
-            f"PRAGMA busy_timeout = {int(sqlite_busy_timeout_ms)}",
-            "PRAGMA journal_mode = WAL",
-            f"PRAGMA synchronous = {sqlite_synchronous}",
-        )
+        pragmas = setup.sqlite_pragmas(busy_timeout_ms, sqlite_synchronous)
         self._executor: AsyncExecutor
         if not self._owns_engine:
             self._executor = EngineExecutor(base_engine)
         elif postgres_driver == "psycopg":
             from .psycopg_async import PsycopgAsyncPoolExecutor
 
-            setup = () if pgbouncer else OWN_CONNECTION_SETUP
-            self._executor = PsycopgAsyncPoolExecutor(conninfo, size, setup, pgbouncer=pgbouncer)
+            session_setup = () if pgbouncer else OWN_CONNECTION_SETUP
+            self._executor = PsycopgAsyncPoolExecutor(conninfo, size, session_setup, pgbouncer=pgbouncer)
         elif backend == "postgresql":
             connect_kwargs = _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer)
             self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
@@ -323,10 +304,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         self._database_file = database_file
 
     def _missing_file(self) -> SchemaMissingError:
-        return SchemaMissingError(
-            f"lease table {self.names.table!r} not found: the SQLite database file {self._database_file} "
-            f"does not exist: run `sql-lease migrate --url URL{self.migrate_command_options()}` first"
-        )
+        return setup.database_file_missing(self.names, self._database_file)
 
     def __repr__(self) -> str:
         return f"SqlLeaseProvider({getattr(self, 'safe_url', '?')!r}, table_name={self.names.table!r})"
@@ -380,7 +358,7 @@ class SqlLeaseProvider(LeaseProviderBase):
                     await asyncio.shield(self._drained)
         if self._listeners is not None:
             await self._listeners.close()
-        await self._executor.close()
+        await self._executor.close(self.operation_timeout_s)
         if getattr(self, "_uri_engine", None) is not None:
             await self._uri_engine.dispose()
         if self._owns_engine:
@@ -407,7 +385,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             channel_query = self.statements.notify_channel or ""
             self._listeners = LoopLocal(
                 lambda: NotifyListener(
-                    self._executor.dedicated,
+                    self._executor.listen_connection,
                     channel_query,
                     lambda: self._closed,
                     self.operation_timeout_s,
@@ -435,19 +413,10 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     def migrate_command_options(self) -> str:
         """The CLI options that name this provider's table, for hints in messages."""
-        names = self.names
-        options = "" if names.table == DEFAULT_TABLE_NAME else f" --table {names.table}"
-        options += f" --schema {names.schema}" if names.schema else ""
-        if names.version_table != derived_version_table(names.table):
-            options += f" --version-table {names.version_table}"
-        return options
+        return setup.migrate_command_options(self.names)
 
     def _schema_missing(self, exc: BaseException) -> SchemaMissingError:
-        problem = "is older than this sql_lease" if schema_outdated(exc) else "not found"
-        return SchemaMissingError(
-            f"lease table {self.names.table!r} {problem} in {self.safe_url}: "
-            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({describe(exc)})"
-        )
+        return setup.schema_missing(self.names, self.safe_url, exc)
 
     # -- fenced writes: in the caller's transaction, on the caller's connection ---------------------
 
@@ -503,7 +472,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         ticket = self._deadlines.start(self.operation_timeout_s)
         try:
             try:
-                return await self._executor.run(make_plan, plan)
+                return await self._executor.run(make_plan, plan, time.monotonic() + self.operation_timeout_s)
             except asyncio.CancelledError:
                 if self._deadlines.stop(ticket):  # our deadline's, as asyncio.timeout converts it
                     raise TimeoutError from None

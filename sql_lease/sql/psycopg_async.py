@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ..errors import ProviderClosedError
-from .executors import AsyncExecutor, LoopLocal, _Connections
-from .operations import Plan
-from .translate import connection_survives
+from .executors import Fetch, LentPoolExecutor
+from .sync_executors import ended_while_idle
 
 __all__ = ["PsycopgAsyncPoolExecutor"]
 
@@ -41,6 +39,10 @@ class _Lent:
 
     def is_closed(self) -> bool:
         return bool(self.conn.closed)
+
+    def ended_while_idle(self) -> bool:
+        """True when the server ended this idle connection (nothing is sent or awaited)."""
+        return ended_while_idle(self.conn)
 
     def terminate(self) -> None:
         """Close the connection without awaiting; one with a statement still being cancelled is
@@ -73,7 +75,7 @@ class _Lent:
         return await cursor.fetchall() if cursor.description is not None else []  # type: ignore[no-any-return]
 
 
-class PsycopgAsyncPoolExecutor(AsyncExecutor):
+class PsycopgAsyncPoolExecutor(LentPoolExecutor):
     """The provider's own psycopg 3 async connections for a PostgreSQL URL (``conninfo``: libpq's
     connection string); the ``setup`` statements run once on each new connection."""
 
@@ -82,18 +84,13 @@ class PsycopgAsyncPoolExecutor(AsyncExecutor):
 
         from .sync_executors import _utc_loader
 
-        super().__init__()
-        self.retries = size
+        super().__init__(size)
         self._conninfo = conninfo
         self._setup = tuple(setup)
         self._kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": psycopg.AsyncRawCursor}
         if pgbouncer:
             self._kwargs["prepare_threshold"] = None  # PgBouncer's transaction mode cannot track them
         self._loader = _utc_loader()
-        self._pools: LoopLocal[_Connections] = LoopLocal(
-            lambda: _Connections(self._new_connection, size), _Connections.close, _Connections.abandon
-        )
-        self._closed = False
 
     async def _new_connection(self) -> _Lent:
         import psycopg
@@ -113,22 +110,9 @@ class PsycopgAsyncPoolExecutor(AsyncExecutor):
             raise
         return _Lent(conn)
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
-        if self._closed:
-            raise ProviderClosedError("the provider is closed")
-        connections = self._pools.current()
-        lent = connections.take_idle() or await connections.take()
-        healthy = False
-        try:
-            result = await self._execute(make_plan, plan, lent.fetch)
-            healthy = True
-            return result
-        except BaseException as exc:
-            healthy = connection_survives(exc)
-            raise
-        finally:
-            connections.give(lent, healthy=healthy)
+    def _fetch(self, conn: _Lent) -> Fetch:
+        return conn.fetch
 
-    async def close(self) -> None:
-        self._closed = True
-        await self._pools.close()
+    def _dead_before_sending(self, conn: _Lent, exc: BaseException | None) -> bool:
+        # psycopg sends without looking: a connection is checked while idle, before its statement
+        return exc is None and conn.ended_while_idle()

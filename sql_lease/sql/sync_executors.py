@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import itertools
 import math
 import os
 import re
@@ -38,6 +39,7 @@ from urllib.parse import quote
 from ..errors import MissingDriverError, SchemaMissingError
 from . import forks
 from .operations import Plan, run_sync
+from .retry import DeadBeforeSending, DeadConnectionRetry, readable_while_idle
 from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
 
@@ -197,22 +199,47 @@ def _with_hooks(hooks: list[StatementHook], fetch: Fetch) -> Fetch:
     return hooked
 
 
+_NO_DEADLINE_S = 86_400.0  # run(deadline=None): bounded by the longest operation timeout there is
+
+
 class SyncExecutor:
-    """Runs a plan on one connection within ``timeout_s`` seconds; ``close()`` ends the pool.
+    """Runs a plan on one connection by a deadline (the interface of :class:`.retry.Executor`, the
+    async face's :class:`.executors.AsyncExecutor` without ``await``); ``close()`` ends the pool.
     ``hooks`` are called with ``(sql, params)`` before every statement."""
 
     dialect_name: str
     hooks: list[StatementHook]
+    listens = False  # listen_connection() gives a psycopg connection for LISTEN
+    retry = DeadConnectionRetry(0)  # connections found dead before sending, replaced in a row
 
     def _run_plan(self, plan: Plan[T], fetch_one: Fetch, fetch_all: Fetch) -> T:
         if self.hooks:
             fetch_one, fetch_all = _with_hooks(self.hooks, fetch_one), _with_hooks(self.hooks, fetch_all)
         return run_sync(plan, fetch_one, fetch_all)
 
-    def run(self, plan: Plan[T], timeout_s: float) -> T:
+    def run(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None = None, deadline: float | None = None) -> T:
+        """Run ``plan`` (else ``make_plan()``) by ``deadline`` (``time.monotonic()`` seconds; None:
+        no bound of the caller's); ``make_plan`` starts it afresh after a connection was found dead
+        before its statement was sent (:class:`.retry.DeadConnectionRetry`)."""
+        until = time.monotonic() + _NO_DEADLINE_S if deadline is None else deadline
+        for attempt in itertools.count():
+            try:
+                return self._run_once(make_plan() if plan is None else plan, until)
+            except DeadBeforeSending as dead:
+                self.retry.again(dead, attempt, until)
+                plan = None
+        raise AssertionError("unreachable")
+
+    def _run_once(self, plan: Plan[T], deadline: float) -> T:
         raise NotImplementedError
 
+    def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], None]]:
+        """A connection of its own for LISTEN (not pooled, autocommit), and a function that drops
+        it; connecting takes at most about ``timeout_s`` seconds."""
+        raise NotImplementedError("no LISTEN on this driver")
+
     def close(self, timeout_s: float) -> None:
+        """Let the executor's own connections go within ``timeout_s`` seconds."""
         raise NotImplementedError
 
 
@@ -332,6 +359,24 @@ def _quietly(call: Callable[[], object]) -> None:
         call()
 
 
+def ended_while_idle(conn: Any) -> bool:
+    """True when the server ended the idle psycopg connection ``conn`` (sync or async): it is
+    closed, or its socket had the server's goodbye to read. Nothing is sent; what arrived is read
+    without waiting (libpq's non-blocking ``PQconsumeInput``), so a notification or a parameter
+    report stays queued for its owner and the connection counts as alive."""
+    try:
+        if conn.closed:
+            return True
+        pgconn = conn.pgconn
+        for _ in range(8):  # a goodbye is a message, then the end of the stream: a read each
+            if not readable_while_idle(pgconn.socket):
+                return bool(pgconn.status != 0)  # 0: CONNECTION_OK
+            pgconn.consume_input()
+        return False  # still more to read: a busy stream of notifications, not an end
+    except Exception:  # the socket is gone, or reading found its end
+        return True
+
+
 class _PgFetch:
     """fetch_one/fetch_all on one psycopg cursor (``$n`` placeholders: RawCursor)."""
 
@@ -408,6 +453,8 @@ class PsycopgPoolExecutor(SyncExecutor):
         except ImportError as exc:
             raise _missing_driver(exc) from exc
         self.hooks = []
+        self.listens = True
+        self.retry = DeadConnectionRetry(pool_size)
         self._conninfo = conninfo
         self._pool_size = pool_size
         self._connect_timeout_s = connect_timeout_s
@@ -501,9 +548,13 @@ class PsycopgPoolExecutor(SyncExecutor):
             except psycopg_pool.PoolClosed as exc:
                 raise RuntimeError("the provider is closed") from exc
 
-    def run(self, plan: Plan[T], timeout_s: float) -> T:
-        deadline = time.monotonic() + timeout_s
+    def _run_once(self, plan: Plan[T], deadline: float) -> T:
         pool, conn = self._checkout(deadline)
+        if ended_while_idle(conn):
+            with contextlib.suppress(Exception):
+                conn.close()
+            pool.putconn(conn)
+            raise DeadBeforeSending(ConnectionError("the server ended an idle pooled connection"))
         healthy = False
         try:
             # One cursor per connection, kept: a new cursor would look up its row loaders afresh.
@@ -697,8 +748,7 @@ class SqliteFileExecutor(SyncExecutor):
         self._busy[id(conn)] = int(self._busy_timeout_ms)
         return conn
 
-    def run(self, plan: Plan[T], timeout_s: float) -> T:
-        deadline = time.monotonic() + timeout_s
+    def _run_once(self, plan: Plan[T], deadline: float) -> T:
         conn = self._pool.take(deadline)
         healthy = False
         try:
@@ -750,6 +800,9 @@ class EngineExecutor(SyncExecutor):
         self.hooks = []
         self._engine = engine
         self.dialect_name = engine.dialect.name
+        self.listens = self.dialect_name == "postgresql"
+        size = getattr(engine.pool, "size", None)
+        self.retry = DeadConnectionRetry((size() if callable(size) else 5) + 2)
         self._pool_size = pool_size
         self._slots = threading.BoundedSemaphore(pool_size)
         self._watchdog = watchdog
@@ -766,13 +819,17 @@ class EngineExecutor(SyncExecutor):
             self._raw_cursor = psycopg.RawCursor
             self._loader = _utc_loader()
 
-    def run(self, plan: Plan[T], timeout_s: float) -> T:
-        deadline = time.monotonic() + timeout_s
-        if not self._slots.acquire(timeout=timeout_s):
+    def _run_once(self, plan: Plan[T], deadline: float) -> T:
+        if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
             raise StalledError("no connection slot was free in time")
         try:
             with self._checkout(deadline) as connection:
                 raw = connection.connection.driver_connection
+                if self.dialect_name == "postgresql" and ended_while_idle(raw):
+                    # died while idle in the application's pool (a database restart, no pre-ping)
+                    self._suspect = True
+                    connection.invalidate()
+                    raise DeadBeforeSending(ConnectionError("the server ended an idle pooled connection"))
                 spoiled = True
                 fetch_one: Callable[[str, tuple[Any, ...]], Row | None]
                 fetch_all: Callable[[str, tuple[Any, ...]], list[Row]]

@@ -14,18 +14,32 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..contract import AcquireResult
 from . import forks
-from .sync_executors import run_on_psycopg
+from .sync_executors import Watchdog, run_on_psycopg
+from .waiters import KeyedEvents, ListenerBase, ReleaseWaiterBase
 
-if TYPE_CHECKING:
-    from .sync_provider import SyncSqlLeaseProvider
+
+class SyncAcquire(Protocol):
+    """The sync provider's acquire; ``waiting=True`` flags a refused row so its release sends NOTIFY."""
+
+    def __call__(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        waiting: bool,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> AcquireResult: ...
+
 
 log = logging.getLogger("sql_lease")
 
-__all__ = ["SyncNotifyListener", "SyncPostgresReleaseWaiter"]
+__all__ = ["SyncAcquire", "SyncNotifyListener", "SyncPostgresReleaseWaiter"]
 
 _READ_SLICE_S = 0.2  # how often the listener thread looks up from notifies() to see if it must stop
 
@@ -41,13 +55,26 @@ class _Generation:
         self.thread: threading.Thread | None = None
 
 
-class SyncNotifyListener:
-    """The provider's LISTEN connection and the waiters registered per key."""
+OpenConnection = Callable[[float], tuple[Any, Callable[[], None]]]
 
-    def __init__(self, provider: SyncSqlLeaseProvider, open_connection: Callable[[float], tuple[Any, Any]]) -> None:
-        self._provider = provider
-        self._open_connection = open_connection
-        self._waiters: dict[str, set[threading.Event]] = {}
+
+class SyncNotifyListener(ListenerBase[OpenConnection, threading.Event]):
+    """The provider's LISTEN connection and the waiters registered per key: ``open_connection``
+    (the executor's ``listen_connection``), the query that names the channel, whether the provider
+    is closed, the operation timeout (seconds) that bounds the setup, the table (for logs), and the
+    watchdog that aborts a stalled setup. It knows no provider."""
+
+    def __init__(
+        self,
+        open_connection: OpenConnection,
+        channel_query: str,
+        is_closed: Callable[[], bool],
+        timeout_s: float,
+        table: str,
+        watchdog: Watchdog,
+    ) -> None:
+        super().__init__(open_connection, channel_query, is_closed, timeout_s, table)
+        self._watchdog = watchdog
         self._lock = threading.Lock()
         self._opening = threading.Lock()
         self._current: _Generation | None = None
@@ -60,7 +87,7 @@ class SyncNotifyListener:
         self._current = None
         self._lock = threading.Lock()
         self._opening = threading.Lock()
-        self._waiters = {}
+        self._waiters = KeyedEvents()
 
     @property
     def listening(self) -> bool:
@@ -69,21 +96,15 @@ class SyncNotifyListener:
 
     def register(self, key: str, event: threading.Event) -> None:
         with self._lock:
-            self._waiters.setdefault(key, set()).add(event)
+            self._waiters.register(key, event)
 
     def unregister(self, key: str, event: threading.Event) -> None:
         with self._lock:
-            events = self._waiters.get(key)
-            if events is not None:
-                events.discard(event)
-                if not events:
-                    del self._waiters[key]
+            self._waiters.unregister(key, event)
 
     def _wake(self, key: str | None) -> None:
         with self._lock:
-            events = (
-                [e for es in self._waiters.values() for e in es] if key is None else list(self._waiters.get(key, ()))
-            )
+            events = self._waiters.of(key)
         for event in events:
             event.set()
 
@@ -94,22 +115,21 @@ class SyncNotifyListener:
         with self._opening:
             if self.listening:
                 return True
-            if self._provider.closed:
+            if self._is_closed():
                 return False
             self._drop()
             try:
                 # Within the operation timeout, as every operation (the connection attempt: libpq's
                 # connect_timeout, whole seconds, at least 2); close() waits for this lock.
-                timeout_s = self._provider.operation_timeout_s
-                deadline = time.monotonic() + timeout_s
-                conn, discard = self._open_connection(timeout_s)
+                deadline = time.monotonic() + self._timeout_s
+                conn, discard = self._open_connection(self._timeout_s)
                 try:
-                    run_on_psycopg(self._provider._watchdog, conn, deadline, lambda: self._listen(conn))
+                    run_on_psycopg(self._watchdog, conn, deadline, lambda: self._listen(conn))
                 except BaseException:
                     discard()
                     raise
             except Exception as exc:
-                log.warning("LISTEN for %s failed, waiters will poll: %s", self._provider.names.table, exc)
+                log.warning("LISTEN for %s failed, waiters will poll: %s", self._table, exc)
                 return False
             generation = _Generation(conn, discard)
             generation.thread = threading.Thread(
@@ -122,7 +142,7 @@ class SyncNotifyListener:
     def _listen(self, conn: Any) -> None:
         from psycopg import sql
 
-        channel = conn.execute(self._provider.statements.notify_channel).fetchone()[0]
+        channel = conn.execute(self._channel_query).fetchone()[0]
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
 
     def _read(self, generation: _Generation) -> None:
@@ -132,7 +152,7 @@ class SyncNotifyListener:
                     self._wake(notify.payload)
         except Exception as exc:
             if not generation.stop.is_set():
-                log.warning("the LISTEN connection of %s failed, waiters poll: %s", self._provider.names.table, exc)
+                log.warning("the LISTEN connection of %s failed, waiters poll: %s", self._table, exc)
         finally:
             generation.alive = False
             with contextlib.suppress(Exception):
@@ -152,19 +172,11 @@ class SyncNotifyListener:
             self._drop()
 
 
-class SyncPostgresReleaseWaiter:
+class SyncPostgresReleaseWaiter(ReleaseWaiterBase[SyncNotifyListener, threading.Event, SyncAcquire]):
     """One waiting thread on one key: acquire attempts that flag the row, and waits that end on NOTIFY."""
 
-    def __init__(self, provider: SyncSqlLeaseProvider, listener: SyncNotifyListener, key: str) -> None:
-        self._provider = provider
-        self._listener = listener
-        self.key = key
-        self._event = threading.Event()
-
-    @property
-    def listening(self) -> bool:
-        """True while NOTIFY wake-ups work; otherwise the caller polls."""
-        return self._listener.listening
+    def __init__(self, listener: SyncNotifyListener, key: str, acquire: SyncAcquire) -> None:
+        super().__init__(listener, key, acquire, threading.Event())
 
     def __enter__(self) -> SyncPostgresReleaseWaiter:
         self._listener.register(self.key, self._event)  # before the first attempt: no lost wake-up
@@ -181,7 +193,7 @@ class SyncPostgresReleaseWaiter:
         it goes unheard."""
         listening = self._listener.ensure_listening()
         self._event.clear()
-        return self._provider._acquire(self.key, owner, ttl_ms, waiting=listening, data=data, timeout_s=timeout_s)
+        return self._acquire(self.key, owner, ttl_ms, waiting=listening, data=data, timeout_s=timeout_s)
 
     def wait(self, timeout_s: float) -> bool:
         """Block until the key is released (True) or ``timeout_s`` seconds pass (False)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -24,10 +25,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .. import observe
 from ..contract import AcquireResult, LeaseInfo, SyncLeaseProviderBase, validate_key, validate_seconds
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
-from . import forks, operations
+from . import forks, operations, setup
 from .operations import LOCK_WAIT_SHARE, Plan
-from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, validate_provider_options
-from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
+from .options import validate_provider_options
+from .schema import DEFAULT_TABLE_NAME, LeaseTableNames
 from .statements import LeaseStatements, statements_for
 from .sync_executors import (
     EngineExecutor,
@@ -37,7 +38,7 @@ from .sync_executors import (
     Watchdog,
     psycopg_conninfo,
 )
-from .translate import describe, operation_label, schema_outdated, translate
+from .translate import describe, operation_label, translate
 from .urls import safe_url, sqlite_file, to_async_url, to_sync_url
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ __all__ = ["SyncSqlLeaseProvider"]
 
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
-_ENGINE_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
+_ENGINE_DRIVERS_IN_WORDS = "psycopg (postgresql+psycopg) or the standard sqlite3 (sqlite+pysqlite)"
 
 
 class SyncSqlLeaseProvider(SyncLeaseProviderBase):
@@ -110,13 +111,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     ) -> None:
         self._closed = True  # until constructed: close() and __del__ find nothing to do
         self.names = LeaseTableNames(table_name, schema, version_table)
-        checked = validate_provider_options(
-            operation_timeout_s=operation_timeout_s,
-            pool_size=pool_size,
-            sqlite_busy_timeout_ms=sqlite_busy_timeout_ms,
-            sqlite_synchronous=sqlite_synchronous,
-        )
-        pool_size, sqlite_busy_timeout_ms = checked.pool_size, checked.sqlite_busy_timeout_ms
+        checked = validate_provider_options(operation_timeout_s, pool_size, sqlite_busy_timeout_ms, sqlite_synchronous)
         self.operation_timeout_s = checked.operation_timeout_s
         self._watchdog = Watchdog("sql_lease watchdog")
         self._engine: Engine | None = None
@@ -124,12 +119,10 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         if isinstance(url_or_engine, AsyncEngine):
             raise TypeError("an AsyncEngine belongs to SqlLeaseProvider; SyncSqlLeaseProvider takes a URL or an Engine")
         if isinstance(url_or_engine, Engine):
-            backend, driver = url_or_engine.dialect.name, url_or_engine.dialect.driver
-            if _ENGINE_DRIVERS.get(backend) != driver:
-                raise ValueError(
-                    f"the engine must use psycopg (postgresql+psycopg) or the standard sqlite3 (sqlite+pysqlite), "
-                    f"not {backend}+{driver}"
-                )
+            dialect = url_or_engine.dialect
+            backend = setup.engine_backend(
+                dialect.name, dialect.driver, setup.SYNC_ENGINE_DRIVERS, _ENGINE_DRIVERS_IN_WORDS
+            )
             self._engine = url_or_engine
             self._url = url_or_engine.url
             executor = EngineExecutor(url_or_engine, pool_size or 2, watchdog=self._watchdog)
@@ -152,34 +145,21 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                     raise ValueError(
                         "SyncSqlLeaseProvider takes sqlite:///path/to/file.db URLs without query parameters"
                     )
-                if not path.parent.is_dir():
-                    raise ValueError(
-                        f"the directory {path.parent} of the SQLite database does not exist "
-                        "(or is not a directory); create it first"
-                    )
-                if sqlite_busy_timeout_ms is None:
-                    sqlite_busy_timeout_ms = min(int(self.operation_timeout_s * 1000), MAX_SQLITE_BUSY_TIMEOUT_MS)
-
-                def missing() -> SchemaMissingError:
-                    return SchemaMissingError(
-                        f"lease table {self.names.table!r} not found: the SQLite database file {path} "
-                        f"does not exist: run `sql-lease migrate --url URL{self.migrate_command_options()}` first"
-                    )
-
                 executor = SqliteFileExecutor(
-                    path,
+                    setup.sqlite_directory(path),
                     pool_size or 10,
-                    busy_timeout_ms=int(sqlite_busy_timeout_ms),
+                    busy_timeout_ms=setup.sqlite_busy_timeout(
+                        sqlite_busy_timeout_ms, self.operation_timeout_s, backend
+                    ),
                     synchronous=sqlite_synchronous,
-                    missing=missing,
+                    missing=functools.partial(setup.database_file_missing, self.names, path),
                     watchdog=self._watchdog,
                 )
         else:
             raise TypeError(
                 f"url_or_engine must be a URL string, sqlalchemy URL or Engine, not {type(url_or_engine).__name__}"
             )
-        if sqlite_busy_timeout_ms is not None and backend != "sqlite":
-            raise ValueError(f"sqlite_busy_timeout_ms is only for SQLite databases, not {backend}")
+        setup.sqlite_busy_timeout(sqlite_busy_timeout_ms, self.operation_timeout_s, backend)  # ValueError if not SQLite
         self._executor = executor
         self.dialect_name = backend
         own_postgres = isinstance(executor, PsycopgPoolExecutor) and not pgbouncer
@@ -246,19 +226,10 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
 
     def migrate_command_options(self) -> str:
         """The CLI options that name this provider's table, for hints in messages."""
-        names = self.names
-        options = "" if names.table == DEFAULT_TABLE_NAME else f" --table {names.table}"
-        options += f" --schema {names.schema}" if names.schema else ""
-        if names.version_table != derived_version_table(names.table):
-            options += f" --version-table {names.version_table}"
-        return options
+        return setup.migrate_command_options(self.names)
 
     def _schema_missing(self, exc: BaseException) -> SchemaMissingError:
-        problem = "is older than this sql_lease" if schema_outdated(exc) else "not found"
-        return SchemaMissingError(
-            f"lease table {self.names.table!r} {problem} in {self.safe_url}: "
-            f"run `sql-lease migrate --url URL{self.migrate_command_options()}` first ({describe(exc)})"
-        )
+        return setup.schema_missing(self.names, self.safe_url, exc)
 
     # -- running plans ------------------------------------------------------------------------
 
@@ -270,29 +241,32 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         return min(limit, self.operation_timeout_s)
 
-    def _run(self, operation: str, key: str | None, plan: Plan[T], timeout_s: float | None) -> T:
-        """Run ``plan`` within the limit; errors become the library's. Every operation passes here,
-        and here alone it is reported to observers (:mod:`sql_lease.observe`)."""
+    def _run(self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], timeout_s: float | None) -> T:
+        """Run the plan ``make_plan()`` within the limit; errors become the library's. Every
+        operation passes here, and here alone it is reported to observers (:mod:`sql_lease.observe`)."""
+        plan = make_plan()  # validates the arguments before any I/O (and before closed-ness)
         limit = self._limit(timeout_s)
         if not observe.observers:
-            return self._run_plan(operation, key, plan, limit)
+            return self._run_plan(operation, key, make_plan, plan, limit)
         started = time.perf_counter()
         try:
-            result = self._run_plan(operation, key, plan, limit)
+            result = self._run_plan(operation, key, make_plan, plan, limit)
         except BaseException as exc:
             observe.operation_failed(operation, key, self.dialect_name, time.perf_counter() - started, exc)
             raise
         observe.operation_done(operation, key, self.dialect_name, time.perf_counter() - started, result)
         return result
 
-    def _run_plan(self, operation: str, key: str | None, plan: Plan[T], limit: float) -> T:
+    def _run_plan(
+        self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], plan: Plan[T], limit: float
+    ) -> T:
         if self._closed:
             plan.close()
             raise ProviderClosedError(f"{operation_label(operation, key)}: the provider for {self.safe_url} is closed")
         token = object()
         self._in_flight.add(token)
         try:
-            return self._executor.run(plan, limit)
+            return self._executor.run(make_plan, plan, time.monotonic() + limit)
         except LeaseError:
             raise
         except TimeoutError as exc:
@@ -331,21 +305,25 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
     ) -> AcquireResult:
-        wait_ms = self._limit(timeout_s) * LOCK_WAIT_SHARE * 1000
-        plan = operations.acquire(self.statements, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms)
-        return self._run("acquire", key, plan, timeout_s)
+        s, wait_ms = self.statements, self._limit(timeout_s) * LOCK_WAIT_SHARE * 1000
+        return self._run(
+            "acquire",
+            key,
+            lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms),
+            timeout_s,
+        )
 
     def get_lease_owner(self, key: str, *, timeout_s: float | None = None) -> str | None:
         """The owner of the unexpired lease on ``key``, or None (rule 5)."""
-        return self._run("get owner of", key, operations.get_owner(self.statements, key), timeout_s)
+        return self._run("get owner of", key, lambda: operations.get_owner(self.statements, key), timeout_s)
 
     def get_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
         """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms, data), or None."""
-        return self._run("read", key, operations.get_lease(self.statements, key), timeout_s)
+        return self._run("read", key, lambda: operations.get_lease(self.statements, key), timeout_s)
 
     def release_lease(self, key: str, owner: str, *, timeout_s: float | None = None) -> bool:
         """Release ``key`` if ``owner`` holds it unexpired; True iff it did (rule 6)."""
-        return self._run("release", key, operations.release(self.statements, key, owner), timeout_s)
+        return self._run("release", key, lambda: operations.release(self.statements, key, owner), timeout_s)
 
     def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None) -> bool:
         """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds (rule 7)."""
@@ -356,7 +334,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     ) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease with the database's new ``expires_at``, or
         None if ``owner`` does not hold an unexpired lease on ``key``."""
-        return self._run("renew", key, operations.renew(self.statements, key, owner, ttl_ms), timeout_s)
+        return self._run("renew", key, lambda: operations.renew(self.statements, key, owner, ttl_ms), timeout_s)
 
     def transfer_lease(
         self,
@@ -370,15 +348,17 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     ) -> bool:
         """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8),
         with lease ``data`` as :meth:`SqlLeaseProvider.transfer_lease`."""
-        plan = operations.transfer(self.statements, key, from_owner, to_owner, ttl_ms, data)
-        return self._run("transfer", key, plan, timeout_s)
+        s = self.statements
+        return self._run(
+            "transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms, data), timeout_s
+        )
 
     def sweep_expired(
         self, batch_size: int = 1000, grace_ms: int | float = 0, *, timeout_s: float | None = None
     ) -> int:
         """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago, in
         one short statement; how many it removed (call again while that equals ``batch_size``)."""
-        return self._run("sweep", None, operations.sweep(self.statements, batch_size, grace_ms), timeout_s)
+        return self._run("sweep", None, lambda: operations.sweep(self.statements, batch_size, grace_ms), timeout_s)
 
     def list_leases(
         self,
@@ -391,15 +371,15 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         """Leases ordered by key, at most ``limit`` (1 to 100,000), whose key starts with ``prefix``
         (all when None); unexpired ones only unless ``include_expired`` (``remaining_ms <= 0``);
         each with its ``data``."""
-        plan = operations.list_leases(self.statements, prefix, include_expired, limit)
-        return self._run("list", None, plan, timeout_s)
+        s = self.statements
+        return self._run("list", None, lambda: operations.list_leases(s, prefix, include_expired, limit), timeout_s)
 
     def break_lease(self, key: str, *, fence: int | None = None, timeout_s: float | None = None) -> LeaseInfo | None:
         """Delete the lease on ``key`` (for operators): whoever holds it, or, with ``fence``, only
         the tenure with that fencing token. The lease it broke, or None if there was no such
         unexpired one. The next acquire gets a larger fence; the holder's next renewal is refused.
         See :meth:`SqlLeaseProvider.break_lease`."""
-        broken = self._run("break", key, operations.break_lease(self.statements, key, fence), timeout_s)
+        broken = self._run("break", key, lambda: operations.break_lease(self.statements, key, fence), timeout_s)
         if broken is not None:
             log.warning("lease %r held by %r (fence %s) broken by an operator", key, broken.owner, broken.fence)
         return broken
@@ -430,7 +410,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     def release_waiter(self, key: str) -> SyncPostgresReleaseWaiter | None:
         """The wake-up hook of :func:`sql_lease.sync_holding.acquire_lease_wait`: on PostgreSQL
         (unless ``listen_notify=False``) a waiter woken by NOTIFY; None elsewhere (waiters poll)."""
-        if self.dialect_name != "postgresql" or not self.listen_notify:
+        if self.dialect_name != "postgresql" or not self.listen_notify or not self._executor.listens:
             return None
         from .sync_notify import SyncNotifyListener, SyncPostgresReleaseWaiter
 
@@ -439,9 +419,15 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             if self._closed:
                 raise ProviderClosedError(f"wait for {key!r}: the provider for {self.safe_url} is closed")
             if self._listener is None:
-                opener = self._executor.listen_connection  # type: ignore[union-attr]
-                self._listener = SyncNotifyListener(self, opener)
-            return SyncPostgresReleaseWaiter(self, self._listener, key)
+                self._listener = SyncNotifyListener(
+                    self._executor.listen_connection,
+                    self.statements.notify_channel or "",
+                    lambda: self._closed,
+                    self.operation_timeout_s,
+                    self.names.table,
+                    self._watchdog,
+                )
+            return SyncPostgresReleaseWaiter(self._listener, key, self._acquire)
 
     # -- migrations -----------------------------------------------------------------------------
 

@@ -1,0 +1,140 @@
+"""A SQL provider's setup, the rules both faces share (async, sync, Django), with no I/O.
+
+What a provider is made of, decided from its arguments before any connection: the table's names
+and the checked options (:func:`checked_sync_options` for the Django face), which engines each face takes
+(:func:`engine_backend`), the SQLite file's directory, busy timeout and pragmas, and the messages
+that tell an operator what to run (:func:`migrate_command_options`, :func:`schema_missing`,
+:func:`database_file_missing`). The faces only open what these rules chose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TypedDict
+
+from ..errors import SchemaMissingError
+from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, ProviderOptions, validate_provider_options
+from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
+from .translate import describe, schema_outdated
+
+__all__ = [
+    "ASYNC_ENGINE_DRIVERS",
+    "SYNC_ENGINE_DRIVERS",
+    "SyncProviderOptions",
+    "checked_sync_options",
+    "database_file_missing",
+    "engine_backend",
+    "migrate_command_options",
+    "schema_missing",
+    "sqlite_busy_timeout",
+    "sqlite_directory",
+    "sqlite_pragmas",
+]
+
+# the drivers of an application's engine each face runs on, by backend
+ASYNC_ENGINE_DRIVERS: Mapping[str, tuple[str, ...]] = {"postgresql": ("asyncpg", "psycopg"), "sqlite": ("aiosqlite",)}
+SYNC_ENGINE_DRIVERS: Mapping[str, tuple[str, ...]] = {"postgresql": ("psycopg",), "sqlite": ("pysqlite",)}
+
+
+class SyncProviderOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`~sql_lease.SyncSqlLeaseProvider` after its URL or engine
+    (see there for their meaning, units and defaults)."""
+
+    table_name: str
+    schema: str | None
+    version_table: str | None
+    operation_timeout_s: float
+    pool_size: int | None
+    sqlite_busy_timeout_ms: int | None
+    sqlite_synchronous: str
+    listen_notify: bool
+    pgbouncer: bool
+
+
+def checked_sync_options(options: SyncProviderOptions) -> tuple[LeaseTableNames, ProviderOptions]:
+    """The table's names and the checked options of :class:`SyncProviderOptions` (the Django face's
+    keywords), before any I/O: ``TypeError`` for a keyword the sync provider does not take or a
+    wrong type, ``ValueError`` for a value out of range or a bad name."""
+    unknown = sorted(set(options) - set(SyncProviderOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")
+    names = LeaseTableNames(
+        options.get("table_name", DEFAULT_TABLE_NAME),
+        options.get("schema"),
+        options.get("version_table"),
+    )
+    checked = validate_provider_options(
+        options.get("operation_timeout_s", 10.0),
+        options.get("pool_size"),
+        options.get("sqlite_busy_timeout_ms"),
+        options.get("sqlite_synchronous", "FULL"),
+    )
+    return names, checked
+
+
+def engine_backend(dialect_name: str, driver: str, drivers: Mapping[str, tuple[str, ...]], wanted: str) -> str:
+    """The backend of an application's engine (``postgresql``/``sqlite``); ``ValueError`` naming
+    ``wanted`` (the drivers this face takes, in words) for any other dialect or driver."""
+    if driver not in drivers.get(dialect_name, ()):
+        raise ValueError(f"the engine must use {wanted}, not {dialect_name}+{driver}")
+    return dialect_name
+
+
+def sqlite_directory(path: Path) -> Path:
+    """``path`` when its directory exists; ``ValueError`` telling to create it (only migrations
+    create the database file, never its directory)."""
+    if not path.parent.is_dir():
+        raise ValueError(
+            f"the directory {path.parent} of the SQLite database does not exist "
+            "(or is not a directory); create it first"
+        )
+    return path
+
+
+def sqlite_busy_timeout(given: int | None, operation_timeout_s: float, backend: str) -> int:
+    """SQLite's busy timeout in milliseconds: ``given``, else the operation timeout (at most SQLite's
+    limit); ``ValueError`` when ``given`` for another backend than SQLite."""
+    if given is not None and backend != "sqlite":
+        raise ValueError(f"sqlite_busy_timeout_ms is only for SQLite databases, not {backend}")
+    if given is None:
+        return min(int(operation_timeout_s * 1000), MAX_SQLITE_BUSY_TIMEOUT_MS)
+    return int(given)
+
+
+def sqlite_pragmas(busy_timeout_ms: int, synchronous: str) -> tuple[str, ...]:
+    """The statements that set up each new SQLite connection of a provider's own: the busy timeout
+    (milliseconds), WAL, and ``PRAGMA synchronous`` (``FULL``, ``NORMAL`` or ``EXTRA``)."""
+    return (
+        f"PRAGMA busy_timeout = {int(busy_timeout_ms)}",
+        "PRAGMA journal_mode = WAL",
+        f"PRAGMA synchronous = {synchronous}",
+    )
+
+
+def migrate_command_options(names: LeaseTableNames) -> str:
+    """The ``sql-lease migrate`` options that name this table (empty for the defaults), each with
+    a leading space, for hints in messages."""
+    options = "" if names.table == DEFAULT_TABLE_NAME else f" --table {names.table}"
+    options += f" --schema {names.schema}" if names.schema else ""
+    if names.version_table != derived_version_table(names.table):
+        options += f" --version-table {names.version_table}"
+    return options
+
+
+def schema_missing(names: LeaseTableNames, safe_url: str, exc: BaseException) -> SchemaMissingError:
+    """The error for a statement that found no lease table (or an older one) at ``safe_url`` (a URL
+    without its password), with the command that fixes it."""
+    problem = "is older than this sql_lease" if schema_outdated(exc) else "not found"
+    return SchemaMissingError(
+        f"lease table {names.table!r} {problem} in {safe_url}: "
+        f"run `sql-lease migrate --url URL{migrate_command_options(names)}` first ({describe(exc)})"
+    )
+
+
+def database_file_missing(names: LeaseTableNames, path: Path | None) -> SchemaMissingError:
+    """The error for an operation on a SQLite database file that does not exist (yet)."""
+    return SchemaMissingError(
+        f"lease table {names.table!r} not found: the SQLite database file {path} "
+        f"does not exist: run `sql-lease migrate --url URL{migrate_command_options(names)}` first"
+    )

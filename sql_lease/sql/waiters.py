@@ -1,0 +1,83 @@
+"""What both faces' NOTIFY wake-ups share, with no I/O: the waiters registered per key, and a
+release waiter's state (its listener, key, event and acquire)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+__all__ = ["KeyedEvents", "ListenerBase", "ReleaseWaiterBase"]
+
+
+class _Event(Protocol):
+    def set(self) -> None: ...
+
+
+class _Listener(Protocol):
+    @property
+    def listening(self) -> bool: ...
+
+
+E = TypeVar("E", bound=_Event)
+L = TypeVar("L", bound=_Listener)
+A = TypeVar("A")
+O = TypeVar("O")  # noqa: E741
+
+
+class KeyedEvents(Generic[E]):
+    """The events of the waiters of each key (``asyncio.Event`` or ``threading.Event``); not
+    thread-safe on its own (the sync listener holds its lock around each call)."""
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, set[E]] = {}
+
+    def register(self, key: str, event: E) -> None:
+        self._by_key.setdefault(key, set()).add(event)
+
+    def unregister(self, key: str, event: E) -> None:
+        events = self._by_key.get(key)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del self._by_key[key]
+
+    def of(self, key: str | None) -> list[E]:
+        """The events of ``key``'s waiters; of every waiter when ``key`` is None."""
+        if key is None:
+            return [event for events in self._by_key.values() for event in events]
+        return list(self._by_key.get(key, ()))
+
+
+class ListenerBase(Generic[O, E]):
+    """A provider's LISTEN holder as both faces make it: ``open_connection(timeout_s)`` (the
+    executor's ``listen_connection``), the query that names the channel, whether the provider is
+    closed, the operation timeout (seconds) that bounds the setup, the table (for logs), and the
+    waiters' events by key. It knows no provider."""
+
+    def __init__(
+        self, open_connection: O, channel_query: str, is_closed: Callable[[], bool], timeout_s: float, table: str
+    ) -> None:
+        self._open_connection = open_connection
+        self._channel_query = channel_query
+        self._is_closed = is_closed
+        self._timeout_s = timeout_s
+        self._table = table
+        self._waiters: KeyedEvents[E] = KeyedEvents()
+
+
+class ReleaseWaiterBase(Generic[L, E, A]):
+    """One waiter on one key: its listener, its event (set on NOTIFY), and the provider's acquire
+    (``waiting=True`` flags a refused row so its release sends NOTIFY)."""
+
+    def __init__(self, listener: L, key: str, acquire: A, event: E) -> None:
+        self._listener = listener
+        self._acquire = acquire
+        self._event = event
+        self.key = key
+
+    @property
+    def listening(self) -> bool:
+        """True while NOTIFY wake-ups work; otherwise the caller polls."""
+        return self._listener.listening
