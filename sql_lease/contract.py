@@ -213,9 +213,12 @@ class ReleaseWaiter(Protocol):
 
     async def __aexit__(self, *exc_info: object) -> None: ...
 
-    async def acquire(self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None) -> AcquireResult:
-        """One acquire attempt (``data``: the lease data, given only when the caller gave it); a
-        refusal asks to be woken when the holder lets go."""
+    async def acquire(
+        self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None, timeout_s: float | None = None
+    ) -> AcquireResult:
+        """One acquire attempt (``data``: the lease data, given only when the caller gave it;
+        ``timeout_s``: the attempt's time limit in seconds, None: the provider's); a refusal asks
+        to be woken when the holder lets go."""
         ...
 
     async def wait(self, timeout_s: float) -> bool:

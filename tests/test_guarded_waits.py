@@ -236,7 +236,7 @@ def test_a_guarded_expired_lease_is_answered_not_acquired_within_the_timeout(db:
             refused = b.acquire_lease(key, "b", 10_000)
             took = time.monotonic() - started
             assert not refused.acquired and 0.5 < took < 2.0, (refused, took)
-            for waiter in (b, c):
+            for waiter in (b, c) if db["kind"] == "postgres" else (b,):  # SQLite: see docs/holding.md
                 started = time.monotonic()
                 with pytest.raises(LeaseNotAcquiredError):
                     waiter.acquire_lease_wait(key, "b", 10_000, timeout_s=1)
@@ -262,7 +262,7 @@ async def test_async_a_guarded_expired_lease_is_answered_not_acquired_within_the
             refused = await b.acquire_lease(key, "b", 10_000)
             took = time.monotonic() - started
             assert not refused.acquired and 0.5 < took < 2.0, (refused, took)
-            for waiter in (b, c):
+            for waiter in (b, c) if db["kind"] == "postgres" else (b,):  # SQLite: see docs/holding.md
                 started = time.monotonic()
                 with pytest.raises(LeaseNotAcquiredError):
                     await waiter.acquire_lease_wait(key, "b", 10_000, timeout_s=1)

@@ -77,12 +77,23 @@ class _PollingWaiter:
     async def __aexit__(self, *exc_info: object) -> None:
         return None
 
-    async def acquire(self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None) -> AcquireResult:
-        return await self._provider.acquire_lease(self.key, owner, ttl_ms, **data_kw(data))
+    async def acquire(
+        self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None, timeout_s: float | None = None
+    ) -> AcquireResult:
+        return await self._provider.acquire_lease(
+            self.key, owner, ttl_ms, **data_kw(data), **_acquire_timeout_kw(self._provider, timeout_s)
+        )
 
     async def wait(self, timeout_s: float) -> bool:
         await asyncio.sleep(timeout_s)
         return False
+
+
+def _acquire_timeout_kw(provider: Any, timeout_s: float | None) -> dict[str, Any]:
+    """``{"timeout_s": ...}`` for providers whose ``acquire_lease`` takes a per-call limit."""
+    if timeout_s is None or not getattr(provider, "acquire_accepts_timeout_s", False):
+        return {}
+    return {"timeout_s": max(0.001, timeout_s)}
 
 
 class _LocalQueue:
@@ -183,13 +194,18 @@ class AsyncWaitingAcquire(WaitingAcquire[LeaseProvider]):
                     if has_turn and local is not None:
                         local[0].lock.release()
 
-    def _acquire(self) -> Awaitable[AcquireResult]:
-        return self.provider.acquire_lease(self.key, self.owner, self.ttl_ms, **self.given)
+    def _acquire(self, limit_s: float | None) -> Awaitable[AcquireResult]:
+        timeout_kw = _acquire_timeout_kw(self.provider, limit_s)
+        return self.provider.acquire_lease(self.key, self.owner, self.ttl_ms, **self.given, **timeout_kw)
 
-    async def _attempt(self, attempt: Callable[[], Awaitable[AcquireResult]]) -> tuple[AcquireResult, float]:
-        """One attempt, ending by the deadline plus ``ATTEMPT_GRACE_S``; with when it was sent."""
+    async def _attempt(
+        self, attempt: Callable[[float | None], Awaitable[AcquireResult]]
+    ) -> tuple[AcquireResult, float]:
+        """One attempt, given the time left until the deadline plus ``ATTEMPT_GRACE_S`` and abandoned
+        then; with when it was sent."""
         sent = asyncio.get_running_loop().time()
-        result: AcquireResult = await _bounded(attempt(), self.attempt_end(sent))
+        end = self.attempt_end(sent)
+        result: AcquireResult = await _bounded(attempt(None if end is None else end - sent), end)
         return result, sent
 
     async def _at_head(self, queue: _LocalQueue | None) -> tuple[AcquireResult, float]:
@@ -198,7 +214,11 @@ class AsyncWaitingAcquire(WaitingAcquire[LeaseProvider]):
         waiter: ReleaseWaiter = self.waiter(_PollingWaiter)
         async with waiter:
             while True:
-                result, sent = await self._attempt(lambda: waiter.acquire(self.owner, self.ttl_ms, **self.given))
+                result, sent = await self._attempt(
+                    lambda limit_s: waiter.acquire(
+                        self.owner, self.ttl_ms, **self.given, **_acquire_timeout_kw(self.provider, limit_s)
+                    )
+                )
                 if result.acquired:
                     return result, sent
                 if queue is not None and result.owner != self.owner:

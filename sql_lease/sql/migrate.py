@@ -393,7 +393,7 @@ async def create_fence_table(url: str | URL, names: LeaseTableNames) -> str:
     from sqlalchemy.ext.asyncio import create_async_engine
     from sqlalchemy.pool import NullPool
 
-    from .provider import async_engine_arguments
+    from .setup import async_engine_arguments
 
     engine_url, connect_args = async_engine_arguments(url)  # asyncpg or psycopg, libpq parameters mapped
     engine = create_async_engine(engine_url, poolclass=NullPool, connect_args=connect_args)

@@ -22,7 +22,14 @@ class Acquire(Protocol):
     """The provider's acquire; ``waiting=True`` flags a refused row so its release sends NOTIFY."""
 
     def __call__(
-        self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool, data: dict[str, Any] | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        waiting: bool,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> Awaitable[AcquireResult]: ...
 
 
@@ -121,14 +128,17 @@ class PostgresReleaseWaiter(ReleaseWaiterBase[NotifyListener, asyncio.Event, Acq
     async def __aexit__(self, *exc_info: object) -> None:
         self._listener.unregister(self.key, self._event)
 
-    async def acquire(self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None) -> AcquireResult:
-        """Try to acquire (with lease ``data``); a refusal marks the row so its release sends NOTIFY.
+    async def acquire(
+        self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None, timeout_s: float | None = None
+    ) -> AcquireResult:
+        """Try to acquire (with lease ``data``, within ``timeout_s`` seconds: None, the provider's
+        operation timeout); a refusal marks the row so its release sends NOTIFY.
 
         (Re)opens the LISTEN connection first, so a release after this attempt cannot go unheard.
         """
         listening = await self._listener.ensure_listening()
         self._event.clear()
-        return await self._acquire(self.key, owner, ttl_ms, waiting=listening, data=data)
+        return await self._acquire(self.key, owner, ttl_ms, waiting=listening, data=data, timeout_s=timeout_s)
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait until the key is released (True) or ``timeout_s`` seconds pass (False)."""

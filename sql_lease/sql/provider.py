@@ -25,9 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool, NullPool
 
 from .. import observe
-from ..contract import AcquireResult, LeaseInfo, LeaseProviderBase, validate_key
+from ..contract import AcquireResult, LeaseInfo, LeaseProviderBase, validate_key, validate_seconds
 from ..errors import (
-    InvalidURLError,
     LeaseBackendError,
     LeaseError,
     MissingDriverError,
@@ -40,6 +39,7 @@ from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor
 from .operations import LOCK_WAIT_SHARE, Plan
 from .options import validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames
+from .setup import _psycopg_conninfo, async_postgres_driver
 from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
 from .translate import describe, operation_label, translate
 from .urls import asyncpg_url_and_args, open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
@@ -63,46 +63,6 @@ def require_driver(module: str, extra: str) -> None:
     """``MissingDriverError`` naming the extra to install when the driver ``module`` is missing."""
     if importlib.util.find_spec(module) is None:
         raise MissingDriverError(f"the {module} driver is not installed: pip install 'sql-lease[{extra}]'", name=module)
-
-
-def async_postgres_driver() -> str:
-    """The driver the async face uses for a PostgreSQL URL: asyncpg when installed, else psycopg 3's
-    async API; ``MissingDriverError`` naming both extras when neither is installed."""
-    if importlib.util.find_spec("asyncpg") is not None:
-        return "asyncpg"
-    if importlib.util.find_spec("psycopg") is not None:
-        return "psycopg"
-    raise MissingDriverError(
-        "no PostgreSQL driver is installed: pip install 'sql-lease[postgresql]' (asyncpg) "
-        "or 'sql-lease[psycopg]' (psycopg 3)",
-        name="asyncpg",
-    )
-
-
-def async_engine_arguments(url: str | URL) -> tuple[URL, dict[str, Any]]:
-    """The URL and ``connect_args`` of ``create_async_engine`` for ``url`` on the async face's
-    driver (:func:`async_postgres_driver`; libpq's parameters mapped for asyncpg). ``ValueError``
-    (``InvalidURLError``) for a URL neither driver would take."""
-    parsed = to_async_url(url)
-    if parsed.get_backend_name() != "postgresql":
-        return parsed, {}
-    if async_postgres_driver() == "psycopg":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-        _psycopg_conninfo(parsed)
-        return parsed, {}
-    return asyncpg_url_and_args(parsed)
-
-
-def _psycopg_conninfo(url: URL) -> str:
-    """libpq's connection string for ``url``; ``InvalidURLError`` for a parameter libpq refuses."""
-    from .sync_executors import psycopg_conninfo
-
-    try:
-        return psycopg_conninfo(url)
-    except InvalidURLError:
-        raise
-    except ValueError as exc:
-        raise InvalidURLError(str(exc)) from None
 
 
 def _drop_listen_connection(listener: NotifyListener) -> None:
@@ -445,34 +405,45 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     # -- running a plan ---------------------------------------------------------------------------
 
-    def _run(self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]]) -> Awaitable[T]:
-        """Run the plan ``make_plan()`` within the operation timeout; errors become the library's.
-        Every operation passes here, and here alone it is reported to observers (:mod:`sql_lease.observe`)."""
+    def _run(
+        self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], limit_s: float | None = None
+    ) -> Awaitable[T]:
+        """Run the plan ``make_plan()`` within ``limit_s`` seconds (None: the operation timeout);
+        errors become the library's. Every operation passes here, and here alone it is reported to
+        observers (:mod:`sql_lease.observe`)."""
         plan = make_plan()  # validates the arguments before any I/O (and before closed-ness)
         if not observe.observers:
-            return self._run_plan(operation, key, make_plan, plan)
-        return self._run_observed(operation, key, make_plan, plan)
+            return self._run_plan(operation, key, make_plan, plan, limit_s)
+        return self._run_observed(operation, key, make_plan, plan, limit_s)
 
     async def _run_observed(
-        self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], plan: Plan[T]
+        self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], plan: Plan[T], limit_s: float | None
     ) -> T:
         started = time.perf_counter()
         try:
-            result = await self._run_plan(operation, key, make_plan, plan)
+            result = await self._run_plan(operation, key, make_plan, plan, limit_s)
         except BaseException as exc:
             observe.operation_failed(operation, key, self.dialect_name, time.perf_counter() - started, exc)
             raise
         observe.operation_done(operation, key, self.dialect_name, time.perf_counter() - started, result)
         return result
 
-    async def _run_plan(self, operation: str, key: str | None, make_plan: Callable[[], Plan[T]], plan: Plan[T]) -> T:
+    async def _run_plan(
+        self,
+        operation: str,
+        key: str | None,
+        make_plan: Callable[[], Plan[T]],
+        plan: Plan[T],
+        limit_s: float | None = None,
+    ) -> T:
         if self._closed:
             raise ProviderClosedError(f"{operation}: the provider for {self.safe_url} is closed")
+        limit = self.operation_timeout_s if limit_s is None else min(limit_s, self.operation_timeout_s)
         self._in_flight += 1
-        ticket = self._deadlines.start(self.operation_timeout_s)
+        ticket = self._deadlines.start(limit)
         try:
             try:
-                return await self._executor.run(make_plan, plan, time.monotonic() + self.operation_timeout_s)
+                return await self._executor.run(make_plan, plan, time.monotonic() + limit)
             except asyncio.CancelledError:
                 if self._deadlines.stop(ticket):  # our deadline's, as asyncio.timeout converts it
                     raise TimeoutError from None
@@ -481,9 +452,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             raise
         except TimeoutError as exc:
             what = operation_label(operation, key)
-            raise LeaseBackendError(
-                f"{what}: no answer from {self.safe_url} within {self.operation_timeout_s:g} s"
-            ) from exc
+            raise LeaseBackendError(f"{what}: no answer from {self.safe_url} within {limit:g} s") from exc
         except Exception as exc:
             raise translate(exc, operation_label(operation, key), self.safe_url, self._schema_missing) from exc
         finally:
@@ -494,22 +463,43 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     # -- the operations -----------------------------------------------------------------------------
 
+    acquire_accepts_timeout_s = True
+    """``acquire_lease`` takes a keyword ``timeout_s`` (the waiting acquire passes its time left)."""
+
     async def acquire_lease(
-        self, key: str, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> AcquireResult:
         """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``),
         storing lease ``data`` (a JSON object, at most ``MAX_DATA_BYTES``; None: none, or within the
-        owner's unexpired tenure: keep what is stored). ``TypeError``/``ValueError`` before any SQL."""
-        return await self._acquire(key, owner, ttl_ms, waiting=False, data=data)
+        owner's unexpired tenure: keep what is stored). ``timeout_s``: this call's time limit in
+        seconds (None: ``operation_timeout_s``, also the most it can be); an expired lease guarded by
+        a ``check_held`` transaction is waited for at most half of it, then answered "not acquired".
+        ``TypeError``/``ValueError`` before any SQL; ``LeaseBackendError`` past the limit."""
+        return await self._acquire(key, owner, ttl_ms, waiting=False, data=data, timeout_s=timeout_s)
 
     def _acquire(
-        self, key: str, owner: str, ttl_ms: int | float, *, waiting: bool, data: dict[str, Any] | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        waiting: bool,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> Awaitable[AcquireResult]:
-        s, wait_ms = self.statements, self.operation_timeout_s * LOCK_WAIT_SHARE * 1000
+        limit = self.operation_timeout_s if timeout_s is None else validate_seconds(timeout_s, "timeout_s")
+        s, wait_ms = self.statements, min(limit, self.operation_timeout_s) * LOCK_WAIT_SHARE * 1000
         return self._run(
             "acquire",
             key,
             lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms),
+            limit,
         )
 
     async def get_lease_owner(self, key: str) -> str | None:

@@ -9,14 +9,19 @@ that tell an operator what to run (:func:`migrate_command_options`, :func:`schem
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from ..errors import SchemaMissingError
+from sqlalchemy.engine import URL
+
+from ..errors import InvalidURLError, MissingDriverError, SchemaMissingError
+from .operations import LOCK_WAIT_SHARE
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, ProviderOptions, validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .translate import describe, schema_outdated
+from .urls import asyncpg_url_and_args, psycopg_conninfo, to_async_url
 
 __all__ = [
     "ASYNC_ENGINE_DRIVERS",
@@ -93,12 +98,14 @@ def sqlite_directory(path: Path) -> Path:
 
 
 def sqlite_busy_timeout(given: int | None, operation_timeout_s: float, backend: str) -> int:
-    """SQLite's busy timeout in milliseconds: ``given``, else the operation timeout (at most SQLite's
-    limit); ``ValueError`` when ``given`` for another backend than SQLite."""
+    """SQLite's busy timeout in milliseconds: ``given``, else half the operation timeout (the share an
+    acquire may wait for a lock, ``LOCK_WAIT_SHARE``: a guarded expired lease is then answered "not
+    acquired" within the time limit; at most SQLite's limit); ``ValueError`` when ``given`` for
+    another backend than SQLite."""
     if given is not None and backend != "sqlite":
         raise ValueError(f"sqlite_busy_timeout_ms is only for SQLite databases, not {backend}")
     if given is None:
-        return min(int(operation_timeout_s * 1000), MAX_SQLITE_BUSY_TIMEOUT_MS)
+        return min(int(operation_timeout_s * 1000 * LOCK_WAIT_SHARE), MAX_SQLITE_BUSY_TIMEOUT_MS)
     return int(given)
 
 
@@ -138,3 +145,41 @@ def database_file_missing(names: LeaseTableNames, path: Path | None) -> SchemaMi
         f"lease table {names.table!r} not found: the SQLite database file {path} "
         f"does not exist: run `sql-lease migrate --url URL{migrate_command_options(names)}` first"
     )
+
+
+def async_postgres_driver() -> str:
+    """The driver the async face uses for a PostgreSQL URL: asyncpg when installed, else psycopg 3's
+    async API; ``MissingDriverError`` naming both extras when neither is installed."""
+    if importlib.util.find_spec("asyncpg") is not None:
+        return "asyncpg"
+    if importlib.util.find_spec("psycopg") is not None:
+        return "psycopg"
+    raise MissingDriverError(
+        "no PostgreSQL driver is installed: pip install 'sql-lease[postgresql]' (asyncpg) "
+        "or 'sql-lease[psycopg]' (psycopg 3)",
+        name="asyncpg",
+    )
+
+
+def async_engine_arguments(url: str | URL) -> tuple[URL, dict[str, Any]]:
+    """The URL and ``connect_args`` of ``create_async_engine`` for ``url`` on the async face's
+    driver (:func:`async_postgres_driver`; libpq's parameters mapped for asyncpg). ``ValueError``
+    (``InvalidURLError``) for a URL neither driver would take."""
+    parsed = to_async_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return parsed, {}
+    if async_postgres_driver() == "psycopg":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+        _psycopg_conninfo(parsed)
+        return parsed, {}
+    return asyncpg_url_and_args(parsed)
+
+
+def _psycopg_conninfo(url: URL) -> str:
+    """libpq's connection string for ``url``; ``InvalidURLError`` for a parameter libpq refuses."""
+    try:
+        return psycopg_conninfo(url)
+    except InvalidURLError:
+        raise
+    except ValueError as exc:
+        raise InvalidURLError(str(exc)) from None

@@ -42,6 +42,7 @@ from .operations import Plan, run_sync
 from .retry import DeadBeforeSending, DeadConnectionRetry, readable_while_idle
 from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
+from .urls import psycopg_conninfo
 
 __all__ = [
     "EngineExecutor",
@@ -394,41 +395,6 @@ class _PgFetch:
         cur = self.cur
         cur.execute(sql, params)
         return cur.fetchall()  # type: ignore[no-any-return]
-
-
-def psycopg_conninfo(url: Any) -> str:
-    """A libpq connection string from a SQLAlchemy ``URL`` (``ValueError`` for a query parameter
-    libpq does not know; the text is never repeated, it may hold a password)."""
-    try:
-        from psycopg.conninfo import make_conninfo
-    except ImportError as exc:
-        raise _missing_driver(exc) from exc
-
-    from .urls import hosts_and_ports
-
-    params: dict[str, Any] = {}
-    for name, value in url.query.items():
-        params[name] = value if isinstance(value, str) else ",".join(value)
-    for name in ("host", "port"):
-        params.pop(name, None)
-    host, port = hosts_and_ports(url)
-    for name, value in (
-        ("host", host),
-        ("port", port),
-        ("dbname", url.database),
-        ("user", url.username),
-        ("password", url.password),
-    ):
-        if value is not None and value != "":
-            params[name] = str(value)
-    try:
-        return make_conninfo("", **params)
-    except Exception as exc:
-        unknown = sorted(set(url.query) - {"host", "port", "dbname", "user"})
-        raise ValueError(
-            f"the database URL has a parameter libpq does not accept ({', '.join(unknown) or 'see the URL'}): "
-            f"{type(exc).__name__}"
-        ) from None
 
 
 class PsycopgPoolExecutor(SyncExecutor):

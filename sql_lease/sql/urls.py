@@ -31,7 +31,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..errors import InvalidURLError
+from ..errors import InvalidURLError, MissingDriverError
 
 __all__ = [
     "asyncpg_url_and_args",
@@ -372,3 +372,38 @@ def open_existing_sqlite_file_only(engine: AsyncEngine, path: Path, missing: Cal
             raise missing()
         cargs[:] = [uri]
         cparams["uri"] = True
+
+
+def psycopg_conninfo(url: Any) -> str:
+    """A libpq connection string from a SQLAlchemy ``URL`` (``ValueError`` for a query parameter
+    libpq does not know; the text is never repeated, it may hold a password)."""
+    try:
+        from psycopg.conninfo import make_conninfo
+    except ImportError as exc:
+        raise MissingDriverError(
+            f"psycopg 3 is not installed: pip install 'sql-lease[psycopg]' ({exc})", name=exc.name
+        ) from exc
+
+    params: dict[str, Any] = {}
+    for name, value in url.query.items():
+        params[name] = value if isinstance(value, str) else ",".join(value)
+    for name in ("host", "port"):
+        params.pop(name, None)
+    host, port = hosts_and_ports(url)
+    for name, value in (
+        ("host", host),
+        ("port", port),
+        ("dbname", url.database),
+        ("user", url.username),
+        ("password", url.password),
+    ):
+        if value is not None and value != "":
+            params[name] = str(value)
+    try:
+        return make_conninfo("", **params)
+    except Exception as exc:
+        unknown = sorted(set(url.query) - {"host", "port", "dbname", "user"})
+        raise ValueError(
+            f"the database URL has a parameter libpq does not accept ({', '.join(unknown) or 'see the URL'}): "
+            f"{type(exc).__name__}"
+        ) from None
