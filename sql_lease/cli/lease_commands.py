@@ -86,7 +86,11 @@ def break_(
     if as_json:
         print_json(None if broken is None else lease_json(broken, read_row=False))
     if broken is None and now is not None:
-        fail(1, f"not broken: lease {printable(repr(key))} changed hands, now {describe_lease(now)}")
+        fail(
+            1,
+            f"not broken: lease {printable(repr(key))} changed hands: now held by {printable(now.owner)} "
+            f"(fence {now.fence}), expires in {expires_in(now.remaining_ms)}",
+        )
     if as_json:
         pass  # printed above
     elif broken is not None:
