@@ -226,7 +226,9 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
 
     def __enter__(self) -> SyncHeldLease:
         try:
-            if self.wait:
+            if self._handoff is not None:
+                first_due = self._adopted(*self._read_back())
+            elif self.wait:
                 waiting = ThreadWaitingAcquire(
                     self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, data=self.data
                 )
@@ -236,7 +238,13 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
                 result = self.provider.acquire_lease(
                     self.key, self.owner, self._call_ttl_ms, **rules.data_kw(self.data)
                 )
-            first_due = self._acquired(result, sent)
+            if self._handoff is None:
+                first_due = self._acquired(result, sent)
+                late = self._entered_late()
+                if late is not None:  # the body must not start on a lease about to be lost
+                    if self._leave() and not self._kept_by_another():
+                        self._release(self._margin_s)
+                    raise late
             self._renewer = threading.Thread(
                 target=self._renew_loop, args=(first_due,), name=f"sql_lease renew {self.key}", daemon=True
             )
@@ -251,6 +259,24 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
             self._undo_acquire(exc)
             raise
         return self
+
+    def _read_back(self) -> tuple[LeaseInfo | AcquireResult | None, float]:
+        """The tenure handed to this owner, as the database has it, and when the answer came,
+        bounded by the handoff's deadline: ``get_lease``, or, for a provider without it, an
+        acquire by the owner (it extends the tenure, whichever it is)."""
+        window = max(0.001, self._handoff_window(time.monotonic()))
+        reader = getattr(self.provider, "get_lease", None)
+        if callable(reader):
+            found = reader(self.key, **_timeout_kw(self.provider, window))
+        else:
+            found = self.provider.acquire_lease(
+                self.key,
+                self.owner,
+                self._call_ttl_ms,
+                **rules.data_kw(self.data),
+                **_timeout_kw(self.provider, window),
+            )
+        return found, time.monotonic()
 
     def _undo_acquire(self, exc: BaseException) -> None:
         """The acquire may have committed (a timeout, Ctrl-C): release whatever it took, unless an
@@ -350,12 +376,13 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
             if window is None:
                 return False
             given = {**rules.data_kw(data), **_timeout_kw(self.provider, window)}
+            sent = time.monotonic()
             try:
                 moved = bool(self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **given))
             except Exception as exc:
                 self._transfer_failed(next_owner, exc)
                 raise
-            if self._transferred(moved, next_owner) and self.transferred_to is not None:
+            if self._transferred(moved, next_owner, ttl, sent) and self.transferred_to is not None:
                 self._stop.set()
         return moved
 
