@@ -646,6 +646,8 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._in_child():  # a fork of the holder leaves the block: it never held the lease
+            return
         self._closing = True
         lost_by_our_cancel = False
         if self._cancelled_for_loss and self._body_task is not None:
@@ -813,10 +815,15 @@ hold = shortcut(
             provider only when given, so providers without lease data serve ``hold()`` without it.
 
     Raises ``LeaseNotAcquiredError`` (naming the holder) when the key is held by another owner,
+    or when the acquire answered at or after the lease's deadline (90% of the TTL
+    after it was sent: the lease is then released, bounded, and the block never starts),
     ``LeaseBackendError`` when the database fails at acquire. A renewal that raises is retried with
     backoff; the lease is declared lost only when no renewal succeeded before the last known expiry
     minus a safety margin (10% of the TTL), or a renewal returns False; ``lease.check()`` and
     ``lease.valid`` judge that deadline by the loop's clock when called. On exit (normal, exception
     or cancellation) the lease is released, shielded from cancellation, unless it was transferred.
+    A process forked inside the block does not hold the lease: there ``valid`` is False,
+    ``check()`` raises ``LeaseLostError``, and leaving the block neither releases nor renews it
+    (nor declares it lost); the parent keeps it.
     """,
 )

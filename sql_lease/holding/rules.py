@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, cast
 
 from .. import observe
 from ..contract import (
@@ -531,6 +531,8 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         self._log("releasing", " failed: %s", exc, level=logging.WARNING)
 
     def _lost_error(self) -> LeaseLostError:
+        if self._in_child() and not self.lost_reason:
+            return LeaseLostError(self.key, self.owner, f"held by process {self._pid}; this is a fork of it")
         return LeaseLostError(self.key, self.owner, self.lost_reason or "lost")
 
     def _announce_loss(self, reason: str) -> None:
@@ -540,8 +542,9 @@ class HoldRules(Generic[ProviderT, OnLostT]):
             observe.lease_lost(self, reason)
 
     def _finished(self) -> bool:
-        """Nothing left to renew or watch: the lease is lost or transferred."""
-        return bool(self.lost.is_set()) or self.transferred_to is not None
+        """Nothing left to renew or watch: the lease is lost or transferred, or this process is a
+        fork of the holder (it never held it)."""
+        return bool(self.lost.is_set()) or self.transferred_to is not None or self._in_child()
 
     @property
     def _call_ttl_ms(self) -> float:
@@ -563,7 +566,7 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         self._acquired_expiry = result.expires_at
         return sent + self.renew_every_ms / 1000  # from the acquire, not from when renewing starts
 
-    def adopting(self, handoff: Handoff) -> Any:
+    def adopting(self, handoff: Handoff) -> Self:
         """This hold takes the tenure ``handoff`` moved to its owner instead of acquiring: its
         fencing token is read back (``get_lease``, else an acquire by the owner) and judged by the
         handoff's clock: the lease is ours for a TTL from when the transfer was sent, and an answer
@@ -658,7 +661,10 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         return self._valid_until - self._margin_s
 
     def _past_deadline(self, late_note: str = "") -> bool:
-        """Declare the loss if the deadline has passed by the clock now; True once lost."""
+        """Declare the loss if the deadline has passed by the clock now; True once lost, and in a
+        fork of the holder (which never held it: nothing is declared there)."""
+        if self._in_child():
+            return True
         if (
             not self.lost.is_set()
             and self.transferred_to is None

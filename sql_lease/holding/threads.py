@@ -140,7 +140,9 @@ class _LossWatch:
 
     def _after_fork(self) -> None:
         # The parent's thread and lock state do not carry over; the next hold() starts a thread.
+        # The parent's leases are the parent's: the child neither holds nor loses them.
         self._cond, self._thread, self._at = threading.Condition(), None, float("inf")
+        self._leases = set()
 
     def add(self, lease: SyncHeldLease) -> None:
         with self._cond:
@@ -294,6 +296,8 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self._in_child():  # a fork of the holder leaves the block: it never held the lease
+            return
         self._stop.set()
         _watch.discard(self)
         renewer, self._renewer = self._renewer, None
@@ -414,10 +418,15 @@ hold = rules.shortcut(
             provider only when given.
 
     Raises ``LeaseNotAcquiredError`` (naming the holder) when another owner holds the key,
+    or when the acquire answered at or after the lease's deadline (90% of the TTL
+    after it was sent: the lease is then released, bounded, and the block never starts),
     ``LeaseBackendError`` when the database fails at acquire (whatever it may have taken is then
     released in the background). The lease is lost when a renewal is refused, or when none
     succeeded before the last known expiry minus 10% of the TTL (renewals that raise are retried
     with backoff). On exit the lease is released unless it was transferred or an outer ``hold()``
     of the same owner in this process still holds it.
+    A process forked inside the block does not hold the lease: there ``valid`` is False,
+    ``check()`` raises ``LeaseLostError``, and leaving the block neither releases nor renews it
+    (nor declares it lost); the parent keeps it.
     """,
 )
