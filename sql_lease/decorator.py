@@ -339,10 +339,11 @@ def leased(
                             async_hold(provider, lease_key, None, ttl_ms, **options)
                         )
                         if owner is not None:
-                            if not await lease.transfer_to(owner, ttl_ms, data=data):
+                            if not await lease.transfer_to(owner, ttl_ms, data=data) or lease.handoff is None:
                                 raise LeaseNotAcquiredError(lease_key, None)  # expired meanwhile: TTL too short
+                            # The tenure just handed on, not a second acquire (the owner's would succeed).
                             lease = await stack.enter_async_context(
-                                async_hold(provider, lease_key, owner, ttl_ms, **handed_on)
+                                async_hold(provider, lease_key, owner, ttl_ms, **handed_on).adopting(lease.handoff)
                             )
                     except LeaseNotAcquiredError as exc:
                         if on_conflict != "skip":
@@ -368,9 +369,11 @@ def leased(
                         # A fresh id: exclusive even against a call of the fixed owner.
                         lease = stack.enter_context(sync_hold(provider, lease_key, None, ttl_ms, **options))
                         if owner is not None:
-                            if not lease.transfer_to(owner, ttl_ms, data=data):
+                            if not lease.transfer_to(owner, ttl_ms, data=data) or lease.handoff is None:
                                 raise LeaseNotAcquiredError(lease_key, None)  # expired meanwhile: TTL too short
-                            lease = stack.enter_context(sync_hold(provider, lease_key, owner, ttl_ms, **handed_on))
+                            # The tenure just handed on, not a second acquire (the owner's would succeed).
+                            handed = sync_hold(provider, lease_key, owner, ttl_ms, **handed_on)
+                            lease = stack.enter_context(handed.adopting(lease.handoff))
                     except LeaseNotAcquiredError as exc:
                         if on_conflict != "skip":
                             raise

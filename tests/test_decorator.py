@@ -260,3 +260,106 @@ def test_misuse_is_refused_when_decorating() -> None:
         @leased(sync_provider, "k")
         def gen() -> Any:
             yield 1
+
+
+# -- a fixed owner's hold is the tenure transferred to it, not a second acquire --------------------
+
+
+class _StallAfterTransfer:
+    """Forwards to ``inner``; the first transfer, once it answered, stalls past the TTL while a
+    second call of the same fixed owner takes the key (under a fresh id) and hands it on too."""
+
+    def __init__(self, inner: Any, ttl_s: float) -> None:
+        self.inner, self.ttl_s, self.stalled = inner, ttl_s, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def acquire_lease(self, *a: Any, **k: Any) -> Any:
+        return self.inner.acquire_lease(*a, **k)
+
+    def renew_lease(self, *a: Any, **k: Any) -> Any:
+        return self.inner.renew_lease(*a, **k)
+
+    def release_lease(self, *a: Any, **k: Any) -> Any:
+        return self.inner.release_lease(*a, **k)
+
+    def get_lease_owner(self, *a: Any, **k: Any) -> Any:
+        return self.inner.get_lease_owner(*a, **k)
+
+    def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: Any, **k: Any) -> Any:
+        moved = self.inner.transfer_lease(key, from_owner, to_owner, ttl_ms, **k)
+        if not self.stalled:
+            self.stalled = True
+            time.sleep(self.ttl_s * 1.5)  # the process paused: the tenure handed to to_owner expired
+            assert self.inner.acquire_lease(key, "call-b", ttl_ms).acquired  # call B, fresh id
+            assert self.inner.transfer_lease(key, "call-b", to_owner, ttl_ms)
+        return moved
+
+
+def test_a_fixed_owner_call_stalled_after_its_transfer_does_not_run(sync_provider: Any, key: str) -> None:
+    """Reviewer's deco2: the second hold under the fixed owner acquired again, and an acquire by
+    the current owner succeeds, so a call stalled past the TTL after its transfer ran alongside
+    the call that took the key meanwhile (same owner, same fence, both ``valid``)."""
+    ran: list[int] = []
+    stalling = _StallAfterTransfer(sync_provider, 0.3)
+
+    @leased(stalling, key, owner="job", ttl_ms=300, on_conflict="raise")
+    def job(fence: int) -> None:
+        ran.append(fence)
+
+    with pytest.raises(LeaseNotAcquiredError):
+        try:
+            job()
+        finally:
+            assert ran == [], "the stalled call ran alongside the call that took the key meanwhile"
+    assert sync_provider.get_lease_owner(key) == "job"  # call B's tenure, not released by A
+
+
+class _AsyncStallAfterTransfer(_StallAfterTransfer):
+    """Asyncio: the first statement of the fixed owner after the transfer is delayed past the
+    TTL (a slow network), while call B takes the key under a fresh id and hands it on too."""
+
+    async def _stall(self, key: str, owner: str) -> None:
+        if owner == "job" and not self.stalled:
+            self.stalled = True
+            await asyncio.sleep(self.ttl_s * 1.5)  # the tenure handed to "job" expired
+            assert (await self.inner.acquire_lease(key, "call-b", self.ttl_s * 1000)).acquired
+            assert await self.inner.transfer_lease(key, "call-b", owner, self.ttl_s * 1000)
+
+    async def acquire_lease(self, key: str, owner: str, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+        await self._stall(key, owner)
+        return await self.inner.acquire_lease(key, owner, *a, **k)
+
+    async def get_lease(self, key: str) -> Any:
+        await self._stall(key, "job")
+        return await self.inner.get_lease(key)
+
+    async def renew_lease(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+        return await self.inner.renew_lease(*a, **k)
+
+    async def release_lease(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+        return await self.inner.release_lease(*a, **k)
+
+    async def get_lease_owner(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+        return await self.inner.get_lease_owner(*a, **k)
+
+    async def transfer_lease(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+        return await self.inner.transfer_lease(*a, **k)
+
+
+async def test_async_a_fixed_owner_call_stalled_after_its_transfer_does_not_run(provider: Any, key: str) -> None:
+    """Reviewer's deco2, asyncio."""
+    ran: list[int] = []
+    stalling = _AsyncStallAfterTransfer(provider, 0.3)
+
+    @leased(stalling, key, owner="job", ttl_ms=300, on_conflict="raise")
+    async def job(fence: int) -> None:
+        ran.append(fence)
+
+    with pytest.raises(LeaseNotAcquiredError):
+        try:
+            await job()
+        finally:
+            assert ran == [], "the stalled call ran alongside the call that took the key meanwhile"
+    assert await provider.get_lease_owner(key) == "job"

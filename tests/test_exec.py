@@ -581,3 +581,50 @@ def test_exec_refuses_bad_data_before_running_anything(tmp_path: Path) -> None:
         done = run_cli(["exec", "k", "--url", url, "--data", bad, "--", "touch", "ran"], tmp_path)
         assert done.returncode == 2 and "--data" in done.stderr, done.stderr
     assert not (tmp_path / "ran").exists() and not (tmp_path / "bad.db").exists()
+
+
+# A run whose first statement after the claim's transfer stalls past the TTL ---------------------------
+
+
+async def test_exec_claim_stalled_after_its_transfer_does_not_run(tmp_path: Path) -> None:
+    """Reviewer (the decorator's deco2, in exec): after the claim's transfer, hold() acquired again
+    as --owner, and an acquire by the current owner succeeds: a run stalled past the TTL after its
+    transfer ran alongside the run that took the key meanwhile under the same owner."""
+    from sql_lease import InMemoryLeaseProvider
+    from sql_lease.cli.exec_command import _acquire_and_run, _ExecOptions, _Taken
+    from sql_lease.cli.supervisor import Signals
+
+    inner = InMemoryLeaseProvider()
+    key, ttl_s, stalled = "exec-stalled", 0.3, []
+
+    class Stalling:
+        def __getattr__(self, name: str) -> object:
+            return getattr(inner, name)
+
+        async def _stall(self, owner: str) -> None:
+            if owner == "job" and not stalled:
+                stalled.append(True)
+                await asyncio.sleep(ttl_s * 1.5)  # the tenure handed to "job" expired
+                assert (await inner.acquire_lease(key, "run-b", ttl_s * 1000)).acquired
+                assert await inner.transfer_lease(key, "run-b", "job", ttl_s * 1000)
+
+        async def acquire_lease(self, k: str, owner: str, *a: object, **kw: object) -> object:
+            await self._stall(owner)
+            return await inner.acquire_lease(k, owner, *a, **kw)  # type: ignore[arg-type]
+
+        async def get_lease(self, k: str) -> object:
+            await self._stall("job")
+            return await inner.get_lease(k)
+
+    ran = tmp_path / "ran"
+    opts = _ExecOptions(key, "job", True, ttl_s, False, None, 1.0, "kill", ("touch", str(ran)), 75, True)
+    signals = Signals()
+    try:
+        code = await _acquire_and_run(Stalling(), opts, signals, _Taken())
+    except Exception as exc:  # the fixed code answers "not acquired"
+        code = type(exc).__name__  # type: ignore[assignment]
+    finally:
+        signals.close()
+    assert stalled and not ran.exists(), "the stalled run ran alongside the run that took the key meanwhile"
+    assert code == "LateAcquireError"
+    assert await inner.get_lease_owner(key) == "job"  # run B's tenure, not released

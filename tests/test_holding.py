@@ -404,3 +404,68 @@ def test_a_late_renewal_blames_the_blocked_loop_only_when_it_was_late_by_more_th
     assert short._late(0.001) == ""  # within the loss margin: no note
     assert "event loop was blocked" in HeldLease(InMemoryLeaseProvider(), "k", "a", ttl_ms=15_000)._late(2.0)
     assert "event loop was blocked" in short._late(0.5)
+
+
+# -- an acquire answering past the lease's deadline does not enter the block ------------------------
+
+
+class _LateAcquire:
+    """Forwards to ``inner``; each acquire answers ``late_s`` seconds after it committed."""
+
+    def __init__(self, inner: Any, late_s: float) -> None:
+        self.inner, self.late_s = inner, late_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def acquire_lease(self, *a: Any, **k: Any) -> Any:
+        result = await self.inner.acquire_lease(*a, **k)
+        await asyncio.sleep(self.late_s)
+        return result
+
+
+async def test_hold_does_not_enter_with_an_acquire_answered_past_the_deadline(provider: Any, key: str) -> None:
+    """Reviewer: an acquire that answered later than 0.9 x TTL after it was sent still entered the
+    block. Now: released, and not acquired."""
+    entered: list[bool] = []
+    late = _LateAcquire(provider, 0.3 * 0.95)
+    with pytest.raises(LeaseNotAcquiredError, match="past the lease's deadline"):
+        async with hold(late, key, ttl_ms=300):
+            entered.append(True)
+    assert entered == []
+    assert await provider.get_lease_owner(key) is None  # released, not left to expire
+
+
+# -- a process forked inside hold() never acts as the holder -------------------------------------------
+
+
+async def test_a_child_forked_inside_hold_does_not_release_the_lease(key: str) -> None:
+    """Reviewer's fk.py, asyncio: a child forked inside ``async with hold()`` that leaves the block
+    (on an event loop of its own: the parent's does not run in the child) released the lease. Seen
+    on the in-memory provider's copy in the child: the child must not have released it."""
+    import os
+    import warnings
+
+    from sql_lease import InMemoryLeaseProvider
+
+    provider = InMemoryLeaseProvider()
+    read_end, write_end = os.pipe()
+    async with hold(provider, key, ttl_ms=30_000, on_lost="flag") as lease:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            try:
+
+                async def leave() -> None:
+                    await lease.__aexit__(None, None, None)
+                    os.write(write_end, str(await provider.get_lease_owner(key)).encode())
+
+                asyncio.run(leave())
+            finally:
+                os._exit(0)
+        await asyncio.to_thread(os.waitpid, pid, 0)
+        os.close(write_end)
+        with os.fdopen(read_end) as seen:
+            assert seen.read() == lease.owner, "the child released the lease"
+        assert lease.valid

@@ -688,3 +688,78 @@ def test_20_8_interrupt_main_during_a_waiting_hold_leaves_the_key_free(key: str)
     with pytest.raises(KeyboardInterrupt), provider.hold(key, "me", ttl_ms=60_000, wait=True):
         pytest.fail("the body must not run")
     assert SyncInMemoryLeaseProvider.get_lease_owner(provider, key) is None
+
+
+# -- an acquire answering past the lease's deadline does not enter the block ------------------------
+
+
+class _LateAcquire:
+    """Forwards to ``inner``; each acquire answers ``late_s`` seconds after it committed."""
+
+    def __init__(self, inner: Any, late_s: float) -> None:
+        self.inner, self.late_s = inner, late_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def acquire_lease(self, *a: Any, **k: Any) -> Any:
+        result = self.inner.acquire_lease(*a, **k)
+        time.sleep(self.late_s)
+        return result
+
+
+def test_hold_does_not_enter_with_an_acquire_answered_past_the_deadline(sync_provider: Any, key: str) -> None:
+    """Reviewer: an acquire that answered later than 0.9 x TTL after it was sent still entered the
+    block (a sync body runs until it calls check()). Now: released, and not acquired."""
+    entered: list[bool] = []
+    late = _LateAcquire(sync_provider, 0.3 * 0.95)
+    with pytest.raises(LeaseNotAcquiredError, match="past the lease's deadline"), SyncHeldLease(late, key, ttl_ms=300):
+        entered.append(True)
+    assert entered == []
+    assert sync_provider.get_lease_owner(key) is None  # released, not left to expire
+
+
+# -- a process forked inside hold() never acts as the holder -------------------------------------------
+
+
+def _fork() -> int:
+    import os
+    import warnings
+
+    with warnings.catch_warnings():  # the renewal and watch threads: fork() in a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+def test_a_child_forked_inside_hold_neither_releases_nor_loses_the_parents_lease(
+    sync_sql_provider: Any, key: str
+) -> None:
+    """Reviewer's fk.py: a child forked inside hold() that left the block released the parent's
+    lease (the parent still said valid), and the loss watch it inherited declared the parent's
+    lease lost in the child, calling on_lost there."""
+    import os
+
+    read_end, write_end = os.pipe()
+
+    def on_lost(lease: SyncHeldLease) -> None:
+        os.write(write_end, f"on_lost in {os.getpid()}\n".encode())
+
+    with SyncHeldLease(sync_sql_provider, key, ttl_ms=1_000, on_lost=on_lost) as lease:
+        pid = _fork()
+        if pid == 0:  # the child: a hold of its own starts its loss watch, past the parent's deadline
+            try:
+                with SyncHeldLease(sync_sql_provider, key + ":child", ttl_ms=5_000):
+                    time.sleep(1.2)  # the parent's lease is renewed by the parent only
+                lease.__exit__(None, None, None)  # the child leaves the parent's block
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        os.close(write_end)
+        with os.fdopen(read_end) as calls:
+            assert calls.read() == "", "on_lost was called for the parent's lease"
+        assert lease.valid
+        assert sync_provider_owner(sync_sql_provider, key) == lease.owner, "the child released the parent's lease"
+
+
+def sync_provider_owner(provider: Any, key: str) -> str | None:
+    return provider.get_lease_owner(key)  # type: ignore[no-any-return]

@@ -16,6 +16,7 @@ import click
 from ..contract import validate_key, validate_owner, validate_ttl_ms
 from ..errors import LeaseNotAcquiredError
 from ..holding import acquire_lease_wait, hold, new_owner_id
+from ..holding.rules import Handoff
 from .exits import EX_TEMPFAIL, EXIT_LEASE_LOST, fail
 from .options import DURATION, data_option, parse_data, schema_option, table_option, url_option
 from .render import expiry_words, printable
@@ -254,13 +255,17 @@ async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: Signals, 
     wait = opts.wait
     status = _WaitStatus(provider, opts) if opts.wait and not opts.quiet and sys.stderr.isatty() else None
     try:
+        handoff = None
         if opts.claim:
-            await _acquire_as_new_holder(provider, opts, taken)
-            wait = False  # held by opts.owner now: hold() re-acquires it (semantic 3)
+            handoff = await _acquire_as_new_holder(provider, opts, taken)
+            wait = False
         taken.add(opts.owner)
-        async with hold(
+        held = hold(
             provider, opts.key, opts.owner, ttl_ms, wait=wait, timeout_s=opts.timeout_s, on_lost="flag", data=opts.data
-        ) as lease:
+        )
+        if handoff is not None:  # the tenure just handed to opts.owner, not a second acquire
+            held.adopting(handoff)
+        async with held as lease:
             if status is not None:
                 await status.stop()
             signals.cancel_on_signal = False
@@ -316,14 +321,16 @@ class _WaitStatus:
             self.shown = False
 
 
-async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Taken) -> None:
+async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Taken) -> Handoff:
     """Acquire the key for ``opts.owner`` only if nobody, that owner included, holds it.
 
     An acquire by the current owner succeeds (semantic 3: a retry), so a second run with the same
     --owner would run alongside the first. Instead the key is taken under a fresh, unique owner id
     (refused if anyone holds it, and exclusive), then transferred to ``opts.owner`` (atomic: the
     key is never free in between; the fence grows). Sound for every provider, at the cost of a
-    second statement; the claim id shows in ``status`` for that moment."""
+    second statement; the claim id shows in ``status`` for that moment. Returns the transfer,
+    for ``hold()`` to adopt: acquiring again as ``opts.owner`` would succeed on any tenure of that
+    owner, a later run's included, once this one expired."""
     claim = new_owner_id()
     taken.add(claim)
     ttl_ms = opts.ttl_s * 1000
@@ -339,8 +346,10 @@ async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Take
             raise _SameOwnerError(opts.key, exc.holder, exc.fence, exc.expires_at) from None
         raise
     taken.add(opts.owner)
+    sent = asyncio.get_running_loop().time()
     if not await provider.transfer_lease(opts.key, claim, opts.owner, ttl_ms, data=opts.data):
         raise LeaseNotAcquiredError(opts.key, None)  # expired between two statements: TTL too short
+    return Handoff(opts.key, opts.owner, ttl_ms, sent, result.fence)
 
 
 class _SameOwnerError(LeaseNotAcquiredError):

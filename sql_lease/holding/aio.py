@@ -576,6 +576,9 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
 
     async def __aenter__(self) -> HeldLease:
         loop = asyncio.get_running_loop()
+        if self._handoff is not None:
+            first_due = self._adopted(*await self._read_back())
+            return self._start_holding(first_due)
         try:
             if self.wait:
                 waiting = AsyncWaitingAcquire(
@@ -599,6 +602,32 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
                     self._release_in_background()
             raise
         first_due = self._acquired(result, sent)
+        late = self._entered_late()
+        if late is not None:  # the body must not start on a lease about to be lost
+            if self._leave() and not self._kept_by_another():
+                await self._release_shielded(self._margin_s)
+            raise late
+        return self._start_holding(first_due)
+
+    async def _read_back(self) -> tuple[LeaseInfo | AcquireResult | None, float]:
+        """The tenure handed to this owner, as the database has it, and when the answer came,
+        bounded by the handoff's deadline: ``get_lease``, or, for a provider without it, an
+        acquire by the owner (it extends the tenure, whichever it is)."""
+        loop = asyncio.get_running_loop()
+        reader = getattr(self.provider, "get_lease", None)
+        if callable(reader):
+            call = reader(self.key)
+        else:
+            call = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **data_kw(self.data))
+        answer = await _until(asyncio.ensure_future(call), max(0.001, self._handoff_window(loop.time())))
+        if answer is NO_ANSWER:
+            return None, loop.time()  # judged too late: the window has passed
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer, loop.time()
+
+    def _start_holding(self, first_due: float) -> HeldLease:
+        loop = asyncio.get_running_loop()
         self._body_task = asyncio.current_task()
         self._cancelling = self._body_task.cancelling() if self._body_task is not None else 0
         self._time = loop.time
@@ -617,6 +646,8 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._in_child():  # a fork of the holder leaves the block: it never held the lease
+            return
         self._closing = True
         lost_by_our_cancel = False
         if self._cancelled_for_loss and self._body_task is not None:
@@ -728,6 +759,7 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
             window = self._transfer_window()
             if window is None:
                 return False
+            sent = asyncio.get_running_loop().time()
             call = self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **data_kw(data))
             answer = await _until(asyncio.ensure_future(call), window)
             if answer is NO_ANSWER:  # the deadline passed: the statement was stopped
@@ -735,7 +767,7 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
             if isinstance(answer, BaseException):
                 self._transfer_failed(next_owner, answer)
                 raise answer
-            moved = self._transferred(bool(answer), next_owner)
+            moved = self._transferred(bool(answer), next_owner, ttl, sent)
         if self.transferred_to is not None:
             await self._stop_renewer()
         return moved
@@ -783,10 +815,15 @@ hold = shortcut(
             provider only when given, so providers without lease data serve ``hold()`` without it.
 
     Raises ``LeaseNotAcquiredError`` (naming the holder) when the key is held by another owner,
+    or when the acquire answered at or after the lease's deadline (90% of the TTL
+    after it was sent: the lease is then released, bounded, and the block never starts),
     ``LeaseBackendError`` when the database fails at acquire. A renewal that raises is retried with
     backoff; the lease is declared lost only when no renewal succeeded before the last known expiry
     minus a safety margin (10% of the TTL), or a renewal returns False; ``lease.check()`` and
     ``lease.valid`` judge that deadline by the loop's clock when called. On exit (normal, exception
     or cancellation) the lease is released, shielded from cancellation, unless it was transferred.
+    A process forked inside the block does not hold the lease: there ``valid`` is False,
+    ``check()`` raises ``LeaseLostError``, and leaving the block neither releases nor renews it
+    (nor declares it lost); the parent keeps it.
     """,
 )

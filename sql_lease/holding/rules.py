@@ -22,8 +22,9 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, cast
 
 from .. import observe
 from ..contract import (
@@ -247,6 +248,37 @@ class WaitingAcquire(Generic[ProviderT]):
         return max(0.0, pause)
 
 
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """A transfer that moved ``key`` to ``owner`` for ``ttl_ms`` milliseconds: its statement was
+    sent at ``sent`` (the face's monotonic clock, seconds), from a tenure with fencing token
+    ``from_fence`` (None: unknown). A hold of ``owner`` adopts it (``HoldRules.adopting``) instead
+    of acquiring again: an acquire by the current owner succeeds, even on a later tenure of that
+    owner taken after this one expired."""
+
+    key: str
+    owner: str
+    ttl_ms: float
+    sent: float
+    from_fence: int | None = None
+
+
+class LateAcquireError(LeaseNotAcquiredError):
+    """The lease was taken (or handed on) but the answer came at or after its local deadline
+    (``LOSS_MARGIN`` of the TTL before its expiry, counted from when the statement was sent): the
+    body never ran, as if the lease had not been acquired."""
+
+    def __init__(self, key: str, what: str, late_s: float) -> None:
+        super().__init__(key, None)
+        self.what, self.late_s = what, late_s
+
+    def __str__(self) -> str:
+        return (
+            f"lease {self.key!r} not acquired: {self.what} answered {self.late_s:.2f} s past the lease's "
+            "deadline (a stalled network or a paused process; the TTL may be too short)"
+        )
+
+
 class _Hold(Protocol):
     @property
     def provider(self) -> Any: ...
@@ -405,6 +437,9 @@ class RenewalCourse:
         if renewed is False:
             lease._declare_lost(f"renewal refused: the lease expired or another owner holds it{late}")
             return None
+        if isinstance(renewed, LeaseInfo) and None not in (renewed.fence, lease.fence) and renewed.fence != lease.fence:
+            lease._declare_lost(f"the renewal found another tenure of this owner (fence {renewed.fence}){late}")
+            return None
         lease._renewed(renewed, sent)
         self.backoff = min(0.05, self.interval)
         return sent + self.interval
@@ -458,6 +493,9 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         self._acquired_expiry: datetime | None = None
         self._last_error: str | None = None  # the last failed renewal's error, until one succeeds
         self._counted = False  # in the registry
+        self.handoff: Handoff | None = None  # set by a transfer to another owner, for its hold
+        self._handoff: Handoff | None = None  # a transfer to this owner to adopt instead of acquiring
+        self._pid = os.getpid()  # the process that holds it; a forked child never acts as the holder
         self._setup()
 
     def _accept_on_lost(self, on_lost: object) -> str:
@@ -493,6 +531,8 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         self._log("releasing", " failed: %s", exc, level=logging.WARNING)
 
     def _lost_error(self) -> LeaseLostError:
+        if self._in_child() and not self.lost_reason:
+            return LeaseLostError(self.key, self.owner, f"held by process {self._pid}; this is a fork of it")
         return LeaseLostError(self.key, self.owner, self.lost_reason or "lost")
 
     def _announce_loss(self, reason: str) -> None:
@@ -502,8 +542,9 @@ class HoldRules(Generic[ProviderT, OnLostT]):
             observe.lease_lost(self, reason)
 
     def _finished(self) -> bool:
-        """Nothing left to renew or watch: the lease is lost or transferred."""
-        return bool(self.lost.is_set()) or self.transferred_to is not None
+        """Nothing left to renew or watch: the lease is lost or transferred, or this process is a
+        fork of the holder (it never held it)."""
+        return bool(self.lost.is_set()) or self.transferred_to is not None or self._in_child()
 
     @property
     def _call_ttl_ms(self) -> float:
@@ -524,6 +565,55 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         self.fence, self.expires_at = result.fence, result.expires_at
         self._acquired_expiry = result.expires_at
         return sent + self.renew_every_ms / 1000  # from the acquire, not from when renewing starts
+
+    def adopting(self, handoff: Handoff) -> Self:
+        """This hold takes the tenure ``handoff`` moved to its owner instead of acquiring: its
+        fencing token is read back (``get_lease``, else an acquire by the owner) and judged by the
+        handoff's clock: the lease is ours for a TTL from when the transfer was sent, and an answer
+        at or after the deadline raises ``LateAcquireError`` (a ``LeaseNotAcquiredError``) without
+        releasing (the key may be a later tenure of the same owner by then). Returns the hold.
+        ``ValueError`` when the handoff is of another key or owner, or shorter than ``ttl_ms``."""
+        if handoff.key != self.key or handoff.owner != self.owner:
+            raise ValueError(f"the handoff is of {handoff.key!r} to {handoff.owner!r}, not of this hold")
+        if handoff.ttl_ms < self.ttl_ms:
+            raise ValueError(f"the handoff's TTL ({handoff.ttl_ms:g} ms) is shorter than ttl_ms ({self.ttl_ms:g})")
+        self._handoff = handoff
+        return self
+
+    def _handoff_window(self, now: float) -> float:
+        """Seconds left, at ``now``, to read back the handed tenure (<= 0: too late already)."""
+        assert self._handoff is not None
+        return self._handoff.sent + self.ttl_ms / 1000 * (1 - LOSS_MARGIN) - now
+
+    def _adopted(self, found: LeaseInfo | AcquireResult | None, answered: float) -> float:
+        """The read-back of the handed tenure, answered at ``answered``: hold it, its lease counted
+        from when the transfer was sent. ``LeaseNotAcquiredError`` (nothing to release) when it
+        answered past the deadline, names another owner, or is not a later tenure than the one
+        handed on. Returns when the first renewal is due."""
+        handoff = self._handoff
+        assert handoff is not None
+        late = -self._handoff_window(answered)
+        if late >= 0:
+            raise LateAcquireError(self.key, "the transfer to this owner", late)
+        if found is None or found.owner != self.owner or not getattr(found, "acquired", True):
+            raise LeaseNotAcquiredError(
+                self.key, *((found.owner, found.fence, found.expires_at) if found is not None else (None,))
+            )
+        if handoff.from_fence is not None and found.fence is not None and found.fence <= handoff.from_fence:
+            raise LeaseNotAcquiredError(self.key, found.owner, found.fence, found.expires_at)
+        result = AcquireResult(True, found.owner, found.fence, found.expires_at, found.remaining_ms)
+        return self._acquired(result, handoff.sent)
+
+    def _entered_late(self) -> LateAcquireError | None:
+        """After ``_acquired``: the error to raise when the acquire answered at or after the
+        lease's deadline (the body must not start on a lease about to be declared lost)."""
+        late = self._clock() - self._deadline
+        return LateAcquireError(self.key, "the acquire", late) if late >= 0 else None
+
+    def _in_child(self) -> bool:
+        """True in a process forked while the lease was held: it never held it (no renewal, no
+        release)."""
+        return os.getpid() != self._pid
 
     def _renewed(self, renewed: LeaseInfo | bool, sent: float) -> None:
         """A renewal sent at ``sent`` succeeded (``renewed``: its ``LeaseInfo``, or True): the
@@ -571,7 +661,10 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         return self._valid_until - self._margin_s
 
     def _past_deadline(self, late_note: str = "") -> bool:
-        """Declare the loss if the deadline has passed by the clock now; True once lost."""
+        """Declare the loss if the deadline has passed by the clock now; True once lost, and in a
+        fork of the holder (which never held it: nothing is declared there)."""
+        if self._in_child():
+            return True
         if (
             not self.lost.is_set()
             and self.transferred_to is None
@@ -634,10 +727,12 @@ class HoldRules(Generic[ProviderT, OnLostT]):
             return None
         return self._deadline - self._clock()
 
-    def _transferred(self, moved: bool, next_owner: str) -> bool:
-        """A transfer's answer: on success to another owner this holder stops renewing."""
+    def _transferred(self, moved: bool, next_owner: str, ttl_ms: float, sent: float) -> bool:
+        """A transfer (``ttl_ms``, sent at ``sent``) answered: on success to another owner this
+        holder stops renewing, and ``handoff`` is what a hold of ``next_owner`` adopts."""
         if moved and next_owner != self.owner:
             self.transferred_to = next_owner
+            self.handoff = Handoff(self.key, next_owner, ttl_ms, sent, self.fence)
         return moved
 
     def _transfer_failed(self, next_owner: str, exc: BaseException) -> None:

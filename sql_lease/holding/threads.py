@@ -140,7 +140,9 @@ class _LossWatch:
 
     def _after_fork(self) -> None:
         # The parent's thread and lock state do not carry over; the next hold() starts a thread.
+        # The parent's leases are the parent's: the child neither holds nor loses them.
         self._cond, self._thread, self._at = threading.Condition(), None, float("inf")
+        self._leases = set()
 
     def add(self, lease: SyncHeldLease) -> None:
         with self._cond:
@@ -226,7 +228,9 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
 
     def __enter__(self) -> SyncHeldLease:
         try:
-            if self.wait:
+            if self._handoff is not None:
+                first_due = self._adopted(*self._read_back())
+            elif self.wait:
                 waiting = ThreadWaitingAcquire(
                     self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, data=self.data
                 )
@@ -236,7 +240,13 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
                 result = self.provider.acquire_lease(
                     self.key, self.owner, self._call_ttl_ms, **rules.data_kw(self.data)
                 )
-            first_due = self._acquired(result, sent)
+            if self._handoff is None:
+                first_due = self._acquired(result, sent)
+                late = self._entered_late()
+                if late is not None:  # the body must not start on a lease about to be lost
+                    if self._leave() and not self._kept_by_another():
+                        self._release(self._margin_s)
+                    raise late
             self._renewer = threading.Thread(
                 target=self._renew_loop, args=(first_due,), name=f"sql_lease renew {self.key}", daemon=True
             )
@@ -251,6 +261,24 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
             self._undo_acquire(exc)
             raise
         return self
+
+    def _read_back(self) -> tuple[LeaseInfo | AcquireResult | None, float]:
+        """The tenure handed to this owner, as the database has it, and when the answer came,
+        bounded by the handoff's deadline: ``get_lease``, or, for a provider without it, an
+        acquire by the owner (it extends the tenure, whichever it is)."""
+        window = max(0.001, self._handoff_window(time.monotonic()))
+        reader = getattr(self.provider, "get_lease", None)
+        if callable(reader):
+            found = reader(self.key, **_timeout_kw(self.provider, window))
+        else:
+            found = self.provider.acquire_lease(
+                self.key,
+                self.owner,
+                self._call_ttl_ms,
+                **rules.data_kw(self.data),
+                **_timeout_kw(self.provider, window),
+            )
+        return found, time.monotonic()
 
     def _undo_acquire(self, exc: BaseException) -> None:
         """The acquire may have committed (a timeout, Ctrl-C): release whatever it took, unless an
@@ -268,6 +296,8 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self._in_child():  # a fork of the holder leaves the block: it never held the lease
+            return
         self._stop.set()
         _watch.discard(self)
         renewer, self._renewer = self._renewer, None
@@ -350,12 +380,13 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
             if window is None:
                 return False
             given = {**rules.data_kw(data), **_timeout_kw(self.provider, window)}
+            sent = time.monotonic()
             try:
                 moved = bool(self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **given))
             except Exception as exc:
                 self._transfer_failed(next_owner, exc)
                 raise
-            if self._transferred(moved, next_owner) and self.transferred_to is not None:
+            if self._transferred(moved, next_owner, ttl, sent) and self.transferred_to is not None:
                 self._stop.set()
         return moved
 
@@ -387,10 +418,15 @@ hold = rules.shortcut(
             provider only when given.
 
     Raises ``LeaseNotAcquiredError`` (naming the holder) when another owner holds the key,
+    or when the acquire answered at or after the lease's deadline (90% of the TTL
+    after it was sent: the lease is then released, bounded, and the block never starts),
     ``LeaseBackendError`` when the database fails at acquire (whatever it may have taken is then
     released in the background). The lease is lost when a renewal is refused, or when none
     succeeded before the last known expiry minus 10% of the TTL (renewals that raise are retried
     with backoff). On exit the lease is released unless it was transferred or an outer ``hold()``
     of the same owner in this process still holds it.
+    A process forked inside the block does not hold the lease: there ``valid`` is False,
+    ``check()`` raises ``LeaseLostError``, and leaving the block neither releases nor renews it
+    (nor declares it lost); the parent keeps it.
     """,
 )
