@@ -346,15 +346,17 @@ def test_a_stalled_sqlite_statement_is_aborted(tmp_path: Path, sync_sqlite_templ
     path = tmp_path / "stall.db"
     shutil.copyfile(sync_sqlite_template, path)
     with SyncSqlLeaseProvider(f"sqlite:///{path}", operation_timeout_s=0.5, sqlite_busy_timeout_ms=5_000) as provider:
+        assert provider.acquire_lease("k", "alice", 10_000).acquired
         blocker = sqlite3.connect(path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
         started = time.monotonic()
+        # a release waits for the write lock (an acquire would answer "not acquired" at its lock wait)
         with pytest.raises(LeaseBackendError):  # "no answer within 0.5 s", or "database is locked" as it ends
-            provider.acquire_lease("k", "alice", 10_000)
+            provider.release_lease("k", "alice")
         assert time.monotonic() - started < 1.5
         blocker.execute("ROLLBACK")
         blocker.close()
-        assert provider.acquire_lease("k", "alice", 10_000).acquired
+        assert provider.release_lease("k", "alice")
 
 
 def test_per_call_timeout_is_bounded_by_the_operation_timeout(tmp_path: Path, sync_sqlite_template: str) -> None:
