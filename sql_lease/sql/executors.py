@@ -27,6 +27,7 @@ import functools
 import itertools
 import os
 import re
+import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -154,6 +155,14 @@ class LoopLocal(Generic[S]):
         self._pid = os.getpid()
         self._states: dict[asyncio.AbstractEventLoop, tuple[S, _Holder, AsyncGenerator[None, None]]] = {}
         self._last: tuple[asyncio.AbstractEventLoop, S] | None = None
+        self._lock = threading.Lock()  # threads running loops of their own share _states; never held across an await
+        self._lock_pid = self._pid
+
+    def _locked(self) -> threading.Lock:
+        """The lock of ``_states`` in this process (a fork may have copied it while held)."""
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        return self._lock
 
     def current(self) -> S:
         """The state of the running loop in this process."""
@@ -164,21 +173,22 @@ class LoopLocal(Generic[S]):
         return self._switch(loop)
 
     def _switch(self, loop: asyncio.AbstractEventLoop) -> S:
-        if self._pid != os.getpid():  # forked: the parent's states are not ours to touch
-            _FORKED_AWAY.append(self._states)
-            self._states, self._pid = {}, os.getpid()
-        for other in [other for other in self._states if other.is_closed()]:
-            state, holder, sentinel = self._states.pop(other)
+        with self._locked():
+            if self._pid != os.getpid():  # forked: the parent's states are not ours to touch
+                _FORKED_AWAY.append(self._states)
+                self._states, self._pid = {}, os.getpid()
+            gone = [self._states.pop(other) for other in [other for other in self._states if other.is_closed()]]
+            found = self._states.get(loop)
+            if found is None:
+                state = self._make()
+                holder = _Holder(functools.partial(self._close, state))
+                sentinel = _until_loop_ends(holder)
+                with contextlib.suppress(StopIteration):  # runs to its yield; the loop now knows it
+                    sentinel.asend(None).send(None)
+                found = self._states[loop] = (state, holder, sentinel)
+            self._last = (loop, found[0])
+        for state, holder, sentinel in gone:
             self._retire(state, holder, sentinel)
-        found = self._states.get(loop)
-        if found is None:
-            state = self._make()
-            holder = _Holder(functools.partial(self._close, state))
-            sentinel = _until_loop_ends(holder)
-            with contextlib.suppress(StopIteration):  # runs to its yield; the loop now knows it
-                sentinel.asend(None).send(None)
-            found = self._states[loop] = (state, holder, sentinel)
-        self._last = (loop, found[0])
         return found[0]
 
     def _retire(self, state: S, holder: _Holder, sentinel: AsyncGenerator[None, None]) -> None:
@@ -191,15 +201,17 @@ class LoopLocal(Generic[S]):
 
     def states(self) -> list[S]:
         """This process's states, one per loop."""
-        return [] if self._pid != os.getpid() else [state for state, _, _ in self._states.values()]
+        with self._locked():
+            return [] if self._pid != os.getpid() else [state for state, _, _ in self._states.values()]
 
     async def close(self) -> None:
         """Close the running loop's state (awaited), every other loop's: a closed loop's by
         ``abandon``, a live one's by ``close`` scheduled in that loop."""
-        if self._pid != os.getpid():
-            _FORKED_AWAY.append(self._states)
-            self._states, self._pid = {}, os.getpid()
-        states, self._states, self._last = self._states, {}, None
+        with self._locked():
+            if self._pid != os.getpid():
+                _FORKED_AWAY.append(self._states)
+                self._states, self._pid = {}, os.getpid()
+            states, self._states, self._last = self._states, {}, None
         running = asyncio.get_running_loop()
         for loop, (state, holder, sentinel) in states.items():
             if loop is running:
