@@ -106,6 +106,17 @@ def _shown_to(hooks: list[StatementHook], fetch: Fetch) -> Fetch:
     return fetch_shown
 
 
+def _counted(fetch: Fetch) -> tuple[Fetch, list[int]]:
+    """``fetch``, and a one-item list counting the statements it was asked to send."""
+    count = [0]
+
+    async def counting(sql: str, params: tuple[Any, ...]) -> Sequence[Row]:
+        count[0] += 1
+        return await fetch(sql, params)
+
+    return counting, count
+
+
 def _asyncpg_dead_before_sending(exc: BaseException, driver_conn: Any) -> bool:
     """asyncpg checks that a connection is open before it writes, and raises InterfaceError."""
     import asyncpg
@@ -367,13 +378,15 @@ class LentPoolExecutor(AsyncExecutor):
             connections.give(conn, healthy=False)
             raise DeadBeforeSending(ConnectionError("the server ended an idle pooled connection"))
         healthy = False
+        fetch, sent = _counted(self._fetch(conn))
         try:
-            result = await self._execute(make_plan, plan, self._fetch(conn))
+            result = await self._execute(make_plan, plan, fetch)
             healthy = True
             return result
         except BaseException as exc:
             healthy = connection_survives(exc)
-            if self._dead_before_sending(conn, exc):
+            # only while no statement of the plan was sent (the failing one is the first)
+            if sent[0] <= 1 and self._dead_before_sending(conn, exc):
                 raise DeadBeforeSending(exc) from exc
             raise
         finally:
@@ -575,11 +588,12 @@ class EngineExecutor(AsyncExecutor):
             try:
                 return await self._execute(make_plan, plan, fetch)
             except BaseException as exc:
+                # a statement that found the connection closed fails as one that does not survive
+                # (SQLAlchemy wraps asyncpg's InterfaceError): not run again, its plan may have sent
+                # statements before it; a connection that died idle was caught above
                 if not connection_survives(exc):
                     with contextlib.suppress(Exception):
                         await asyncio.shield(conn.invalidate())
-                elif driver_conn is not None and _asyncpg_dead_before_sending(exc, driver_conn):
-                    raise DeadBeforeSending(exc) from exc
                 raise
 
     async def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], Awaitable[None]]]:
