@@ -10,7 +10,15 @@ from sqlalchemy.exc import StatementError
 
 from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, SchemaMissingError
 
-__all__ = ["connection_survives", "describe", "operation_label", "schema_outdated", "sqlite_error", "sqlstate", "translate"]
+__all__ = [
+    "connection_survives",
+    "describe",
+    "operation_label",
+    "schema_outdated",
+    "sqlite_error",
+    "sqlstate",
+    "translate",
+]
 
 # SQLSTATEs that no retry can fix: the configuration is wrong (class 28: the role or password;
 # 3D000: no such database; 42501: a missing privilege).
