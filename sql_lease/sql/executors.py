@@ -28,6 +28,8 @@ import itertools
 import os
 import re
 import threading
+import time
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +40,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ProviderClosedError
-from .operations import Plan, run_async
+from .operations import LOCK_WAIT_SHARE, Plan, run_async
 from .retry import DeadBeforeSending, DeadConnectionRetry
 from .translate import connection_survives
 
@@ -47,6 +49,7 @@ __all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "Eng
 T = TypeVar("T")
 S = TypeVar("S")
 Row = Sequence[Any]
+_BUSY_PRAGMA = re.compile(r"PRAGMA busy_timeout = (\d+)")
 StatementHook = Callable[[str, tuple[Any, ...]], None]
 Fetch = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Row]]]
 
@@ -70,13 +73,13 @@ class AsyncExecutor:
         ``deadline``: ``time.monotonic()`` seconds, or None when the caller bounds the call."""
         for attempt in itertools.count():
             try:
-                return await self._run_once(make_plan, plan)
+                return await self._run_once(make_plan, plan, deadline)
             except DeadBeforeSending as dead:
                 self.retry.again(dead, attempt, deadline)
                 plan = None
         raise AssertionError("unreachable")
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         raise NotImplementedError
 
     def _execute(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, fetch: Fetch) -> Awaitable[T]:
@@ -371,7 +374,7 @@ class LentPoolExecutor(AsyncExecutor):
         the error its statement raised."""
         return False
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         connections = self._connections
         conn = connections.take_idle() or await connections.take()
         if self._dead_before_sending(conn, None):
@@ -458,6 +461,9 @@ class AiosqlitePoolExecutor(AsyncExecutor):
         super().__init__()
         self._path = path
         self._pragmas = tuple(pragmas)
+        busy = [int(m.group(1)) for m in map(_BUSY_PRAGMA.fullmatch, self._pragmas) if m is not None]
+        self._busy_timeout_ms = busy[-1] if busy else None  # each new connection's, from its pragmas
+        self._busy: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # busy_timeout now, if changed
         self._missing = missing
         self._pools: LoopLocal[_SqlitePool] = LoopLocal(lambda: _SqlitePool(size), self._close_pool, self._abandon)
         self._closed = False
@@ -493,7 +499,7 @@ class AiosqlitePoolExecutor(AsyncExecutor):
         closing.add_done_callback(pool.closing.discard)
         closing.add_done_callback(lambda done: done.cancelled() or done.exception())
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         if self._closed:
             raise ProviderClosedError("the provider is closed")
         pool = self._pools.current()
@@ -502,12 +508,26 @@ class AiosqlitePoolExecutor(AsyncExecutor):
                 raise ProviderClosedError("the provider is closed")
             conn = pool.idle.pop() if pool.idle else await self._connect()
             try:
+                await self._bound_busy_wait(conn, deadline)
                 result = await self._execute(make_plan, plan, conn.execute_fetchall)
             except BaseException as exc:
                 self._give_back(pool, conn, connection_survives(exc))
                 raise
             self._give_back(pool, conn, True)
             return result
+
+    async def _bound_busy_wait(self, conn: Any, deadline: float | None) -> None:
+        """Cut ``conn``'s wait for another writer's lock to its share of the time left (SQLite's busy
+        handler heeds no interrupt): a PRAGMA, no I/O, sent only when the bound changes."""
+        if self._busy_timeout_ms is None:
+            return
+        busy_ms = self._busy_timeout_ms
+        if deadline is not None:
+            share_ms = max(0, int((deadline - time.monotonic()) * 1000 * LOCK_WAIT_SHARE))
+            busy_ms = busy_ms if busy_ms <= share_ms + 100 else share_ms
+        if self._busy.get(conn, self._busy_timeout_ms) != busy_ms:
+            await conn.execute_fetchall(f"PRAGMA busy_timeout = {busy_ms}", ())
+            self._busy[conn] = busy_ms
 
     def _give_back(self, pool: _SqlitePool, conn: Any, healthy: bool) -> None:
         if healthy and not self._closed:
@@ -567,7 +587,7 @@ class EngineExecutor(AsyncExecutor):
         size = getattr(pool, "size", None)
         self.retry = DeadConnectionRetry((size() if callable(size) else 5) + 2)
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         if self._owned and self._pid != os.getpid():
             # forked: the pool's connections are the parent's (SQLAlchemy's recipe for a child)
             self._pid = os.getpid()

@@ -37,7 +37,7 @@ from urllib.parse import quote
 
 from ..errors import MissingDriverError, SchemaMissingError
 from . import forks
-from .operations import Plan, run_sync
+from .operations import LOCK_WAIT_SHARE, Plan, run_sync
 from .retry import DeadBeforeSending, DeadConnectionRetry, readable_while_idle
 from .setup import utc_timestamptz_loader
 from .statements import OWN_CONNECTION_SETUP
@@ -695,9 +695,9 @@ class SqliteFileExecutor(SyncExecutor):
         conn = self._pool.take(deadline)
         healthy = False
         try:
-            # SQLite's busy handler does not heed sqlite3_interrupt(): bound its wait by what is
-            # left of the operation's time (a PRAGMA, no I/O; only when the bound changes).
-            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            # SQLite's busy handler does not heed sqlite3_interrupt(): bound its wait by its share of
+            # what is left of the operation's time, as on PostgreSQL (a PRAGMA, no I/O; only when the bound changes).
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000 * LOCK_WAIT_SHARE))
             busy_ms = self._busy_timeout_ms if self._busy_timeout_ms <= left_ms + 100 else left_ms
             if self._busy.get(id(conn)) != busy_ms:
                 conn.execute(f"PRAGMA busy_timeout = {busy_ms}").fetchall()
