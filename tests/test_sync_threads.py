@@ -349,8 +349,8 @@ def test_a_stalled_sqlite_statement_is_aborted(tmp_path: Path, sync_sqlite_templ
         blocker = sqlite3.connect(path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
         started = time.monotonic()
-        with pytest.raises(LeaseBackendError):  # "no answer within 0.5 s", or "database is locked" as it ends
-            provider.acquire_lease("k", "alice", 10_000)
+        # the lock wait is cut to half the time left: a lock wait that ran out wrote nothing
+        assert not provider.acquire_lease("k", "alice", 10_000).acquired
         assert time.monotonic() - started < 1.5
         blocker.execute("ROLLBACK")
         blocker.close()
