@@ -127,6 +127,16 @@ class OwnTransactionTests(TransactionTestCase):
         self.assertEqual(Claim.objects.filter(thread_id="outside").count(), 0)
         self.assertEqual(leases.get_lease_owner("outside"), "me")
         self.assertEqual(lease_owner_seen_by_django("outside"), "me")
+
+
+class WaitingTests(TransactionTestCase):
+    def test_a_waiter_leaves_no_connection_to_the_test_database(self):
+        from sql_lease import LeaseNotAcquiredError
+
+        self.assertTrue(leases.acquire_lease("waited", "holder", ttl_ms=60_000).acquired)
+        with self.assertRaises(LeaseNotAcquiredError):
+            leases.acquire_lease_wait("waited", "other", 60_000, timeout_s=0.3)
+        self.assertTrue(leases.release_lease("waited", "holder"))
 """
 
 
@@ -164,7 +174,7 @@ def manage(root: Path, databases: dict[str, Any], *args: str) -> subprocess.Comp
 
 def run_app_tests(root: Path, databases: dict[str, Any]) -> dict[str, Any]:
     done = manage(root, databases, "test", "reports", "--noinput", "-v", "2")
-    assert "Ran 3 tests" in done.stderr and "OK" in done.stderr, done.stderr
+    assert "Ran 4 tests" in done.stderr and "OK" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     report: dict[str, Any] = json.loads((root / "report.json").read_text())
     assert report["bound"] is True

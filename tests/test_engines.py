@@ -164,3 +164,30 @@ async def test_the_engine_path_sets_no_driver_attribute(
     async with SqlLeaseProvider(made, schema=schema) as leases:
         await every_operation(leases, key)
     assert set_by_sql_lease == []
+
+
+@pytest.mark.parametrize("given", ["engine", "uri-url"])
+async def test_a_sqlite_lock_wait_run_out_through_sqlalchemy_is_not_acquired(
+    given: str, tmp_path: Path, key: str
+) -> None:
+    """SQLITE_BUSY wrapped by SQLAlchemy (an application's aiosqlite engine, a ``uri=true`` URL)
+    on an expired lease under another connection's write lock: "not acquired", not a backend error."""
+    import sqlite3
+
+    path = tmp_path / "locked.db"
+    url = f"sqlite:///file:{path}?mode=rwc&uri=true"
+    async with SqlLeaseProvider(url) as setup:
+        await setup.migrate()
+        assert (await setup.acquire_lease(key, "a", 1)).acquired
+    app = create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 0.3})
+    guard = sqlite3.connect(path, isolation_level=None)
+    try:
+        guard.execute("BEGIN IMMEDIATE")  # the write lock, as a check_held guard holds it
+        leases = SqlLeaseProvider(app) if given == "engine" else SqlLeaseProvider(url, operation_timeout_s=1)
+        async with leases:
+            refused = await leases.acquire_lease(key, "b", 10_000)
+        assert not refused.acquired
+    finally:
+        guard.rollback()
+        guard.close()
+        await app.dispose()

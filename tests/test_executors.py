@@ -234,3 +234,56 @@ def test_both_faces_offer_one_executor_interface() -> None:
         rule.again(dead, 2, None)
     with pytest.raises(ConnectionError):
         rule.again(dead, 0, 0.0)  # past the deadline (time.monotonic() seconds)
+
+
+class _ClosingConnection:
+    """An asyncpg connection stand-in that closes after its first statement is sent."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.sent: list[str] = []
+
+    def is_closed(self) -> bool:
+        return self.closed
+
+    def terminate(self) -> None:
+        self.closed = True
+
+    async def close(self) -> None:
+        self.closed = True
+
+    async def fetch(self, sql: str, *params: Any) -> list[Any]:
+        import asyncpg
+
+        if self.closed:  # as asyncpg does: checked before anything is written
+            raise asyncpg.InterfaceError("connection is closed")
+        self.sent.append(sql)
+        self.closed = True  # the server goes away once the first statement was sent
+        return [(1,)]
+
+
+async def test_a_connection_dead_after_a_plans_first_statement_is_not_run_again() -> None:
+    """A plan whose second statement finds the connection closed is not started again: its
+    first statement was sent (and may have taken effect)."""
+    import asyncpg
+
+    from sql_lease.sql.executors import AsyncpgPoolExecutor
+    from sql_lease.sql.operations import Query
+
+    made: list[_ClosingConnection] = []
+
+    class Stub(AsyncpgPoolExecutor):
+        async def _new_connection(self) -> Any:
+            made.append(_ClosingConnection())
+            return made[-1]
+
+    def two_statements() -> Any:
+        yield Query("SELECT 1", ())
+        yield Query("SELECT 2", ())
+        return "done"
+
+    executor = Stub({}, size=2, setup=())
+    with pytest.raises(asyncpg.InterfaceError):
+        await executor.run(two_statements)
+    assert [conn.sent for conn in made] == [["SELECT 1"]]  # sent once, never again on a new connection
+    await executor.close(0.1)

@@ -236,11 +236,14 @@ def test_a_guarded_expired_lease_is_answered_not_acquired_within_the_timeout(db:
             refused = b.acquire_lease(key, "b", 10_000)
             took = time.monotonic() - started
             assert not refused.acquired and 0.5 < took < 2.0, (refused, took)
-            for waiter in (b, c) if db["kind"] == "postgres" else (b,):  # SQLite: see docs/holding.md
+            for waiter in (b, c):
                 started = time.monotonic()
                 with pytest.raises(LeaseNotAcquiredError):
                     waiter.acquire_lease_wait(key, "b", 10_000, timeout_s=1)
                 assert time.monotonic() - started < 2.0
+            started = time.monotonic()  # a plain acquire with a time limit shorter than the default
+            assert not c.acquire_lease(key, "b", 10_000, timeout_s=1).acquired
+            assert time.monotonic() - started < 2.0
             conn.commit()
         assert b.acquire_lease(key, "b", 10_000).acquired  # the guard ended: taken over at once
 
@@ -262,10 +265,13 @@ async def test_async_a_guarded_expired_lease_is_answered_not_acquired_within_the
             refused = await b.acquire_lease(key, "b", 10_000)
             took = time.monotonic() - started
             assert not refused.acquired and 0.5 < took < 2.0, (refused, took)
-            for waiter in (b, c) if db["kind"] == "postgres" else (b,):  # SQLite: see docs/holding.md
+            for waiter in (b, c):
                 started = time.monotonic()
                 with pytest.raises(LeaseNotAcquiredError):
                     await waiter.acquire_lease_wait(key, "b", 10_000, timeout_s=1)
                 assert time.monotonic() - started < 2.0
+            started = time.monotonic()  # a plain acquire with a time limit shorter than the default
+            assert not (await c.acquire_lease(key, "b", 10_000, timeout_s=1)).acquired
+            assert time.monotonic() - started < 2.0
             conn.commit()
         assert (await b.acquire_lease(key, "b", 10_000)).acquired

@@ -176,3 +176,49 @@ def test_waiters_on_one_provider_in_two_event_loops_at_once_each_get_the_lease()
         thread.join(15)
     assert outcomes == {"a": True, "b": True}
     assert max(took.values()) < 3.0, took  # polled every 50 ms once the holder released at 0.2 s
+
+
+def test_loop_local_shared_by_threads_each_running_loops_keeps_one_state_per_loop() -> None:
+    """Threads each running their own event loops on one LoopLocal: no lost or doubled state."""
+    import collections
+    import sys
+    import threading
+
+    from sql_lease.sql.executors import LoopLocal
+
+    closed: collections.Counter[str] = collections.Counter()
+
+    async def close(state: object) -> None:
+        closed["closed"] += 1
+
+    def abandon(state: object) -> None:
+        closed["abandoned"] += 1
+
+    local: LoopLocal[object] = LoopLocal(object, close, abandon)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        for _ in range(100):
+
+            async def use() -> None:
+                assert local.current() is local.current()
+
+            try:
+                asyncio.run(use())
+            except BaseException as exc:
+                errors.append(exc)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(switch)
+    assert errors == []
+    assert closed["closed"] == 800  # each loop's state closed once, as its asyncio.run ended
+    run_in_own_loop(local.close)
+    assert closed["abandoned"] == 0

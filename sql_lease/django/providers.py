@@ -149,7 +149,8 @@ class DjangoSqlLeaseProvider(SyncSqlLeaseProvider):
             return psycopg.connect(psycopg_conninfo(url))
 
         self._own_engine = sa.create_engine("postgresql+psycopg://", creator=connect, poolclass=sa.pool.NullPool)
-        self._options = {**self._options, "pool_size": self._options.get("pool_size") or 10}
+        # waiters poll: a LISTEN connection would stay open to the test database
+        self._options = {**self._options, "pool_size": self._options.get("pool_size") or 10, "listen_notify": False}
         return self._own_engine
 
     @property
@@ -200,7 +201,8 @@ def provider(using: str = "default", **options: Unpack[SyncProviderOptions]) -> 
     test database, whose shared cache does not wait and also locks a table another transaction
     has read). There, test code that mixes ORM writes with leases belongs in a
     ``TransactionTestCase``. PostgreSQL has no such limit; on its test database the provider keeps
-    no idle connection (one per operation), so the test runner can drop the database at the end.
+    no idle connection (one per operation, and waiters poll instead of listening for NOTIFY), so the
+    test runner can drop the database at the end.
 
     The keyword arguments are :class:`~sql_lease.SyncSqlLeaseProvider`'s (``table_name``,
     ``schema``, ``version_table``, ``operation_timeout_s``, ``pool_size``, ``sqlite_busy_timeout_ms``,

@@ -27,6 +27,9 @@ import functools
 import itertools
 import os
 import re
+import threading
+import time
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +40,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ProviderClosedError
-from .operations import Plan, run_async
+from .operations import LOCK_WAIT_SHARE, Plan, run_async
 from .retry import DeadBeforeSending, DeadConnectionRetry
 from .translate import connection_survives
 
@@ -46,6 +49,7 @@ __all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "Eng
 T = TypeVar("T")
 S = TypeVar("S")
 Row = Sequence[Any]
+_BUSY_PRAGMA = re.compile(r"PRAGMA busy_timeout = (\d+)")
 StatementHook = Callable[[str, tuple[Any, ...]], None]
 Fetch = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Row]]]
 
@@ -69,13 +73,13 @@ class AsyncExecutor:
         ``deadline``: ``time.monotonic()`` seconds, or None when the caller bounds the call."""
         for attempt in itertools.count():
             try:
-                return await self._run_once(make_plan, plan)
+                return await self._run_once(make_plan, plan, deadline)
             except DeadBeforeSending as dead:
                 self.retry.again(dead, attempt, deadline)
                 plan = None
         raise AssertionError("unreachable")
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         raise NotImplementedError
 
     def _execute(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, fetch: Fetch) -> Awaitable[T]:
@@ -103,6 +107,17 @@ def _shown_to(hooks: list[StatementHook], fetch: Fetch) -> Fetch:
         return await fetch(sql, params)
 
     return fetch_shown
+
+
+def _counted(fetch: Fetch) -> tuple[Fetch, list[int]]:
+    """``fetch``, and a one-item list counting the statements it was asked to send."""
+    count = [0]
+
+    async def counting(sql: str, params: tuple[Any, ...]) -> Sequence[Row]:
+        count[0] += 1
+        return await fetch(sql, params)
+
+    return counting, count
 
 
 def _asyncpg_dead_before_sending(exc: BaseException, driver_conn: Any) -> bool:
@@ -154,6 +169,14 @@ class LoopLocal(Generic[S]):
         self._pid = os.getpid()
         self._states: dict[asyncio.AbstractEventLoop, tuple[S, _Holder, AsyncGenerator[None, None]]] = {}
         self._last: tuple[asyncio.AbstractEventLoop, S] | None = None
+        self._lock = threading.Lock()  # threads running loops of their own share _states; never held across an await
+        self._lock_pid = self._pid
+
+    def _locked(self) -> threading.Lock:
+        """The lock of ``_states`` in this process (a fork may have copied it while held)."""
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        return self._lock
 
     def current(self) -> S:
         """The state of the running loop in this process."""
@@ -164,21 +187,22 @@ class LoopLocal(Generic[S]):
         return self._switch(loop)
 
     def _switch(self, loop: asyncio.AbstractEventLoop) -> S:
-        if self._pid != os.getpid():  # forked: the parent's states are not ours to touch
-            _FORKED_AWAY.append(self._states)
-            self._states, self._pid = {}, os.getpid()
-        for other in [other for other in self._states if other.is_closed()]:
-            state, holder, sentinel = self._states.pop(other)
+        with self._locked():
+            if self._pid != os.getpid():  # forked: the parent's states are not ours to touch
+                _FORKED_AWAY.append(self._states)
+                self._states, self._pid = {}, os.getpid()
+            gone = [self._states.pop(other) for other in [other for other in self._states if other.is_closed()]]
+            found = self._states.get(loop)
+            if found is None:
+                state = self._make()
+                holder = _Holder(functools.partial(self._close, state))
+                sentinel = _until_loop_ends(holder)
+                with contextlib.suppress(StopIteration):  # runs to its yield; the loop now knows it
+                    sentinel.asend(None).send(None)
+                found = self._states[loop] = (state, holder, sentinel)
+            self._last = (loop, found[0])
+        for state, holder, sentinel in gone:
             self._retire(state, holder, sentinel)
-        found = self._states.get(loop)
-        if found is None:
-            state = self._make()
-            holder = _Holder(functools.partial(self._close, state))
-            sentinel = _until_loop_ends(holder)
-            with contextlib.suppress(StopIteration):  # runs to its yield; the loop now knows it
-                sentinel.asend(None).send(None)
-            found = self._states[loop] = (state, holder, sentinel)
-        self._last = (loop, found[0])
         return found[0]
 
     def _retire(self, state: S, holder: _Holder, sentinel: AsyncGenerator[None, None]) -> None:
@@ -191,15 +215,17 @@ class LoopLocal(Generic[S]):
 
     def states(self) -> list[S]:
         """This process's states, one per loop."""
-        return [] if self._pid != os.getpid() else [state for state, _, _ in self._states.values()]
+        with self._locked():
+            return [] if self._pid != os.getpid() else [state for state, _, _ in self._states.values()]
 
     async def close(self) -> None:
         """Close the running loop's state (awaited), every other loop's: a closed loop's by
         ``abandon``, a live one's by ``close`` scheduled in that loop."""
-        if self._pid != os.getpid():
-            _FORKED_AWAY.append(self._states)
-            self._states, self._pid = {}, os.getpid()
-        states, self._states, self._last = self._states, {}, None
+        with self._locked():
+            if self._pid != os.getpid():
+                _FORKED_AWAY.append(self._states)
+                self._states, self._pid = {}, os.getpid()
+            states, self._states, self._last = self._states, {}, None
         running = asyncio.get_running_loop()
         for loop, (state, holder, sentinel) in states.items():
             if loop is running:
@@ -348,20 +374,22 @@ class LentPoolExecutor(AsyncExecutor):
         the error its statement raised."""
         return False
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         connections = self._connections
         conn = connections.take_idle() or await connections.take()
         if self._dead_before_sending(conn, None):
             connections.give(conn, healthy=False)
             raise DeadBeforeSending(ConnectionError("the server ended an idle pooled connection"))
         healthy = False
+        fetch, sent = _counted(self._fetch(conn))
         try:
-            result = await self._execute(make_plan, plan, self._fetch(conn))
+            result = await self._execute(make_plan, plan, fetch)
             healthy = True
             return result
         except BaseException as exc:
             healthy = connection_survives(exc)
-            if self._dead_before_sending(conn, exc):
+            # only while no statement of the plan was sent (the failing one is the first)
+            if sent[0] <= 1 and self._dead_before_sending(conn, exc):
                 raise DeadBeforeSending(exc) from exc
             raise
         finally:
@@ -433,6 +461,9 @@ class AiosqlitePoolExecutor(AsyncExecutor):
         super().__init__()
         self._path = path
         self._pragmas = tuple(pragmas)
+        busy = [int(m.group(1)) for m in map(_BUSY_PRAGMA.fullmatch, self._pragmas) if m is not None]
+        self._busy_timeout_ms = busy[-1] if busy else None  # each new connection's, from its pragmas
+        self._busy: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # busy_timeout now, if changed
         self._missing = missing
         self._pools: LoopLocal[_SqlitePool] = LoopLocal(lambda: _SqlitePool(size), self._close_pool, self._abandon)
         self._closed = False
@@ -468,7 +499,7 @@ class AiosqlitePoolExecutor(AsyncExecutor):
         closing.add_done_callback(pool.closing.discard)
         closing.add_done_callback(lambda done: done.cancelled() or done.exception())
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         if self._closed:
             raise ProviderClosedError("the provider is closed")
         pool = self._pools.current()
@@ -477,12 +508,26 @@ class AiosqlitePoolExecutor(AsyncExecutor):
                 raise ProviderClosedError("the provider is closed")
             conn = pool.idle.pop() if pool.idle else await self._connect()
             try:
+                await self._bound_busy_wait(conn, deadline)
                 result = await self._execute(make_plan, plan, conn.execute_fetchall)
             except BaseException as exc:
                 self._give_back(pool, conn, connection_survives(exc))
                 raise
             self._give_back(pool, conn, True)
             return result
+
+    async def _bound_busy_wait(self, conn: Any, deadline: float | None) -> None:
+        """Cut ``conn``'s wait for another writer's lock to its share of the time left (SQLite's busy
+        handler heeds no interrupt): a PRAGMA, no I/O, sent only when the bound changes."""
+        if self._busy_timeout_ms is None:
+            return
+        busy_ms = self._busy_timeout_ms
+        if deadline is not None:
+            share_ms = max(0, int((deadline - time.monotonic()) * 1000 * LOCK_WAIT_SHARE))
+            busy_ms = busy_ms if busy_ms <= share_ms + 100 else share_ms
+        if self._busy.get(conn, self._busy_timeout_ms) != busy_ms:
+            await conn.execute_fetchall(f"PRAGMA busy_timeout = {busy_ms}", ())
+            self._busy[conn] = busy_ms
 
     def _give_back(self, pool: _SqlitePool, conn: Any, healthy: bool) -> None:
         if healthy and not self._closed:
@@ -542,7 +587,7 @@ class EngineExecutor(AsyncExecutor):
         size = getattr(pool, "size", None)
         self.retry = DeadConnectionRetry((size() if callable(size) else 5) + 2)
 
-    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None) -> T:
+    async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         if self._owned and self._pid != os.getpid():
             # forked: the pool's connections are the parent's (SQLAlchemy's recipe for a child)
             self._pid = os.getpid()
@@ -563,11 +608,12 @@ class EngineExecutor(AsyncExecutor):
             try:
                 return await self._execute(make_plan, plan, fetch)
             except BaseException as exc:
+                # a statement that found the connection closed fails as one that does not survive
+                # (SQLAlchemy wraps asyncpg's InterfaceError): not run again, its plan may have sent
+                # statements before it; a connection that died idle was caught above
                 if not connection_survives(exc):
                     with contextlib.suppress(Exception):
                         await asyncio.shield(conn.invalidate())
-                elif driver_conn is not None and _asyncpg_dead_before_sending(exc, driver_conn):
-                    raise DeadBeforeSending(exc) from exc
                 raise
 
     async def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], Awaitable[None]]]:

@@ -39,7 +39,7 @@ from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor
 from .operations import LOCK_WAIT_SHARE, Plan
 from .options import validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames
-from .setup import _psycopg_conninfo, async_postgres_driver
+from .setup import async_postgres_driver, psycopg_conninfo_checked
 from .statements import OWN_CONNECTION_SETUP, LeaseStatements, statements_for
 from .translate import describe, operation_label, translate
 from .urls import asyncpg_url_and_args, open_existing_sqlite_file_only, safe_url, sqlite_file, to_async_url
@@ -216,7 +216,7 @@ class SqlLeaseProvider(LeaseProviderBase):
                     url = url.update_query_dict({"prepared_statement_cache_size": "0"})
                     options["connect_args"]["statement_cache_size"] = 0
             elif postgres_driver == "psycopg":
-                conninfo = _psycopg_conninfo(url)  # libpq takes its own parameters; unknown ones refused here
+                conninfo = psycopg_conninfo_checked(url)  # libpq takes its own parameters; unknown ones refused here
                 if pgbouncer:
                     options["connect_args"] = {"prepare_threshold": None}
             _merge_engine_options(options, engine_options or {})

@@ -82,7 +82,7 @@ class PsycopgAsyncPoolExecutor(LentPoolExecutor):
     def __init__(self, conninfo: str, size: int, setup: Sequence[str], *, pgbouncer: bool) -> None:
         import psycopg
 
-        from .sync_executors import _utc_loader
+        from .setup import utc_timestamptz_loader
 
         super().__init__(size)
         self._conninfo = conninfo
@@ -90,7 +90,7 @@ class PsycopgAsyncPoolExecutor(LentPoolExecutor):
         self._kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": psycopg.AsyncRawCursor}
         if pgbouncer:
             self._kwargs["prepare_threshold"] = None  # PgBouncer's transaction mode cannot track them
-        self._loader = _utc_loader()
+        self._loader = utc_timestamptz_loader()
 
     async def _new_connection(self) -> _Lent:
         import psycopg

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -31,10 +32,12 @@ __all__ = [
     "database_file_missing",
     "engine_backend",
     "migrate_command_options",
+    "psycopg_conninfo_checked",
     "schema_missing",
     "sqlite_busy_timeout",
     "sqlite_directory",
     "sqlite_pragmas",
+    "utc_timestamptz_loader",
 ]
 
 # the drivers of an application's engine each face runs on, by backend
@@ -170,12 +173,12 @@ def async_engine_arguments(url: str | URL) -> tuple[URL, dict[str, Any]]:
         return parsed, {}
     if async_postgres_driver() == "psycopg":
         parsed = parsed.set(drivername="postgresql+psycopg")
-        _psycopg_conninfo(parsed)
+        psycopg_conninfo_checked(parsed)
         return parsed, {}
     return asyncpg_url_and_args(parsed)
 
 
-def _psycopg_conninfo(url: URL) -> str:
+def psycopg_conninfo_checked(url: URL) -> str:
     """libpq's connection string for ``url``; ``InvalidURLError`` for a parameter libpq refuses."""
     try:
         return psycopg_conninfo(url)
@@ -183,3 +186,26 @@ def _psycopg_conninfo(url: URL) -> str:
         raise
     except ValueError as exc:
         raise InvalidURLError(str(exc)) from None
+
+
+def utc_timestamptz_loader() -> type:
+    """A loader of ``timestamptz`` as aware UTC datetimes, whatever the session's TimeZone: the
+    driver's own (C) loader does the parsing, then the value is moved to UTC."""
+    import psycopg
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
+
+    oid = psycopg.adapters.types["timestamptz"].oid
+    found = psycopg.adapters.get_loader(oid, Format.TEXT)
+    assert found is not None
+    parser: Any = found
+
+    class UtcTimestamptzLoader(Loader):
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._parse = parser(oid, context).load
+
+        def load(self, data: Any) -> datetime:
+            return self._parse(data).astimezone(UTC)  # type: ignore[no-any-return]
+
+    return UtcTimestamptzLoader

@@ -241,8 +241,11 @@ class SqliteStatements(LeaseStatements):
     def lock_timed_out(self, exc: BaseException) -> bool:
         import sqlite3
 
-        # SQLITE_BUSY past the busy timeout: the statement's own transaction wrote nothing
-        return isinstance(exc, sqlite3.OperationalError) and "database is locked" in str(exc)
+        from .translate import sqlite_error
+
+        # SQLITE_BUSY past the busy timeout (also wrapped by SQLAlchemy): the statement's own transaction wrote nothing
+        lite = sqlite_error(exc)
+        return lite is not None and getattr(lite, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY
 
     def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
         return (json.dumps([[key, owner, self.ttl_param(ttl)] for key, owner, ttl in items]),)

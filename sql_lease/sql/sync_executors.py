@@ -31,15 +31,15 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..errors import MissingDriverError, SchemaMissingError
 from . import forks
-from .operations import Plan, run_sync
+from .operations import LOCK_WAIT_SHARE, Plan, run_sync
 from .retry import DeadBeforeSending, DeadConnectionRetry, readable_while_idle
+from .setup import utc_timestamptz_loader
 from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
 from .urls import psycopg_conninfo
@@ -264,29 +264,6 @@ class ConnectError(Exception):
         self.sqlstate: str | None = next((state for pattern, state in _CONNECT_FAILURES if pattern.search(text)), None)
 
 
-def _utc_loader() -> type:
-    """A loader of ``timestamptz`` as aware UTC datetimes, whatever the session's TimeZone: the
-    driver's own (C) loader does the parsing, then the value is moved to UTC."""
-    import psycopg
-    from psycopg.adapt import Loader
-    from psycopg.pq import Format
-
-    oid = psycopg.adapters.types["timestamptz"].oid
-    found = psycopg.adapters.get_loader(oid, Format.TEXT)
-    assert found is not None
-    parser: Any = found
-
-    class UtcTimestamptzLoader(Loader):
-        def __init__(self, oid: int, context: Any = None) -> None:
-            super().__init__(oid, context)
-            self._parse = parser(oid, context).load
-
-        def load(self, data: Any) -> datetime:
-            return self._parse(data).astimezone(UTC)  # type: ignore[no-any-return]
-
-    return UtcTimestamptzLoader
-
-
 _CANCEL_WITHIN_S = 5.0  # how long a background cancel request may take before it is given up
 
 
@@ -431,7 +408,7 @@ class PsycopgPoolExecutor(SyncExecutor):
         self._opening = threading.Lock()
         self._closed = False
         self.last_connect_error: BaseException | None = None
-        self._loader = _utc_loader()
+        self._loader = utc_timestamptz_loader()
         self._raw_cursor = psycopg.RawCursor
         forks.on_fork_in_child(self, PsycopgPoolExecutor._after_fork_in_child)
 
@@ -718,9 +695,9 @@ class SqliteFileExecutor(SyncExecutor):
         conn = self._pool.take(deadline)
         healthy = False
         try:
-            # SQLite's busy handler does not heed sqlite3_interrupt(): bound its wait by what is
-            # left of the operation's time (a PRAGMA, no I/O; only when the bound changes).
-            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            # SQLite's busy handler does not heed sqlite3_interrupt(): bound its wait by its share of
+            # what is left of the operation's time, as on PostgreSQL (a PRAGMA, no I/O; only when the bound changes).
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000 * LOCK_WAIT_SHARE))
             busy_ms = self._busy_timeout_ms if self._busy_timeout_ms <= left_ms + 100 else left_ms
             if self._busy.get(id(conn)) != busy_ms:
                 conn.execute(f"PRAGMA busy_timeout = {busy_ms}").fetchall()
@@ -783,7 +760,7 @@ class EngineExecutor(SyncExecutor):
             import psycopg
 
             self._raw_cursor = psycopg.RawCursor
-            self._loader = _utc_loader()
+            self._loader = utc_timestamptz_loader()
 
     def _run_once(self, plan: Plan[T], deadline: float) -> T:
         if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):

@@ -10,7 +10,15 @@ from sqlalchemy.exc import StatementError
 
 from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, SchemaMissingError
 
-__all__ = ["connection_survives", "describe", "operation_label", "schema_outdated", "sqlstate", "translate"]
+__all__ = [
+    "connection_survives",
+    "describe",
+    "operation_label",
+    "schema_outdated",
+    "sqlite_error",
+    "sqlstate",
+    "translate",
+]
 
 # SQLSTATEs that no retry can fix: the configuration is wrong (class 28: the role or password;
 # 3D000: no such database; 42501: a missing privilege).
@@ -43,7 +51,8 @@ def sqlstate(exc: BaseException) -> str | None:
     return None
 
 
-def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+def sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+    """The ``sqlite3`` error behind ``exc`` (itself, or found through ``.orig``/``__cause__``), else None."""
     seen: BaseException | None = exc
     for _ in range(6):
         if seen is None:
@@ -58,7 +67,7 @@ def schema_outdated(exc: BaseException) -> bool:
     """True if ``exc`` says a column of the lease table is missing: the schema needs ``sql-lease migrate``."""
     if sqlstate(exc) in _SCHEMA_OUTDATED:
         return True
-    lite = _sqlite_error(exc)
+    lite = sqlite_error(exc)
     return lite is not None and any(text in str(lite) for text in _SQLITE_SCHEMA_OUTDATED)
 
 
@@ -68,7 +77,7 @@ def connection_survives(exc: BaseException) -> bool:
     state = sqlstate(exc)
     if state is not None:
         return not state.startswith(_CONNECTION_GONE_PREFIXES) and state != "53300"
-    return _sqlite_error(exc) is not None
+    return sqlite_error(exc) is not None
 
 
 def describe(exc: BaseException) -> str:
@@ -102,7 +111,7 @@ def translate(
     """The library error for a driver error raised while doing ``what`` on ``where`` (a safe URL);
     ``schema_missing`` words the error for a missing table or column (it knows the migrate command)."""
     state = sqlstate(exc)
-    lite = _sqlite_error(exc)
+    lite = sqlite_error(exc)
     # SQLite reports a missing table only as text (SQLITE_ERROR is every kind of error).
     if state in _SCHEMA_MISSING or (lite is not None and "no such table" in str(lite)) or schema_outdated(exc):
         return schema_missing(exc)
