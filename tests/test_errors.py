@@ -106,18 +106,23 @@ async def test_sqlite_write_lock_held_elsewhere_fails_within_the_timeout(tmp_pat
     url = f"sqlite:///{tmp_path}/locked.db"
     async with SqlLeaseProvider(url, operation_timeout_s=0.5) as provider:
         await provider.migrate()
+        assert (await provider.acquire_lease("k", "o", 60_000)).acquired
         blocker = sqlite3.connect(tmp_path / "locked.db", isolation_level=None)
         blocker.execute("BEGIN EXCLUSIVE")
         loop = asyncio.get_running_loop()
         try:
             started = loop.time()
             with pytest.raises(LeaseBackendError):
-                await provider.acquire_lease("k", "o", 60_000)
+                await provider.release_lease("k", "o")
+            assert loop.time() - started < 1.5
+            # an acquire's lock wait that runs out wrote nothing: answered "not acquired", in time
+            started = loop.time()
+            assert not (await provider.acquire_lease("k2", "o", 60_000)).acquired
             assert loop.time() - started < 1.5
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
-        assert (await provider.acquire_lease("k", "o", 60_000)).acquired  # the provider recovered
+        assert (await provider.acquire_lease("k2", "o", 60_000)).acquired  # the provider recovered
 
 
 async def test_cancelled_operations_never_leak_pooled_connections(sql_provider: SqlLeaseProvider) -> None:
