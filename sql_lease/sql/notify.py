@@ -12,25 +12,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from ..contract import AcquireResult
+from .waiters import Acquire as AcquireOf
 from .waiters import ListenerBase, ReleaseWaiterBase
 
-
-class Acquire(Protocol):
-    """The provider's acquire; ``waiting=True`` flags a refused row so its release sends NOTIFY."""
-
-    def __call__(
-        self,
-        key: str,
-        owner: str,
-        ttl_ms: int | float,
-        *,
-        waiting: bool,
-        data: dict[str, Any] | None = None,
-        timeout_s: float | None = None,
-    ) -> Awaitable[AcquireResult]: ...
+Acquire = AcquireOf[Awaitable[AcquireResult]]
+"""The provider's acquire, as this face's release waiter calls it."""
 
 
 log = logging.getLogger("sql_lease")

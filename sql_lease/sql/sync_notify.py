@@ -14,27 +14,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from ..contract import AcquireResult
 from . import forks
 from .sync_executors import Watchdog, run_on_psycopg
-from .waiters import KeyedEvents, ListenerBase, ReleaseWaiterBase
+from .waiters import Acquire, KeyedEvents, ListenerBase, ReleaseWaiterBase
 
-
-class SyncAcquire(Protocol):
-    """The sync provider's acquire; ``waiting=True`` flags a refused row so its release sends NOTIFY."""
-
-    def __call__(
-        self,
-        key: str,
-        owner: str,
-        ttl_ms: int | float,
-        *,
-        waiting: bool,
-        data: dict[str, Any] | None = None,
-        timeout_s: float | None = None,
-    ) -> AcquireResult: ...
+SyncAcquire = Acquire[AcquireResult]
+"""The provider's acquire, as this face's release waiter calls it."""
 
 
 log = logging.getLogger("sql_lease")

@@ -4,9 +4,28 @@ release waiter's state (its listener, key, event and acquire)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["KeyedEvents", "ListenerBase", "ReleaseWaiterBase"]
+__all__ = ["Acquire", "KeyedEvents", "ListenerBase", "ReleaseWaiterBase"]
+
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Acquire(Protocol[R_co]):
+    """A provider's acquire as a release waiter calls it (``R_co``: ``AcquireResult`` on the sync
+    face, an awaitable of it on the async one); ``waiting=True`` flags a refused row so that its
+    release sends NOTIFY; ``timeout_s``: the call's time limit in seconds (None: the provider's)."""
+
+    def __call__(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        waiting: bool,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> R_co: ...
 
 
 class _Event(Protocol):
