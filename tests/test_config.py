@@ -449,7 +449,8 @@ async def test_sqlite_busy_timeout_in_effect(tmp_path: Path, options: dict[str, 
         async with SqlLeaseProvider(f"sqlite:///{path}", **options) as provider:
             started = time.monotonic()
             with pytest.raises(LeaseBackendError) as caught:
-                await asyncio.wait_for(provider.acquire_lease("k", "o", 1000), 0.6)
+                # a write (an acquire would answer "not acquired" when its lock wait runs out)
+                await asyncio.wait_for(provider.release_lease("k", "o"), 0.6)
             elapsed = time.monotonic() - started
     except TimeoutError:
         elapsed, caught = 0.6, None  # still waiting for the lock when we gave up: it waits

@@ -47,9 +47,9 @@ class Faulty:
 
 
 async def test_hold_renews_past_the_ttl_and_releases(provider: Any, key: str) -> None:
-    async with hold(provider, key, "alice", ttl_ms=300) as lease:
+    async with hold(provider, key, "alice", ttl_ms=1_200) as lease:  # renewed every 0.4 s
         assert lease.fence is not None and lease.owner == "alice"
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(3.0)
         assert not (await provider.acquire_lease(key, "bob", 1000)).acquired
         assert not lease.lost.is_set()
     assert await provider.get_lease_owner(key) is None

@@ -279,7 +279,7 @@ async def test_backend_error_in_hold_logs_one_warning_without_password(
     caplog.set_level(logging.WARNING, logger="sql_lease")
     async with TcpProxy(address.host or "127.0.0.1", address.port or 5432) as proxy:
         proxied = address.set(host="127.0.0.1", port=proxy.port, password=password)
-        leases = SqlLeaseProvider(proxied.render_as_string(hide_password=False), schema=schema, operation_timeout_s=0.2)
+        leases = SqlLeaseProvider(proxied.render_as_string(hide_password=False), schema=schema, operation_timeout_s=1.0)
         async with leases, leases.hold(key, owner="worker-2", ttl_ms=3_000, renew_every_ms=100) as lease:
             proxy.stall()
             await wait_until(lambda: value(prometheus, "sql_lease_renewal_failures_total", error="LeaseBackendError"))
