@@ -28,8 +28,6 @@ import itertools
 import os
 import re
 import threading
-import time
-import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,8 +38,8 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ProviderClosedError
-from .operations import LOCK_WAIT_SHARE, Plan, run_async
-from .retry import DeadBeforeSending, DeadConnectionRetry
+from .operations import LockRetry, Plan, run_async
+from .retry import DeadBeforeSending, DeadConnectionRetry, SqliteLockWait
 from .translate import connection_survives
 
 __all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "EngineExecutor", "LentPoolExecutor"]
@@ -49,7 +47,6 @@ __all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "Eng
 T = TypeVar("T")
 S = TypeVar("S")
 Row = Sequence[Any]
-_BUSY_PRAGMA = re.compile(r"PRAGMA busy_timeout = (\d+)")
 StatementHook = Callable[[str, tuple[Any, ...]], None]
 Fetch = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Row]]]
 
@@ -82,12 +79,18 @@ class AsyncExecutor:
     async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         raise NotImplementedError
 
-    def _execute(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, fetch: Fetch) -> Awaitable[T]:
+    def _execute(
+        self,
+        make_plan: Callable[[], Plan[T]],
+        plan: Plan[T] | None,
+        fetch: Fetch,
+        lock_retry: LockRetry | None = None,
+    ) -> Awaitable[T]:
         """``plan`` (else ``make_plan()``) run with ``fetch`` on one connection, each statement shown
         to the hooks first."""
         if self.hooks:
             fetch = _shown_to(self.hooks, fetch)
-        return run_async(make_plan() if plan is None else plan, fetch)
+        return run_async(make_plan() if plan is None else plan, fetch, lock_retry)
 
     async def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], Awaitable[None]]]:
         """A driver connection kept apart from the pool (for LISTEN), and a coroutine function that
@@ -455,15 +458,18 @@ class _SqlitePool:
 
 class AiosqlitePoolExecutor(AsyncExecutor):
     """Up to ``size`` aiosqlite connections to the SQLite file ``path`` (which must exist: only
-    migrations create it) per event loop, most recently used first."""
+    migrations create it) per event loop, most recently used first. Each connection runs
+    ``pragmas`` when opened, which set a short busy timeout (:data:`.retry.SQLITE_TRY_BUSY_TIMEOUT_MS`):
+    a statement that met another writer's lock is tried again for up to ``busy_timeout_ms``
+    (:class:`.retry.SqliteLockWait`)."""
 
-    def __init__(self, path: Path, size: int, pragmas: Sequence[str], missing: Callable[[], Exception]) -> None:
+    def __init__(
+        self, path: Path, size: int, pragmas: Sequence[str], missing: Callable[[], Exception], busy_timeout_ms: int
+    ) -> None:
         super().__init__()
         self._path = path
         self._pragmas = tuple(pragmas)
-        busy = [int(m.group(1)) for m in map(_BUSY_PRAGMA.fullmatch, self._pragmas) if m is not None]
-        self._busy_timeout_ms = busy[-1] if busy else None  # each new connection's, from its pragmas
-        self._busy: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # busy_timeout now, if changed
+        self._busy_timeout_ms = busy_timeout_ms
         self._missing = missing
         self._pools: LoopLocal[_SqlitePool] = LoopLocal(lambda: _SqlitePool(size), self._close_pool, self._abandon)
         self._closed = False
@@ -508,26 +514,13 @@ class AiosqlitePoolExecutor(AsyncExecutor):
                 raise ProviderClosedError("the provider is closed")
             conn = pool.idle.pop() if pool.idle else await self._connect()
             try:
-                await self._bound_busy_wait(conn, deadline)
-                result = await self._execute(make_plan, plan, conn.execute_fetchall)
+                lock_wait = SqliteLockWait(self._busy_timeout_ms, deadline)
+                result = await self._execute(make_plan, plan, conn.execute_fetchall, lock_wait)
             except BaseException as exc:
                 self._give_back(pool, conn, connection_survives(exc))
                 raise
             self._give_back(pool, conn, True)
             return result
-
-    async def _bound_busy_wait(self, conn: Any, deadline: float | None) -> None:
-        """Cut ``conn``'s wait for another writer's lock to its share of the time left (SQLite's busy
-        handler heeds no interrupt): a PRAGMA, no I/O, sent only when the bound changes."""
-        if self._busy_timeout_ms is None:
-            return
-        busy_ms = self._busy_timeout_ms
-        if deadline is not None:
-            share_ms = max(0, int((deadline - time.monotonic()) * 1000 * LOCK_WAIT_SHARE))
-            busy_ms = busy_ms if busy_ms <= share_ms + 100 else share_ms
-        if self._busy.get(conn, self._busy_timeout_ms) != busy_ms:
-            await conn.execute_fetchall(f"PRAGMA busy_timeout = {busy_ms}", ())
-            self._busy[conn] = busy_ms
 
     def _give_back(self, pool: _SqlitePool, conn: Any, healthy: bool) -> None:
         if healthy and not self._closed:

@@ -54,24 +54,37 @@ Row = Sequence[Any]
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """One statement to run; ``many`` asks for every row instead of the first (or None)."""
+    """One statement to run; ``many`` asks for every row instead of the first (or None).
+    ``quick``: the statement waits only a moment for another writer's lock (SQLite, on a
+    provider's own connections), then its lock error is raised into the plan."""
 
     sql: str
     params: tuple[Any, ...]
     many: bool = False
+    quick: bool = False
 
 
 Plan = Generator[Query, Any, T]
+LockRetry = Callable[[BaseException, Query], bool]
+"""Whether a statement that raised may be sent again as it is (it wrote nothing): an executor's
+rule for lock waits it bounds itself (:class:`.retry.SqliteLockWait`)."""
 
 
-async def run_async(plan: Plan[T], fetch: Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Row]]]) -> T:
+async def run_async(
+    plan: Plan[T],
+    fetch: Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Row]]],
+    lock_retry: LockRetry | None = None,
+) -> T:
     """Run ``plan`` with an async ``fetch`` that returns a statement's rows (all its queries on one
-    connection); a query that is not ``many`` receives its first row, or None."""
+    connection); a query that is not ``many`` receives its first row, or None. A statement that
+    raised is sent again while ``lock_retry`` allows."""
     query = next(plan)
     while True:
         try:
             rows = await fetch(query.sql, query.params)
         except Exception as exc:  # the plan may answer it (a lock wait that ran out); else it is raised
+            if lock_retry is not None and lock_retry(exc, query):
+                continue
             try:
                 query = plan.throw(exc)
             except StopIteration as done:
@@ -87,13 +100,17 @@ def run_sync(
     plan: Plan[T],
     fetch_one: Callable[[str, tuple[Any, ...]], Row | None],
     fetch_all: Callable[[str, tuple[Any, ...]], list[Row]],
+    lock_retry: LockRetry | None = None,
 ) -> T:
-    """Run ``plan`` with blocking fetch functions (all its queries on one connection)."""
+    """Run ``plan`` with blocking fetch functions (all its queries on one connection), as
+    :func:`run_async` runs it."""
     query = next(plan)
     while True:
         try:
             rows = (fetch_all if query.many else fetch_one)(query.sql, query.params)
         except Exception as exc:  # the plan may answer it (a lock wait that ran out); else it is raised
+            if lock_retry is not None and lock_retry(exc, query):
+                continue
             try:
                 query = plan.throw(exc)
             except StopIteration as done:
@@ -155,7 +172,19 @@ def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], 
     # Each empty answer means another transaction changed the key since the statement's
     # snapshot, so this loop only spins while others make progress; the executor's operation
     # timeout bounds it (docs/statements.md).
-    if s.acquire_reads_first:  # a held lease is refused without waiting for the write lock
+    if s.acquire_tries_quick:  # a held lease is refused without waiting long for the write lock
+        try:
+            row = yield Query(s.acquire, params, quick=True)
+        except Exception as exc:
+            if not s.lock_timed_out(exc):
+                raise
+        else:
+            if row is not None:
+                return s.acquire_result(row)
+        holder = yield Query(s.holder, (key,))
+        if holder is not None and holder[0] != owner:
+            return s.refusal(holder)
+    elif s.acquire_reads_first:  # a held lease is refused without waiting for the write lock
         holder = yield Query(s.holder, (key,))
         if holder is not None and holder[0] != owner:
             return s.refusal(holder)

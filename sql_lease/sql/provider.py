@@ -232,7 +232,11 @@ class SqlLeaseProvider(LeaseProviderBase):
         self.durable_release = bool(durable_release)
         own_postgres = self._owns_engine and backend == "postgresql"
         self.statements: LeaseStatements = statements_for(
-            backend, self.names, durable_release=self.durable_release, durable_session=own_postgres and not pgbouncer
+            backend,
+            self.names,
+            durable_release=self.durable_release,
+            durable_session=own_postgres and not pgbouncer,
+            sqlite_quick_first=self._owns_engine and database_file is not None,
         )
         self.safe_url = safe_url(base_engine.url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
@@ -250,7 +254,8 @@ class SqlLeaseProvider(LeaseProviderBase):
             connect_kwargs = _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer)
             self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
         elif database_file is not None:
-            self._executor = AiosqlitePoolExecutor(database_file, size, pragmas, self._missing_file)
+            retried = setup.sqlite_pragmas(busy_timeout_ms, sqlite_synchronous, retried=True)
+            self._executor = AiosqlitePoolExecutor(database_file, size, retried, self._missing_file, busy_timeout_ms)
         else:  # a `uri=true` SQLite URL: SQLAlchemy's engine, pooled, opens it
             own = create_async_engine(
                 base_engine.url, poolclass=AsyncAdaptedQueuePool, pool_size=size + 2, max_overflow=0

@@ -17,13 +17,22 @@ Every executor, async (:mod:`.executors`, :mod:`.psycopg_async`) or blocking
 from __future__ import annotations
 
 import select
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from .operations import Plan
+from .operations import LOCK_WAIT_SHARE, Plan, Query
 
-__all__ = ["AsyncExecutorInterface", "DeadBeforeSending", "DeadConnectionRetry", "Executor", "readable_while_idle"]
+__all__ = [
+    "SQLITE_TRY_BUSY_TIMEOUT_MS",
+    "AsyncExecutorInterface",
+    "DeadBeforeSending",
+    "DeadConnectionRetry",
+    "Executor",
+    "SqliteLockWait",
+    "readable_while_idle",
+]
 
 T = TypeVar("T")
 StatementHook = Callable[[str, tuple[Any, ...]], None]
@@ -53,6 +62,36 @@ class DeadConnectionRetry:
         ``deadline``, a ``time.monotonic()`` value, has passed)."""
         if attempt >= self.retries or (deadline is not None and time.monotonic() >= deadline):
             raise dead.error from None
+
+
+SQLITE_TRY_BUSY_TIMEOUT_MS = 50
+"""The busy timeout of a provider's own SQLite connections (milliseconds): how long one try of a
+statement waits for another writer's lock (:class:`SqliteLockWait` tries again)."""
+
+
+class SqliteLockWait:
+    """The lock-wait rule both faces apply on a provider's own SQLite connections: a statement that
+    met another writer's lock (SQLITE_BUSY after :data:`SQLITE_TRY_BUSY_TIMEOUT_MS`; it wrote
+    nothing) is sent again until ``busy_timeout_ms`` has passed since the operation began, or the
+    share ``LOCK_WAIT_SHARE`` of the time left to ``deadline`` (``time.monotonic()`` seconds), if
+    that comes first; an acquire's quick first try is not (its plan reads the holder instead)."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self, busy_timeout_ms: int, deadline: float | None) -> None:
+        now = time.monotonic()
+        bound_s = busy_timeout_ms / 1000
+        if deadline is not None:
+            bound_s = min(bound_s, max(0.0, deadline - now) * LOCK_WAIT_SHARE)
+        self._until = now + bound_s
+
+    def __call__(self, exc: BaseException, query: Query) -> bool:
+        return (
+            not query.quick
+            and isinstance(exc, sqlite3.OperationalError)
+            and getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
+            and time.monotonic() < self._until
+        )
 
 
 def readable_while_idle(fileno: int) -> bool:

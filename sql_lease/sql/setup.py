@@ -20,6 +20,7 @@ from sqlalchemy.engine import URL
 from ..errors import InvalidURLError, MissingDriverError, SchemaMissingError
 from .operations import LOCK_WAIT_SHARE
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, ProviderOptions, validate_provider_options
+from .retry import SQLITE_TRY_BUSY_TIMEOUT_MS
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
 from .translate import describe, schema_outdated
 from .urls import asyncpg_url_and_args, psycopg_conninfo, to_async_url
@@ -112,9 +113,13 @@ def sqlite_busy_timeout(given: int | None, operation_timeout_s: float, backend: 
     return int(given)
 
 
-def sqlite_pragmas(busy_timeout_ms: int, synchronous: str) -> tuple[str, ...]:
+def sqlite_pragmas(busy_timeout_ms: int, synchronous: str, *, retried: bool = False) -> tuple[str, ...]:
     """The statements that set up each new SQLite connection of a provider's own: the busy timeout
-    (milliseconds), WAL, and ``PRAGMA synchronous`` (``FULL``, ``NORMAL`` or ``EXTRA``)."""
+    (milliseconds), WAL, and ``PRAGMA synchronous`` (``FULL``, ``NORMAL`` or ``EXTRA``). ``retried``:
+    the executor tries statements again (:class:`.retry.SqliteLockWait`), so each try waits at most
+    :data:`.retry.SQLITE_TRY_BUSY_TIMEOUT_MS`."""
+    if retried:
+        busy_timeout_ms = min(busy_timeout_ms, SQLITE_TRY_BUSY_TIMEOUT_MS)
     return (
         f"PRAGMA busy_timeout = {int(busy_timeout_ms)}",
         "PRAGMA journal_mode = WAL",

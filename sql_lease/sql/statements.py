@@ -68,6 +68,10 @@ class LeaseStatements:
     acquire_reads_first: bool = False
     """Run ``holder`` before ``acquire`` and refuse on its answer (SQLite: a read is never blocked by
     a caller's transaction holding the write lock, the write would wait for it)."""
+    acquire_tries_quick: bool = False
+    """Try ``acquire`` first as a quick query, then read ``holder`` if it met a lock (SQLite on a
+    provider's own connections, whose lock waits the executor bounds: one statement when nothing
+    contends)."""
 
     def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
         """The parameters of ``renew_many`` for ``(key, owner, ttl_ms)`` items (TTLs as milliseconds)."""
@@ -232,8 +236,12 @@ class SqliteStatements(LeaseStatements):
     milliseconds from SQLite's clock, fences from a one-row counter table advanced by triggers;
     each statement runs as its own write transaction."""
 
-    def __init__(self, names: LeaseTableNames) -> None:
-        super().__init__(**_lease_texts(filled_texts("sqlite", names)), acquire_reads_first=True)
+    def __init__(self, names: LeaseTableNames, *, quick_first: bool = False) -> None:
+        super().__init__(
+            **_lease_texts(filled_texts("sqlite", names)),
+            acquire_reads_first=not quick_first,
+            acquire_tries_quick=quick_first,
+        )
 
     def ttl_param(self, ttl_ms: float) -> int:
         return math.ceil(ttl_ms)
@@ -255,14 +263,21 @@ class SqliteStatements(LeaseStatements):
 
 
 def statements_for(
-    dialect_name: str, names: LeaseTableNames, *, durable_release: bool = False, durable_session: bool = False
+    dialect_name: str,
+    names: LeaseTableNames,
+    *,
+    durable_release: bool = False,
+    durable_session: bool = False,
+    sqlite_quick_first: bool = False,
 ) -> LeaseStatements:
     """The statements of ``dialect_name``; ``ValueError`` for a database sql_lease does not support.
     ``durable_release``: PostgreSQL releases wait for the WAL flush as the other writes do (SQLite's
     releases always follow its ``synchronous`` setting). ``durable_session``: the statements run on
-    connections set up with :data:`OWN_CONNECTION_SETUP`, so they need no durability pin of their own."""
+    connections set up with :data:`OWN_CONNECTION_SETUP`, so they need no durability pin of their own.
+    ``sqlite_quick_first``: the statements run on a provider's own SQLite connections, whose lock
+    waits the executor bounds (:class:`.retry.SqliteLockWait`)."""
     if dialect_name == "postgresql":
         return PostgresStatements(names, durable_release=durable_release, durable_session=durable_session)
     if dialect_name == "sqlite":
-        return SqliteStatements(names)
+        return SqliteStatements(names, quick_first=sqlite_quick_first)
     raise ValueError(f"sql_lease supports postgresql and sqlite, not {dialect_name!r}")

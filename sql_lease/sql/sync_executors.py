@@ -37,9 +37,15 @@ from urllib.parse import quote
 
 from ..errors import MissingDriverError, SchemaMissingError
 from . import forks
-from .operations import LOCK_WAIT_SHARE, Plan, run_sync
-from .retry import DeadBeforeSending, DeadConnectionRetry, readable_while_idle
-from .setup import utc_timestamptz_loader
+from .operations import LockRetry, Plan, run_sync
+from .retry import (
+    SQLITE_TRY_BUSY_TIMEOUT_MS,
+    DeadBeforeSending,
+    DeadConnectionRetry,
+    SqliteLockWait,
+    readable_while_idle,
+)
+from .setup import sqlite_pragmas, utc_timestamptz_loader
 from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
 from .urls import psycopg_conninfo
@@ -213,10 +219,10 @@ class SyncExecutor:
     listens = False  # listen_connection() gives a psycopg connection for LISTEN
     retry = DeadConnectionRetry(0)  # connections found dead before sending, replaced in a row
 
-    def _run_plan(self, plan: Plan[T], fetch_one: Fetch, fetch_all: Fetch) -> T:
+    def _run_plan(self, plan: Plan[T], fetch_one: Fetch, fetch_all: Fetch, lock_retry: LockRetry | None = None) -> T:
         if self.hooks:
             fetch_one, fetch_all = _with_hooks(self.hooks, fetch_one), _with_hooks(self.hooks, fetch_all)
-        return run_sync(plan, fetch_one, fetch_all)
+        return run_sync(plan, fetch_one, fetch_all, lock_retry)
 
     def run(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None = None, deadline: float | None = None) -> T:
         """Run ``plan`` (else ``make_plan()``) by ``deadline`` (``time.monotonic()`` seconds; None:
@@ -643,17 +649,12 @@ class SqliteFileExecutor(SyncExecutor):
         self._path = path
         self._uri = "file:" + quote(str(path), safe="/") + "?mode=rw"
         self._busy_timeout_ms = busy_timeout_ms
-        self._pragmas = (
-            f"PRAGMA busy_timeout = {int(busy_timeout_ms)}",
-            "PRAGMA journal_mode = WAL",
-            f"PRAGMA synchronous = {synchronous}",
-        )
+        self._pragmas = sqlite_pragmas(busy_timeout_ms, synchronous, retried=True)
         self._missing = missing
         self._watchdog = watchdog
         self._pool_size = pool_size
         self._pool = _SlotPool(pool_size, self._connect)
         self._fetchers: dict[int, tuple[Any, Any]] = {}
-        self._busy: dict[int, int] = {}  # each connection's busy_timeout now
         forks.on_fork_in_child(self, SqliteFileExecutor._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
@@ -662,7 +663,7 @@ class SqliteFileExecutor(SyncExecutor):
         old = self._pool
         forks.abandon(old, self._fetchers)
         self._pool = _SlotPool(self._pool_size, self._connect)
-        self._fetchers, self._busy = {}, {}
+        self._fetchers = {}
         if old._closed:
             self._pool.close()
 
@@ -675,7 +676,7 @@ class SqliteFileExecutor(SyncExecutor):
                 uri=True,
                 isolation_level=None,
                 check_same_thread=False,
-                timeout=self._busy_timeout_ms / 1000,
+                timeout=min(self._busy_timeout_ms, SQLITE_TRY_BUSY_TIMEOUT_MS) / 1000,
             )
         except sqlite3.OperationalError:
             if not self._path.exists():
@@ -688,25 +689,19 @@ class SqliteFileExecutor(SyncExecutor):
             conn.close()
             raise
         self._fetchers[id(conn)] = (_sqlite_fetch_one(conn), _sqlite_fetch_all(conn))
-        self._busy[id(conn)] = int(self._busy_timeout_ms)
         return conn
 
     def _run_once(self, plan: Plan[T], deadline: float) -> T:
         conn = self._pool.take(deadline)
         healthy = False
         try:
-            # SQLite's busy handler does not heed sqlite3_interrupt(): bound its wait by its share of
-            # what is left of the operation's time, as on PostgreSQL (a PRAGMA, no I/O; only when the bound changes).
-            left_ms = max(0, int((deadline - time.monotonic()) * 1000 * LOCK_WAIT_SHARE))
-            busy_ms = self._busy_timeout_ms if self._busy_timeout_ms <= left_ms + 100 else left_ms
-            if self._busy.get(id(conn)) != busy_ms:
-                conn.execute(f"PRAGMA busy_timeout = {busy_ms}").fetchall()
-                self._busy[id(conn)] = busy_ms
             fetch_one, fetch_all = self._fetchers[id(conn)]
             # No watchdog here: the only wait of a lease statement on SQLite is for another
             # writer's lock, bounded above; sqlite3_interrupt() would stop neither it nor a
             # blocked fsync, and the hot path is cheaper without it.
-            result = self._run_plan(plan, fetch_one, fetch_all)
+            # SQLite's busy handler does not heed sqlite3_interrupt(): each try waits briefly for
+            # another writer's lock, and SqliteLockWait bounds the tries by the time left.
+            result = self._run_plan(plan, fetch_one, fetch_all, SqliteLockWait(self._busy_timeout_ms, deadline))
             healthy = True
             return result
         except BaseException as exc:
@@ -715,7 +710,6 @@ class SqliteFileExecutor(SyncExecutor):
         finally:
             if not healthy:
                 self._fetchers.pop(id(conn), None)
-                self._busy.pop(id(conn), None)
             self._pool.give_back(conn, healthy)
 
     def close(self, timeout_s: float) -> None:

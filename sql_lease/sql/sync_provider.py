@@ -163,7 +163,12 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         self._executor = executor
         self.dialect_name = backend
         own_postgres = isinstance(executor, PsycopgPoolExecutor) and not pgbouncer
-        self.statements: LeaseStatements = statements_for(backend, self.names, durable_session=own_postgres)
+        self.statements: LeaseStatements = statements_for(
+            backend,
+            self.names,
+            durable_session=own_postgres,
+            sqlite_quick_first=isinstance(executor, SqliteFileExecutor),
+        )
         self.safe_url = safe_url(self._url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
         self._listener: SyncNotifyListener | None = None

@@ -29,7 +29,7 @@ NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 """SQLite's clock in epoch milliseconds, as written in every statement below (for scripts)."""
 
 # acquire (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL)
-#   -> (1, owner, fence, expires_at, remaining_ms) if granted; no row if refused (the plan reads HOLDER first)
+#   -> (1, owner, fence, expires_at, remaining_ms) if granted; no row if refused (the plan then reads HOLDER)
 ACQUIRE = """
 INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
 VALUES (?1, ?2, (SELECT last_fence + 1 FROM {fence_counter}),
