@@ -503,3 +503,11 @@ def test_a_missing_sync_driver_is_a_configuration_error_naming_the_extra(monkeyp
 
 # Without asyncpg the CLI runs on psycopg 3 (every command), and with neither driver it exits 78
 # naming both extras: tests/test_psycopg_async.py.
+
+
+@pytest.mark.parametrize("command", [["check"], ["list"], ["exec", "job", "--", "true"]])
+def test_an_empty_url_says_it_is_empty(command: list[str]) -> None:
+    """``--url "$DATABASE_URL"`` with the variable unset: exit 78 saying the URL is empty."""
+    result = invoke([command[0], "--url", "", *command[1:]])
+    assert result.exit_code == 78, result.output
+    assert "URL is empty" in result.output and "Traceback" not in result.output

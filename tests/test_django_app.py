@@ -382,3 +382,48 @@ def test_provider_binds_at_first_use_and_checks_arguments_first(tmp_path: Path) 
     assert out["is_sync_provider"] is True
     assert (out["bound_before"], out["acquired"], out["bound_after"]) == (False, True, True)
     assert out["hold_fence"] >= 1 and out["closed"] is True
+
+
+LATE_TESTS = """
+from django.test import TransactionTestCase
+
+
+class LateTests(TransactionTestCase):
+    def test_a_provider_made_inside_a_test(self):
+        from .leases import leases  # made now, after the runner switched to the test database
+
+        self.assertTrue(leases.acquire_lease("late", "me", ttl_ms=60_000).acquired)
+        self.assertEqual(leases.get_lease_owner("late"), "me")
+"""
+
+
+def test_postgres_provider_made_inside_a_test_lets_the_runner_drop_the_test_database(
+    tmp_path: Path, pg_url: str, pg_databases: tuple[str, str, str]
+) -> None:
+    """Without ``TEST["NAME"]``, a provider first made under the test runner (a view module imported
+    on the test client's first request) keeps no idle connection: the test database is dropped."""
+    real, _ref, test_name = pg_databases
+    assert test_name == f"test_{real}"  # Django's default test database name
+    base = sa.make_url(pg_url).set(drivername="postgresql+psycopg")
+    write_project(tmp_path)
+    (tmp_path / "reports" / "tests.py").write_text(LATE_TESTS)
+    databases = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": real,
+            "USER": base.username or "",
+            "PASSWORD": base.password or "",
+            "HOST": base.host or "",
+            "PORT": base.port or "",
+        }
+    }
+    done = manage(tmp_path, databases, "test", "reports", "--noinput", "-v", "2")
+    assert "Ran 1 test" in done.stderr and "OK" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "being accessed" not in done.stderr, done.stderr
+    engine = sa.create_engine(base.set(database=real), isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            left = conn.exec_driver_sql("SELECT count(*) FROM pg_database WHERE datname = %s", (test_name,)).scalar()
+        assert left == 0, "the test database was left behind"
+    finally:
+        engine.dispose()

@@ -123,12 +123,17 @@ class DjangoSqlLeaseProvider(SyncSqlLeaseProvider):
         return _url_from_settings_dict(db, self.using)
 
     def _on_test_database(self, db: Mapping[str, Any]) -> bool:
-        """True when the test runner has switched the alias to its test database (or it is named
-        as the alias's ``TEST["NAME"]``)."""
+        """True when the test runner has switched the alias to its test database, it is named as
+        the alias's ``TEST["NAME"]``, or Django's test environment is set up (``mail.outbox``, set by
+        ``manage.py test`` and pytest-django: a provider first made there sees only the test name)."""
+        from django.core import mail  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
         name = db.get("NAME")
         test_name = (db.get("TEST") or {}).get("NAME")
-        return (self._configured_name is not None and name != self._configured_name) or (
-            test_name is not None and name == test_name
+        return (
+            (self._configured_name is not None and name != self._configured_name)
+            or (test_name is not None and name == test_name)
+            or hasattr(mail, "outbox")
         )
 
     def _test_database_engine(self) -> Any:

@@ -240,6 +240,8 @@ def _parse(url: str | URL) -> URL:
     a libpq multi-host URL is first rewritten to SQLAlchemy's ``?host=`` form."""
     if isinstance(url, str) and url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
+    if isinstance(url, str) and not url.strip():
+        raise ValueError("the database URL is empty (an unset variable?); " + _NOT_A_URL.split("; ", 1)[1])
     if isinstance(url, str) and url.startswith("postgresql"):
         url = _from_libpq_multihost(url)
     try:
