@@ -279,21 +279,24 @@ def pg_schema_of(url: sa.URL) -> dict[str, Any]:
 
 
 @pytest.mark.postgres
+def postgres_databases(base: sa.URL, name: str, test: dict[str, str] | None = None) -> dict[str, Any]:
+    """``DATABASES`` with one PostgreSQL alias on the test server (``TEST`` settings if given)."""
+    default = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": base.username or "",
+        "PASSWORD": base.password or "",
+        "HOST": base.host or "",
+        "PORT": base.port or "",
+    }
+    return {"default": default if test is None else {**default, "TEST": test}}
+
+
 def test_postgres_migrate_and_test(tmp_path: Path, pg_url: str, pg_databases: tuple[str, str, str]) -> None:
     real, ref, test_name = pg_databases
     base = sa.make_url(pg_url).set(drivername="postgresql+psycopg")
     write_project(tmp_path)
-    databases = {
-        "default": {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": real,
-            "USER": base.username or "",
-            "PASSWORD": base.password or "",
-            "HOST": base.host or "",
-            "PORT": base.port or "",
-            "TEST": {"NAME": test_name},  # unique: parallel runs do not collide
-        }
-    }
+    databases = postgres_databases(base, real, {"NAME": test_name})  # unique: parallel runs do not collide
     manage(tmp_path, databases, "migrate", "-v", "0")
     with SyncSqlLeaseProvider(base.set(database=ref)) as leases:
         assert leases.migrate() == "0003"
@@ -407,16 +410,7 @@ def test_postgres_provider_made_inside_a_test_lets_the_runner_drop_the_test_data
     base = sa.make_url(pg_url).set(drivername="postgresql+psycopg")
     write_project(tmp_path)
     (tmp_path / "reports" / "tests.py").write_text(LATE_TESTS)
-    databases = {
-        "default": {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": real,
-            "USER": base.username or "",
-            "PASSWORD": base.password or "",
-            "HOST": base.host or "",
-            "PORT": base.port or "",
-        }
-    }
+    databases = postgres_databases(base, real)
     done = manage(tmp_path, databases, "test", "reports", "--noinput", "-v", "2")
     assert "Ran 1 test" in done.stderr and "OK" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "being accessed" not in done.stderr, done.stderr
