@@ -49,6 +49,7 @@ def _configure(names: LeaseTableNames, dialect_name: str, **kwargs: object) -> N
         target_metadata=lease_metadata(names, dialect_name),
         version_table=names.version_table,
         version_table_schema=names.schema,
+        version_table_pk=dialect_name not in ("mysql", "mariadb"),  # MySQL warns that it ignores the PK's name
         include_schemas=names.schema is not None,
         **kwargs,  # type: ignore[arg-type]
     )

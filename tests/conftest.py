@@ -18,7 +18,48 @@ PROVIDER_KINDS = [
     "memory",
     "sqlite",
     pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("mysql", marks=pytest.mark.mysql),
 ]
+
+MYSQL_URL = os.environ.get("SQL_LEASE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+"""The MySQL or MariaDB server the tests use (this machine's MariaDB unless the variable names another)."""
+
+
+def mysql_execute(url: str, *statements: str) -> None:
+    """Run ``statements`` on the MySQL server of ``url`` (PyMySQL, autocommit)."""
+    import pymysql
+    import sqlalchemy as sa
+
+    parsed = sa.make_url(url)
+    conn = pymysql.connect(
+        host=parsed.host,
+        port=parsed.port or 3306,
+        user=parsed.username,
+        password=parsed.password or "",
+        autocommit=True,
+    )
+    try:
+        with conn.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="session")
+def mysql_db() -> Iterator[tuple[str, str]]:
+    """A database of its own on the MySQL server for this test session, migrated; dropped
+    afterwards. (url, database name, given as the provider's ``schema``)"""
+    database = f"sql_lease_test_{os.getpid()}"
+    mysql_execute(MYSQL_URL, f"CREATE DATABASE IF NOT EXISTS `{database}`")
+
+    async def migrate() -> None:
+        async with SqlLeaseProvider(MYSQL_URL, schema=database) as provider:
+            await provider.migrate()
+
+    run_in_own_loop(migrate)
+    yield MYSQL_URL, database
+    mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{database}`")
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +115,7 @@ async def make_provider(kind: str, request: pytest.FixtureRequest, tmp_path: os.
         provider = SqlLeaseProvider(f"sqlite:///{tmp_path}/leases.db")
         await provider.migrate()
         return provider
-    url, schema = request.getfixturevalue("pg_schema")
+    url, schema = request.getfixturevalue("mysql_db" if kind == "mysql" else "pg_schema")
     return SqlLeaseProvider(url, schema=schema)
 
 
@@ -117,7 +158,7 @@ def make_sync_provider(kind: str, request: pytest.FixtureRequest, tmp_path: os.P
         template = request.getfixturevalue("sync_sqlite_template")
         shutil.copyfile(template, f"{tmp_path}/sync_leases.db")
         return SyncSqlLeaseProvider(f"sqlite:///{tmp_path}/sync_leases.db")
-    url, schema = request.getfixturevalue("pg_schema")
+    url, schema = request.getfixturevalue("mysql_db" if kind == "mysql" else "pg_schema")
     return SyncSqlLeaseProvider(url, schema=schema)
 
 

@@ -39,7 +39,11 @@ from sql_lease.sql.urls import to_async_url, to_sync_url
 from tests.support.processes import json_summaries, run_scripts
 
 REPO = Path(__file__).resolve().parent.parent
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+BACKENDS = [
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("mysql", marks=pytest.mark.mysql),
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -52,6 +56,10 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any
             provider.migrate()
         ddl = "CREATE TABLE app_writes (id INTEGER PRIMARY KEY AUTOINCREMENT, writer TEXT, fence BIGINT)"
         app = "app_writes"
+    elif request.param == "mysql":
+        url, schema = request.getfixturevalue("mysql_db")
+        app = f"`{schema}`.app_writes_{random.randrange(10**9)}"
+        ddl = f"CREATE TABLE {app} (id BIGINT AUTO_INCREMENT PRIMARY KEY, writer TEXT, fence BIGINT)"
     else:
         url, schema = request.getfixturevalue("pg_schema")
         app = f'"{schema}".app_writes_{random.randrange(10**9)}'
@@ -68,7 +76,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any
         "sync_url": to_sync_url(url).render_as_string(hide_password=False),
         "async_url": to_async_url(url).render_as_string(hide_password=False),
     }
-    if request.param == "postgres":
+    if request.param in ("postgres", "mysql"):
         engine = sa.create_engine(to_sync_url(url))
         with engine.begin() as conn:
             conn.exec_driver_sql(f"DROP TABLE {app}")
@@ -481,7 +489,8 @@ def test_accept_fence_under_16_concurrent_writers(db: dict[str, Any], key: str) 
     assert all(accepted is not None and fence < accepted for fence, accepted in refused)
     final = sa.create_engine(db["sync_url"])
     with final.connect() as conn:
-        table = f'"{db["schema"]}".sql_leases_fences' if db["schema"] else "sql_leases_fences"
+        quote = conn.dialect.identifier_preparer.quote_identifier
+        table = f"{quote(db['schema'])}.sql_leases_fences" if db["schema"] else "sql_leases_fences"
         recorded = conn.execute(sa.text(f"SELECT fence FROM {table} WHERE resource = :r"), {"r": resource}).scalar()
     final.dispose()
     assert recorded == max(attempted) == log[-1]

@@ -21,7 +21,11 @@ import sqlalchemy as sa
 from sql_lease import LeaseNotAcquiredError, SqlLeaseProvider, SyncSqlLeaseProvider
 from sql_lease.sql.urls import to_sync_url
 
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+BACKENDS = [
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("mysql", marks=pytest.mark.mysql),
+]
 GUARD_S = 2.0
 TTL_MS = 2_000
 
@@ -35,7 +39,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any
             provider.migrate()
         engine = sa.create_engine(to_sync_url(url), connect_args={"timeout": 30})
     else:
-        url, schema = request.getfixturevalue("pg_schema")
+        url, schema = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_schema")
         engine = sa.create_engine(to_sync_url(url))
     yield {"kind": request.param, "url": url, "schema": schema, "engine": engine}
     engine.dispose()
@@ -45,6 +49,8 @@ def db_clock(conn: sa.Connection, kind: str) -> datetime:
     """The database's clock now, as the lease statements read it (aware UTC)."""
     if kind == "postgres":
         return conn.exec_driver_sql("SELECT clock_timestamp()").scalar_one()  # type: ignore[no-any-return]
+    if kind == "mysql":
+        return conn.exec_driver_sql("SELECT UTC_TIMESTAMP(6)").scalar_one().replace(tzinfo=UTC)  # type: ignore[no-any-return]
     ms = conn.exec_driver_sql("SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)").scalar_one()
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 

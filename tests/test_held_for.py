@@ -125,9 +125,11 @@ async def test_a_row_from_before_the_column_lists_with_an_unknown_start(
 
 async def _forget_start(provider: SqlLeaseProvider, key: str) -> None:
     """Make ``key``'s row look like one written before migration 0003."""
-    table = qualified_name(provider.engine.dialect, provider.names, provider.names.table)
+    dialect = provider.engine.dialect
+    table = qualified_name(dialect, provider.names, provider.names.table)
+    column = dialect.identifier_preparer.quote_identifier("key")  # a reserved word on MySQL
     async with provider.engine.begin() as conn:
-        await conn.execute(text(f"UPDATE {table} SET acquired_at = NULL WHERE key = :key"), {"key": key})
+        await conn.execute(text(f"UPDATE {table} SET acquired_at = NULL WHERE {column} = :key"), {"key": key})
 
 
 def test_cli_list_shows_held_for(tmp_path: Path) -> None:

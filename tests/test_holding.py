@@ -319,8 +319,10 @@ async def test_many_waiters_in_one_process_do_not_stampede(sql_provider: Any, ke
     assert sorted(order) == list(range(8))
     # Per handoff: the winner's acquire and release, and the polls of the one waiter at the head of
     # the local queue while the holder works 50 ms (on SQLite a refused poll is 2 statements: the
-    # attempt and the read of the holder). Without the queue, 7 waiters would each poll.
-    assert counter.count <= 8 * 10, counter.count
+    # attempt and the read of the holder; on MySQL a grant is a transaction of 6 statements after
+    # the read of the holder). Without the queue, 7 waiters would each poll.
+    per_handoff = 14 if getattr(provider, "statements", None) is not None and provider.statements.transactional else 10
+    assert counter.count <= 8 * per_handoff, counter.count
 
 
 class Broken(Faulty):

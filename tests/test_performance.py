@@ -28,11 +28,17 @@ class Counted:
         self.remove = hook(lambda sql, params: self.sql.append(sql)) if hook else (lambda: None)
 
     def batch(self) -> int:
-        return sum("unnest" in sql or "json_each" in sql for sql in self.sql)
+        # MySQL reads a batch's renewed rows back with a second statement (a SELECT): one batch
+        return sum(
+            any(batch in sql for batch in ("unnest", "json_each", "JSON_TABLE"))
+            and not sql.lstrip().startswith("SELECT")
+            for sql in self.sql
+        )
 
     def single_renewals(self) -> int:
         return sum(
-            sql.lstrip().startswith(("WITH durable", "UPDATE")) and "unnest" not in sql and "json_each" not in sql
+            sql.lstrip().startswith(("WITH durable", "UPDATE"))
+            and not any(batch in sql for batch in ("unnest", "json_each", "JSON_TABLE", "last_fence"))
             for sql in self.sql
         )
 

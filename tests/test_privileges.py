@@ -179,7 +179,7 @@ async def test_password_never_in_exceptions_repr_or_logs(url: str, caplog: pytes
         f"postgresql//lease_user:{PASSWORD}@127.0.0.1:5432/db",  # a typo: no colon after the scheme
         f"host=127.0.0.1 user=lease_user password={PASSWORD}",  # a libpq keyword DSN, not a URL
         f"postgresql://lease_user:{PASSWORD}@127.0.0.1:notaport/db",
-        f"mysql://lease_user:{PASSWORD}@127.0.0.1/db",
+        f"mysql+mysqlconnector://lease_user:{PASSWORD}@127.0.0.1/db",
         f"postgresql+pg8000://lease_user:{PASSWORD}@127.0.0.1/db",
         f"sqlite://lease_user:{PASSWORD}@somehost/db",
     ],

@@ -22,12 +22,13 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from sql_lease import SqlLeaseProvider, StaleFenceError, SyncSqlLeaseProvider
-from sql_lease.sql.dialects import STATEMENT_NAMES, VARIANTS, dialect_module, postgresql, sqlite
+from sql_lease.sql.dialects import STATEMENT_NAMES, VARIANTS, dialect_module, mysql, postgresql, sqlite
 from sql_lease.sql.schema import LeaseTableNames
 from sql_lease.sql.statements import filled_texts, placeholder_values
+from sql_lease.sql.urls import to_async_url, to_sync_url
 from tests.conftest import run_in_own_loop
 
-DIALECTS = ("postgresql", "sqlite")
+DIALECTS = ("postgresql", "sqlite", "mysql")
 TTL = 60_000
 
 
@@ -64,6 +65,7 @@ def test_each_constant_is_the_text_of_some_operation_and_fills_only_the_table_na
     module = dialect_module(dialect_name)
     constants = statement_constants(module)
     chosen = {text for variant in VARIANTS for text in module.texts(**variant).values() if text is not None}
+    chosen |= set(module.steps().values()) if hasattr(module, "steps") else set()  # MySQL's transactions
     setup = set(getattr(module, "SESSION_SETUP", ()))
     assert set(constants.values()) == chosen | setup
     used: set[str] = set()
@@ -90,8 +92,8 @@ def test_the_placeholders_are_the_quoted_table_names() -> None:
     assert filled["owner"] == (
         'SELECT owner FROM "my_schema"."my_t" WHERE key = $1 AND expires_at + interval \'0\' > now()'
     )
-    with pytest.raises(ValueError, match="mysql"):
-        filled_texts("mysql", names)
+    with pytest.raises(ValueError, match="oracle"):
+        filled_texts("oracle", names)
 
 
 # -- what the drivers are given --------------------------------------------------------------------
@@ -315,3 +317,45 @@ def test_sqlite_sends_each_statement_as_written(tmp_path: Path) -> None:
     engine.dispose()
     assert synced.strays == []
     assert synced.names == synced.expected(VARIANT["session"], ("renew_many",))
+
+
+@pytest.mark.mysql
+def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> None:
+    """Both faces on MySQL/MariaDB: every statement sent is a constant of ``dialects/mysql.py``
+    (filled), and every constant is sent by some operation (the session setup at connect)."""
+    url, schema = mysql_db
+    names = LeaseTableNames(schema=schema)
+    seen = Seen("mysql", names)
+    async_url = to_async_url(url).render_as_string(hide_password=False)
+    sync_url = to_sync_url(url).render_as_string(hide_password=False)
+
+    async def run() -> None:
+        engine = create_async_engine(async_url)
+        fence_capture(engine.sync_engine, seen)
+        async with SqlLeaseProvider(url, schema=schema) as provider:
+            provider.on_statement(seen.statement)
+            await exercise_async(provider, engine, f"texts:{uuid.uuid4().hex}")
+        await engine.dispose()
+
+    run_in_own_loop(run)
+    assert seen.strays == []
+    synced = Seen("mysql", names)
+    engine = create_engine(sync_url)
+    fence_capture(engine, synced)
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        provider.on_statement(synced.statement)
+        exercise_sync(provider, engine, f"texts:{uuid.uuid4().hex}")
+        key = f"texts:{uuid.uuid4().hex}"
+        assert provider.acquire_lease(key, "a", 50).acquired
+        time.sleep(0.1)
+        assert not provider.release_lease(key, "a")  # expired: deleted all the same (release_expired)
+        assert provider.acquire_lease(key, "a", 50).acquired
+        time.sleep(0.1)
+        with engine.begin() as conn:  # an expired lease whose row another transaction locks
+            conn.exec_driver_sql(f"SELECT * FROM `{schema}`.sql_leases WHERE `key` = %s FOR UPDATE", (key,))
+            assert not provider.acquire_lease(key, "b", 10_000, timeout_s=1).acquired  # NOWAIT, rolled back
+    engine.dispose()
+    assert synced.strays == []
+    setup = set(mysql.SESSION_SETUP)
+    sent = {mysql.__dict__[name] for name in seen.names | synced.names}
+    assert sent | setup == set(statement_constants(mysql).values())  # no dead text

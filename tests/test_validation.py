@@ -105,7 +105,8 @@ def test_bad_construction_arguments(kwargs: dict[str, Any], expected: type) -> N
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("mysql://root@localhost/test", ValueError),
+        ("oracle://root@localhost/test", ValueError),
+        ("mysql+mysqlconnector://root@localhost/test", ValueError),
         ("postgresql+pg8000://u@h/db", ValueError),
         ("sqlite://", ValueError),
         ("sqlite:///:memory:", ValueError),

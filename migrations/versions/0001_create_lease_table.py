@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import context, op
+from sqlalchemy.dialects import mysql
 
 revision = "0001"
 down_revision = None
@@ -23,22 +24,41 @@ def _names():  # type: ignore[no-untyped-def]
 def upgrade() -> None:
     names = _names()
     dialect = op.get_context().dialect.name
+    # MySQL/MariaDB: byte-for-byte keys and owners (VARBINARY: no collation, no padding; 2048
+    # bytes hold 512 characters of UTF-8), DATETIME(6) in UTC
+    text_type: sa.types.TypeEngine = sa.String(512).with_variant(mysql.VARBINARY(2048), "mysql", "mariadb")
     if dialect == "postgresql":
         op.execute(sa.schema.CreateSequence(sa.Sequence(names.fence_sequence, schema=names.schema)))
         expires_at_type: sa.types.TypeEngine = sa.DateTime(timezone=True)
+    elif dialect in ("mysql", "mariadb"):
+        expires_at_type = mysql.DATETIME(fsp=6)
     else:
         expires_at_type = sa.BigInteger()
     op.create_table(
         names.table,
-        sa.Column("key", sa.String(512), primary_key=True),
-        sa.Column("owner", sa.String(512), nullable=False),
+        sa.Column("key", text_type, primary_key=True),
+        sa.Column("owner", text_type, nullable=False),
         sa.Column("fence", sa.BigInteger(), nullable=False),
         sa.Column("expires_at", expires_at_type, nullable=False),
         sa.Column("has_waiters", sa.Boolean(), nullable=False, server_default=sa.false()),
         schema=names.schema,
         sqlite_with_rowid=False,
+        mysql_engine="InnoDB",
     )
     op.create_index(names.expires_at_index, names.table, ["expires_at"], schema=names.schema)
+    if dialect in ("mysql", "mariadb"):
+        # The last fence handed out; acquires advance it under its row lock (no triggers: they
+        # need privileges a deploy user often lacks when binary logging is on).
+        op.create_table(
+            names.fence_counter,
+            sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
+            sa.Column("last_fence", sa.BigInteger(), nullable=False),
+            schema=names.schema,
+            mysql_engine="InnoDB",
+        )
+        columns = (sa.column("id", sa.Integer()), sa.column("last_fence", sa.BigInteger()))
+        counter = sa.table(names.fence_counter, *columns, schema=names.schema)
+        op.bulk_insert(counter, [{"id": 1, "last_fence": 0}])
     if dialect == "sqlite":
         prefix = f'"{names.schema}".' if names.schema else ""
         counter = f'{prefix}"{names.fence_counter}"'
@@ -68,5 +88,5 @@ def downgrade() -> None:
     op.drop_table(names.table, schema=names.schema)
     if dialect == "postgresql":
         op.execute(sa.schema.DropSequence(sa.Sequence(names.fence_sequence, schema=names.schema)))
-    else:
+    else:  # SQLite, MySQL
         op.drop_table(names.fence_counter, schema=names.schema)

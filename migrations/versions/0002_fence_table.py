@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import context, op
+from sqlalchemy.dialects import mysql
 
 revision = "0002"
 down_revision = "0001"
@@ -22,16 +23,20 @@ def _names():  # type: ignore[no-untyped-def]
 
 def upgrade() -> None:
     names = _names()
-    if op.get_context().dialect.name == "postgresql":
+    dialect = op.get_context().dialect.name
+    if dialect == "postgresql":
         accepted_at_type: sa.types.TypeEngine = sa.DateTime(timezone=True)
+    elif dialect in ("mysql", "mariadb"):
+        accepted_at_type = mysql.DATETIME(fsp=6)
     else:
         accepted_at_type = sa.BigInteger()  # epoch milliseconds by SQLite's clock, as expires_at
     op.create_table(
         names.fence_table,
-        sa.Column("resource", sa.String(512), primary_key=True),
+        sa.Column("resource", sa.String(512).with_variant(mysql.VARBINARY(2048), "mysql", "mariadb"), primary_key=True),
         sa.Column("fence", sa.BigInteger(), nullable=False),
         sa.Column("accepted_at", accepted_at_type, nullable=False),
         schema=names.schema,
+        mysql_engine="InnoDB",
     )
 
 

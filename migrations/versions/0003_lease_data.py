@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import context, op
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import mysql, postgresql
 
 revision = "0003"
 down_revision = "0002"
@@ -32,6 +32,8 @@ def upgrade() -> None:
         op.execute(f"SET LOCAL lock_timeout = '{POSTGRES_LOCK_TIMEOUT}'")
         data_type: sa.types.TypeEngine = postgresql.JSON()
         time_type: sa.types.TypeEngine = sa.DateTime(timezone=True)
+    elif op.get_context().dialect.name in ("mysql", "mariadb"):
+        data_type, time_type = mysql.LONGTEXT(), mysql.DATETIME(fsp=6)
     else:
         data_type, time_type = sa.Text(), sa.BigInteger()
     # Nullable, no default: no table rewrite (PostgreSQL); rows of earlier releases read as no data

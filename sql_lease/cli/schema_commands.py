@@ -96,6 +96,17 @@ def _quoted(names: Any, name: str) -> str:
     return f"{quote(names.schema)}.{quote(name)}" if names.schema else quote(name)
 
 
+# Each database's clock (epoch seconds) and version, and its name.
+_CLOCKS = {
+    "postgresql": (
+        "SELECT extract(epoch FROM clock_timestamp())::float8, current_setting('server_version')",
+        "PostgreSQL",
+    ),
+    "sqlite": ("SELECT (julianday('now') - 2440587.5) * 86400.0, sqlite_version()", "SQLite"),
+    "mysql": ("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) / 1e6, VERSION()", "MySQL"),
+}
+
+
 async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], int]:
     """Each check of ``sql-lease check`` and the exit code (0, 69 or 78)."""
     import time
@@ -113,15 +124,12 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
         return checks, EX_CONFIG
     try:
         async with provider.engine.connect() as conn:
-            clock_sql = (
-                "SELECT extract(epoch FROM clock_timestamp())::float8, current_setting('server_version')"
-                if postgres
-                else "SELECT (julianday('now') - 2440587.5) * 86400.0, sqlite_version()"
-            )
+            clock_sql, product = _CLOCKS[provider.dialect_name]
             before = time.time()
             row = (await conn.exec_driver_sql(clock_sql)).one()
             after = time.time()
-            product = "PostgreSQL" if postgres else "SQLite"
+            if provider.dialect_name == "mysql" and "mariadb" in str(row[1]).lower():
+                product = "MariaDB"
             checks.append(_Check("database", True, f"{product} {row[1]} answers in {(after - before) * 1000:.1f} ms"))
             offset = float(row[0]) - (before + after) / 2
             side = "ahead of" if offset >= 0 else "behind"
@@ -153,7 +161,7 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
                 )
             if postgres and table_exists:
                 checks.append(await _grants(conn, names, sa))
-            elif not postgres:
+            elif provider.dialect_name == "sqlite":
                 checks.append(_sqlite_access(provider))
     except LeaseError as exc:
         checks.append(_Check("database", False, str(exc)))

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ProviderClosedError
@@ -553,28 +552,18 @@ class EngineExecutor(AsyncExecutor):
     level on an engine view sharing the application's pool, put back when the connection returns;
     no driver attribute is set here)."""
 
-    def __init__(self, engine: AsyncEngine, after_connect: Sequence[str] = ()) -> None:
+    def __init__(self, engine: AsyncEngine, owned: bool = False) -> None:
+        """``owned``: the provider made ``engine`` in AUTOCOMMIT (no level to set at each checkout)."""
         super().__init__()
-        if after_connect:  # only for an engine the provider made itself
-            statements = tuple(after_connect)
-
-            @event.listens_for(engine.sync_engine, "connect")
-            def configure(dbapi_connection: Any, _record: Any) -> None:
-                cursor = dbapi_connection.cursor()
-                try:
-                    for statement in statements:
-                        cursor.execute(statement)
-                finally:
-                    cursor.close()
-
         self._given = engine
-        self._owned = bool(after_connect)
+        self._owned = owned  # made by the provider (its connections set up by setup.run_at_connect)
         self._pid = os.getpid()
         self._asyncpg = engine.dialect.name == "postgresql" and engine.dialect.driver == "asyncpg"
         # SQLAlchemy's AUTOCOMMIT, on a view of the engine sharing the application's pool: set at
         # checkout, put back at checkin (public API only; no driver attribute is set here).
-        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._engine = engine if owned else engine.execution_options(isolation_level="AUTOCOMMIT")
         self._psycopg = engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
+        self._mysql = engine.dialect.name in ("mysql", "mariadb")
         self.listens = self._asyncpg
         pool = engine.sync_engine.pool
         size = getattr(pool, "size", None)
@@ -585,7 +574,8 @@ class EngineExecutor(AsyncExecutor):
             # forked: the pool's connections are the parent's (SQLAlchemy's recipe for a child)
             self._pid = os.getpid()
             await self._given.dispose(close=False)
-        async with self._engine.connect() as conn:
+        conn = await _checkout(self._engine)
+        try:
             driver_conn: Any = None
             if self._asyncpg:
                 # read through the synchronous Connection (public; no greenlet hop, unlike
@@ -597,7 +587,13 @@ class EngineExecutor(AsyncExecutor):
                     # died while idle in the application's pool (a database restart, no pre-ping)
                     await conn.invalidate()
                     raise DeadBeforeSending(ConnectionError("a pooled connection was closed"))
-            fetch: Fetch = _psycopg_rows(conn) if self._psycopg else lambda sql, params: _rows(conn, sql, params)
+            fetch: Fetch
+            if self._psycopg:
+                fetch = _psycopg_rows(conn)
+            elif self._mysql:
+                fetch = _mysql_rows(conn)
+            else:
+                fetch = lambda sql, params: _rows(conn, sql, params)  # noqa: E731
             try:
                 return await self._execute(make_plan, plan, fetch)
             except BaseException as exc:
@@ -608,6 +604,8 @@ class EngineExecutor(AsyncExecutor):
                     with contextlib.suppress(Exception):
                         await asyncio.shield(conn.invalidate())
                 raise
+        finally:
+            await _checkin(conn)
 
     async def listen_connection(self, timeout_s: float) -> tuple[Any, Callable[[], Awaitable[None]]]:
         conn = await self._engine.connect()
@@ -628,6 +626,39 @@ class EngineExecutor(AsyncExecutor):
         """Nothing to do: the engine and its pool belong to the application."""
 
 
+async def _checkout(engine: AsyncEngine) -> Any:
+    """A started ``AsyncConnection`` of ``engine``. The checkout runs shielded: a caller cancelled
+    meanwhile gets ``CancelledError`` at once and the connection, when it arrives, goes back to the
+    pool (a checkout cut short would leave it neither in the pool nor closed)."""
+    conn = engine.connect()
+    starting = asyncio.ensure_future(conn.start())
+    try:
+        await asyncio.shield(starting)
+    except asyncio.CancelledError:
+
+        def arrived(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                closing = asyncio.ensure_future(conn.close())
+                _CLOSING.add(closing)
+                closing.add_done_callback(_CLOSING.discard)
+                closing.add_done_callback(lambda closed: closed.cancelled() or closed.exception())
+
+        starting.add_done_callback(arrived)
+        raise
+    return conn
+
+
+_CLOSING: set[asyncio.Future[Any]] = set()  # closes in flight (a task needs a reference until done)
+
+
+async def _checkin(conn: Any) -> None:
+    """Give ``conn`` back to its pool, shielded from the caller's cancellation (as :func:`_checkout`)."""
+    closing = asyncio.ensure_future(conn.close())
+    _CLOSING.add(closing)
+    closing.add_done_callback(_CLOSING.discard)
+    await asyncio.shield(closing)
+
+
 async def _rows(conn: Any, sql: str, params: tuple[Any, ...]) -> list[Row]:
     result = await conn.exec_driver_sql(sql, params)
     return list(result.fetchall()) if result.returns_rows else []
@@ -640,6 +671,22 @@ _PLACEHOLDER = re.compile(r"\$(\d+)")
 def pyformat(sql: str) -> str:
     """``$n`` placeholders as psycopg's ``%(pn)s`` (the statements hold no other ``%``)."""
     return _PLACEHOLDER.sub(r"%(p\1)s", sql)
+
+
+def mysql_row(row: Sequence[Any]) -> Row:
+    """A MySQL row with its ``VARBINARY`` values (keys, owners) as text."""
+    return tuple(value.decode() if isinstance(value, bytes) else value for value in row)
+
+
+def _mysql_rows(conn: Any) -> Fetch:
+    async def fetch(sql: str, params: tuple[Any, ...]) -> list[Row]:
+        named = {f"p{number}": value for number, value in enumerate(params, 1)}
+        result = await conn.exec_driver_sql(pyformat(sql), named)
+        if not result.returns_rows:  # a statement without a result answers its row count
+            return [(result.rowcount,)]
+        return [mysql_row(row) for row in result.fetchall()]
+
+    return fetch
 
 
 def _utc(row: Sequence[Any]) -> Row:

@@ -1,7 +1,7 @@
 """Fenced writes: ``check_held`` and ``accept_fence`` on the caller's connection, and the pure helpers.
 
 Their SQL is in :mod:`sql_lease.sql.dialects` (``CHECK_HELD``, ``ACCEPT_FENCE``, ``ACCEPTED`` of
-``postgresql.py`` and ``sqlite.py``), beside the lease statements.
+``postgresql.py``, ``sqlite.py`` and ``mysql.py``), beside the lease statements.
 
 Both statements run on the *caller's* connection, inside the caller's transaction (unlike every
 lease statement, which runs in autocommit on the provider's own connections). Parameters are
@@ -19,6 +19,10 @@ named, for SQLAlchemy ``text()``:
   SHARE`` would be lighter but does not block updates of non-key columns, i.e. a change of owner.
   Expiry is tested against ``statement_timestamp()``, not ``now()``, which is the start of the
   caller's transaction.
+- MySQL/MariaDB: ``SELECT ... LOCK IN SHARE MODE`` locks the row until the transaction ends; every
+  statement that changes it (the lock of an acquire, renew, release, transfer) waits for it.
+  ``accept_fence`` is an ``INSERT ... ON DUPLICATE KEY UPDATE`` that raises the fence to the given
+  one if larger (no ``RETURNING``): ``accepted`` reads it back in the same transaction.
 - SQLite: a no-op ``UPDATE ... SET owner = owner ... RETURNING`` instead of a ``SELECT``: it takes
   the database's write lock (and makes pysqlite open its transaction, which it does only before
   DML), so no other writer (renew, transfer, takeover) runs until the caller's transaction ends.
@@ -78,9 +82,9 @@ def fence_statements_for(dialect_name: str, names: LeaseTableNames) -> FenceStat
 @lru_cache(maxsize=64)
 def _format_paramstyle(dialect_name: str, sql: str) -> tuple[str, tuple[str, ...]]:
     from sqlalchemy import text
-    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-    module = postgresql if dialect_name == "postgresql" else sqlite
+    module = {"postgresql": postgresql, "mysql": mysql, "mariadb": mysql}.get(dialect_name, sqlite)
     compiled = text(sql).compile(dialect=module.dialect(paramstyle="format"))  # type: ignore[no-untyped-call]
     return compiled.string, tuple(compiled.positiontup or ())
 
@@ -136,10 +140,12 @@ def check_held_result(key: str, owner: str, fence: int, row: Sequence[Any] | Non
 
 
 def accept_fence_result(resource: str, fence: int, row: Sequence[Any] | None, accepted: int | None) -> int:
-    """The accepted fence, or ``StaleFenceError`` naming the larger one already accepted."""
-    if row is None:
+    """The accepted fence, or ``StaleFenceError`` naming the larger one already accepted. ``row``:
+    what ``accept_fence`` returned; ``accepted``: the fence ``accepted`` read when it returned none
+    (on MySQL, whose upsert returns no row, the fence is accepted when that read gives it back)."""
+    if row is None and accepted != fence:
         raise StaleFenceError(resource, fence, accepted)
-    return int(row[0])
+    return fence if row is None else int(row[0])
 
 
 # -- is there a transaction for the lock to last in? ----------------------------------------------
@@ -168,7 +174,16 @@ def _transaction_open(driver: Any) -> bool | None:
     get_status = getattr(driver, "get_transaction_status", None)  # psycopg2
     if callable(get_status):
         return int(get_status()) != 0
+    get_autocommit = getattr(driver, "get_autocommit", None)  # PyMySQL, asyncmy, mysqlclient
+    if callable(get_autocommit):
+        if not get_autocommit():
+            return True  # every statement runs in a transaction until COMMIT
+        server_status = getattr(driver, "server_status", 0)  # flags of the last OK packet (after BEGIN)
+        return isinstance(server_status, int) and bool(server_status & _MYSQL_SERVER_STATUS_IN_TRANS)
     return None
+
+
+_MYSQL_SERVER_STATUS_IN_TRANS = 1
 
 
 def _setting(driver: Any, options: dict[str, Any] | None) -> str:
@@ -269,7 +284,8 @@ async def accept_fence_async(conn: Any, names: LeaseTableNames, resource: str, f
     from sqlalchemy import text
 
     s, params = _prepare_accept(conn, names, resource, fence)
-    row = (await conn.execute(text(s.accept_fence), params)).first()
+    result = await conn.execute(text(s.accept_fence), params)
+    row = result.first() if result.returns_rows else None  # MySQL's upsert reports nothing: read it back
     accepted = None
     if row is None:
         accepted = (await conn.execute(text(s.accepted), {"resource": resource})).scalar()
@@ -281,7 +297,8 @@ def accept_fence_sync(conn: Any, names: LeaseTableNames, resource: str, fence: i
     from sqlalchemy import text
 
     s, params = _prepare_accept(conn, names, resource, fence)
-    row = conn.execute(text(s.accept_fence), params).first()
+    result = conn.execute(text(s.accept_fence), params)
+    row = result.first() if result.returns_rows else None  # MySQL's upsert reports nothing: read it back
     accepted = None
     if row is None:
         accepted = conn.execute(text(s.accepted), {"resource": resource}).scalar()

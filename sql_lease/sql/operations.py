@@ -137,6 +137,11 @@ def acquire(
     lock (a caller's ``check_held`` transaction guarding an expired lease) before it answers
     "not acquired" (PostgreSQL; None: no bound of its own)."""
     key, owner = validate_key(key), validate_owner(owner)
+    if s.transactional:
+        from . import transactional
+
+        ttl = s.ttl_param(validate_ttl_ms(ttl_ms))
+        return transactional.acquire(s, key, owner, ttl, encode_data(data), lock_wait_ms)
     params = s.acquire_params(key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data), lock_wait_ms)
     return _guarded_acquire(s, key, owner, params, waiting)
 
@@ -225,12 +230,20 @@ def get_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
 
 def release(s: LeaseStatements, key: str, owner: str) -> Plan[bool]:
     key, owner = validate_key(key), validate_owner(owner)
+    if s.transactional:
+        from . import transactional
+
+        return transactional.release(s, key, owner)
     return _single(Query(s.release, (key, owner)), lambda row: bool(row[0]), missing=False)
 
 
 def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object) -> Plan[LeaseInfo | None]:
     key, owner = validate_key(key), validate_owner(owner)
     params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)))
+    if s.transactional:
+        from . import transactional
+
+        return transactional.renew(s, *params)
     return _single(Query(s.renew, params), lambda row: s.lease_info(key, row))
 
 
@@ -247,6 +260,10 @@ def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
 
 def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
     """``renew_many`` for items :func:`validate_renew_items` returned (not checked again)."""
+    if s.transactional:
+        from . import transactional
+
+        return (yield from transactional.renew_checked(s, items))
     renewed: dict[str, LeaseInfo] = {}
     for start in range(0, len(items), RENEW_BATCH_SIZE):
         chunk = items[start : start + RENEW_BATCH_SIZE]
@@ -262,6 +279,10 @@ def transfer(
     key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
     to_owner = validate_owner(to_owner, "to_owner")
     params = (key, from_owner, to_owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data))
+    if s.transactional:
+        from . import transactional
+
+        return transactional.transfer(s, *params)
     return _single(Query(s.transfer, params), lambda row: True, missing=False)
 
 
@@ -271,6 +292,10 @@ def sweep(s: LeaseStatements, batch_size: object = 1000, grace_ms: object = 0) -
 
 
 def _sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
+    if s.transactional:
+        from . import transactional
+
+        return (yield from transactional.sweep(s, params))
     rows = yield Query(s.sweep, params, many=True)
     return s.swept_count(rows)
 
@@ -321,4 +346,8 @@ def break_lease(s: LeaseStatements, key: str, fence: object = None) -> Plan[Leas
     is deleted all the same)."""
     key = validate_key(key)
     fence = None if fence is None else validate_fence(fence)
+    if s.transactional:
+        from . import transactional
+
+        return transactional.break_lease(s, key, fence)
     return _single(Query(s.break_lease, (key, fence)), lambda row: s.lease_info(key, row) if row[4] else None)

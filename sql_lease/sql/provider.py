@@ -54,7 +54,7 @@ __all__ = ["SqlLeaseProvider", "to_async_url"]
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
 
-_ENGINE_DRIVERS_IN_WORDS = "asyncpg or psycopg (PostgreSQL) or aiosqlite (SQLite)"
+_ENGINE_DRIVERS_IN_WORDS = "asyncpg or psycopg (PostgreSQL), asyncmy or aiomysql (MySQL) or aiosqlite (SQLite)"
 # keys SQLAlchemy's asyncpg dialect adds to the connect arguments that asyncpg itself does not take
 _SQLALCHEMY_ONLY_ARGS = ("prepared_statement_cache_size", "prepared_statement_name_func", "async_creator_fn")
 
@@ -203,6 +203,8 @@ class SqlLeaseProvider(LeaseProviderBase):
                 postgres_driver = async_postgres_driver()
                 if postgres_driver == "psycopg":
                     url = url.set(drivername="postgresql+psycopg")
+            if backend == "mysql":
+                url = setup.mysql_driver_checked(url)
             database_file = sqlite_file(url)
             if database_file is not None:
                 setup.sqlite_directory(database_file)
@@ -237,6 +239,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             durable_release=self.durable_release,
             durable_session=own_postgres and not pgbouncer,
             sqlite_quick_first=self._owns_engine and database_file is not None,
+            mysql_lock_wait_s=setup.mysql_lock_wait_s(self.operation_timeout_s) if self._owns_engine else None,
         )
         self.safe_url = safe_url(base_engine.url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
@@ -253,14 +256,26 @@ class SqlLeaseProvider(LeaseProviderBase):
         elif backend == "postgresql":
             connect_kwargs = _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer)
             self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
+        elif backend == "mysql":
+            own = create_async_engine(
+                base_engine.url, pool_size=size, max_overflow=0, pool_recycle=3600, isolation_level="AUTOCOMMIT"
+            )
+            setup.run_at_connect(own.sync_engine, setup.mysql_session_setup(self.operation_timeout_s))
+            self._executor = EngineExecutor(own, owned=True)
+            self._uri_engine = own
         elif database_file is not None:
             retried = setup.sqlite_pragmas(busy_timeout_ms, sqlite_synchronous, retried=True)
             self._executor = AiosqlitePoolExecutor(database_file, size, retried, self._missing_file, busy_timeout_ms)
         else:  # a `uri=true` SQLite URL: SQLAlchemy's engine, pooled, opens it
             own = create_async_engine(
-                base_engine.url, poolclass=AsyncAdaptedQueuePool, pool_size=size + 2, max_overflow=0
+                base_engine.url,
+                poolclass=AsyncAdaptedQueuePool,
+                pool_size=size + 2,
+                max_overflow=0,
+                isolation_level="AUTOCOMMIT",
             )  # the pool named: SQLAlchemy before 2.0.38 gives file SQLite a NullPool
-            self._executor = EngineExecutor(own, after_connect=pragmas)
+            setup.run_at_connect(own.sync_engine, pragmas)
+            self._executor = EngineExecutor(own, owned=True)
             self._uri_engine = own
         if database_file is not None:
             # Only migrate() creates the database file (see sql_lease.sql.migrate); lease

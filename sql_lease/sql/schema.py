@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -147,11 +148,26 @@ class LeaseTableNames:
 
 
 def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
-    """The tables of ``names`` as declared for ``dialect_name`` (``"postgresql"`` or ``"sqlite"``)."""
+    """The tables of ``names`` as declared for ``dialect_name`` (``"postgresql"``, ``"sqlite"`` or
+    ``"mysql"``)."""
     metadata = MetaData(schema=names.schema)
-    if dialect_name == "postgresql":
-        expires_at_type: DateTime | BigInteger = DateTime(timezone=True)
-        data_type: JSON | Text = JSON()
+    text_type: Any = String(MAX_KEY_LENGTH)
+    expires_at_type: Any
+    data_type: Any
+    if dialect_name in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
+        text_type = mysql.VARBINARY(4 * MAX_KEY_LENGTH)
+        expires_at_type, data_type = mysql.DATETIME(fsp=6), mysql.LONGTEXT()
+        Table(
+            names.fence_counter,
+            metadata,
+            Column("id", Integer, primary_key=True, autoincrement=False),
+            Column("last_fence", BigInteger, nullable=False),
+        )
+    elif dialect_name == "postgresql":
+        expires_at_type = DateTime(timezone=True)
+        data_type = JSON()
         Sequence(names.fence_sequence, metadata=metadata)
     elif dialect_name == "sqlite":
         expires_at_type, data_type = BigInteger(), Text()
@@ -162,12 +178,14 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
             Column("last_fence", BigInteger, nullable=False),
         )
     else:
-        raise ValueError(f"sql_lease supports postgresql and sqlite, not {dialect_name!r}")
+        raise ValueError(f"sql_lease supports postgresql, sqlite and mysql, not {dialect_name!r}")
     Table(
         names.table,
         metadata,
-        Column("key", String(MAX_KEY_LENGTH), primary_key=True),
-        Column("owner", String(MAX_OWNER_LENGTH), nullable=False),
+        Column("key", text_type, primary_key=True),
+        Column(
+            "owner", text_type if dialect_name in ("mysql", "mariadb") else String(MAX_OWNER_LENGTH), nullable=False
+        ),
         Column("fence", BigInteger, nullable=False),
         Column("expires_at", expires_at_type, nullable=False),
         Column("has_waiters", Boolean, nullable=False, server_default=false()),
@@ -179,7 +197,7 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
     Table(
         names.fence_table,
         metadata,
-        Column("resource", String(512), primary_key=True),
+        Column("resource", text_type if dialect_name in ("mysql", "mariadb") else String(512), primary_key=True),
         Column("fence", BigInteger, nullable=False),
         Column("accepted_at", expires_at_type, nullable=False),
     )

@@ -10,7 +10,8 @@ that tell an operator what to run (:func:`migrate_command_options`, :func:`schem
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict
@@ -22,6 +23,7 @@ from .operations import LOCK_WAIT_SHARE
 from .options import MAX_SQLITE_BUSY_TIMEOUT_MS, ProviderOptions, validate_provider_options
 from .retry import SQLITE_TRY_BUSY_TIMEOUT_MS
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames, derived_version_table
+from .statements import MYSQL_SESSION_SETUP
 from .translate import describe, schema_outdated
 from .urls import asyncpg_url_and_args, psycopg_conninfo, to_async_url
 
@@ -33,7 +35,12 @@ __all__ = [
     "database_file_missing",
     "engine_backend",
     "migrate_command_options",
+    "mysql_driver_checked",
+    "mysql_engine",
+    "mysql_lock_wait_s",
+    "mysql_session_setup",
     "psycopg_conninfo_checked",
+    "run_at_connect",
     "schema_missing",
     "sqlite_busy_timeout",
     "sqlite_directory",
@@ -42,8 +49,16 @@ __all__ = [
 ]
 
 # the drivers of an application's engine each face runs on, by backend
-ASYNC_ENGINE_DRIVERS: Mapping[str, tuple[str, ...]] = {"postgresql": ("asyncpg", "psycopg"), "sqlite": ("aiosqlite",)}
-SYNC_ENGINE_DRIVERS: Mapping[str, tuple[str, ...]] = {"postgresql": ("psycopg",), "sqlite": ("pysqlite",)}
+ASYNC_ENGINE_DRIVERS: Mapping[str, tuple[str, ...]] = {
+    "postgresql": ("asyncpg", "psycopg"),
+    "sqlite": ("aiosqlite",),
+    "mysql": ("asyncmy", "aiomysql"),
+}
+SYNC_ENGINE_DRIVERS: Mapping[str, tuple[str, ...]] = {
+    "postgresql": ("psycopg",),
+    "sqlite": ("pysqlite",),
+    "mysql": ("pymysql", "mysqldb"),
+}
 
 
 class SyncProviderOptions(TypedDict, total=False):
@@ -85,9 +100,10 @@ def checked_sync_options(options: SyncProviderOptions) -> tuple[LeaseTableNames,
 def engine_backend(dialect_name: str, driver: str, drivers: Mapping[str, tuple[str, ...]], wanted: str) -> str:
     """The backend of an application's engine (``postgresql``/``sqlite``); ``ValueError`` naming
     ``wanted`` (the drivers this face takes, in words) for any other dialect or driver."""
-    if driver not in drivers.get(dialect_name, ()):
+    backend = "mysql" if dialect_name == "mariadb" else dialect_name
+    if driver not in drivers.get(backend, ()):
         raise ValueError(f"the engine must use {wanted}, not {dialect_name}+{driver}")
-    return dialect_name
+    return backend
 
 
 def sqlite_directory(path: Path) -> Path:
@@ -167,6 +183,68 @@ def async_postgres_driver() -> str:
         "or 'sql-lease[psycopg]' (psycopg 3)",
         name="asyncpg",
     )
+
+
+def mysql_driver_checked(url: URL) -> URL:
+    """``url`` (a ``mysql+driver://`` URL) when its driver is installed; else ``MissingDriverError``
+    naming the ``mysql`` extra."""
+    driver = url.drivername.partition("+")[2]
+    module = {"mysqldb": "MySQLdb"}.get(driver, driver)
+    if importlib.util.find_spec(module) is None:
+        raise MissingDriverError(
+            f"the MySQL driver {driver} is not installed: pip install 'sql-lease[mysql]' (asyncmy and PyMySQL)",
+            name=module,
+        )
+    return url
+
+
+def mysql_lock_wait_s(operation_timeout_s: float) -> int:
+    """The lock wait timeout of a provider's own MySQL sessions: the share ``LOCK_WAIT_SHARE`` of the
+    operation timeout in whole seconds (the server's unit), at least 1."""
+    return max(1, int(operation_timeout_s * LOCK_WAIT_SHARE))
+
+
+def mysql_session_setup(operation_timeout_s: float) -> tuple[str, ...]:
+    """The statements that set up each MySQL connection of a provider's own: READ COMMITTED, and
+    :func:`mysql_lock_wait_s`."""
+    return (*MYSQL_SESSION_SETUP, f"SET SESSION innodb_lock_wait_timeout = {mysql_lock_wait_s(operation_timeout_s)}")
+
+
+def mysql_engine(url: URL, pool_size: int, operation_timeout_s: float) -> Any:
+    """The sync face's own engine for a MySQL URL: ``pool_size`` connections in autocommit, each set
+    up by :func:`mysql_session_setup`, with the driver's socket timeouts as a backstop (the
+    watchdog ends a statement at its deadline)."""
+    import sqlalchemy as sa
+
+    statements = mysql_session_setup(operation_timeout_s)
+    timeout_s = max(1, math.ceil(operation_timeout_s))
+    engine = sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_recycle=3600,
+        isolation_level="AUTOCOMMIT",
+        connect_args={"connect_timeout": timeout_s, "read_timeout": timeout_s + 5, "write_timeout": timeout_s + 5},
+    )
+
+    return run_at_connect(engine, statements)
+
+
+def run_at_connect(engine: Any, statements: Sequence[str]) -> Any:
+    """``engine`` (a sync ``Engine``, or an ``AsyncEngine``'s ``sync_engine``), each new connection of
+    which runs ``statements`` first: only for an engine the provider made itself."""
+    import sqlalchemy as sa
+
+    @sa.event.listens_for(engine, "connect")
+    def configure(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            for statement in statements:
+                cursor.execute(statement)
+        finally:
+            cursor.close()
+
+    return engine
 
 
 def async_engine_arguments(url: str | URL) -> tuple[URL, dict[str, Any]]:

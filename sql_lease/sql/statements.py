@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from sqlalchemy.engine.interfaces import Dialect
 
 from ..contract import AcquireResult, LeaseInfo, decode_data
 from .dialects import dialect_module
+from .dialects import mysql as mysql_texts
 from .dialects import postgresql as postgresql_texts
 from .dialects import sqlite as sqlite_texts
 from .schema import LeaseTableNames
@@ -38,6 +39,7 @@ __all__ = [
     "OWN_CONNECTION_SETUP",
     "SQLITE_NOW_MS",
     "LeaseStatements",
+    "MysqlStatements",
     "PostgresStatements",
     "SqliteStatements",
     "filled_texts",
@@ -68,6 +70,12 @@ class LeaseStatements:
     acquire_reads_first: bool = False
     """Run ``holder`` before ``acquire`` and refuse on its answer (SQLite: a read is never blocked by
     a caller's transaction holding the write lock, the write would wait for it)."""
+    transactional: bool = False
+    """Operations are short transactions (:mod:`.transactional`; MySQL), their statements in ``steps``."""
+    steps: dict[str, str] = field(default_factory=dict)
+    lock_wait_ms: float | None = None
+    """MySQL: the lock wait timeout of the provider's own sessions (None on an application's engine,
+    whose setting is unknown: a takeover then does not wait for a locked row)."""
     acquire_tries_quick: bool = False
     """Try ``acquire`` first as a quick query, then read ``holder`` if it met a lock (SQLite on a
     provider's own connections, whose lock waits the executor bounds: one statement when nothing
@@ -94,6 +102,10 @@ class LeaseStatements:
 
     def lock_timed_out(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a statement's lock wait running out (nothing was written)."""
+        return False
+
+    def conflicted(self, exc: BaseException) -> bool:
+        """Whether ``exc`` ended a transaction that may simply run again (a deadlock, a duplicate key)."""
         return False
 
     def to_datetime(self, value: Any) -> datetime:
@@ -168,6 +180,8 @@ def placeholder_values(dialect_name: str, names: LeaseTableNames) -> dict[str, s
     module = dialect_module(dialect_name)
     if dialect_name == "postgresql":
         from sqlalchemy.dialects import postgresql as sa_dialect
+    elif dialect_name == "mysql":
+        from sqlalchemy.dialects import mysql as sa_dialect  # type: ignore[no-redef]
     else:
         from sqlalchemy.dialects import sqlite as sa_dialect  # type: ignore[no-redef]
     dialect = sa_dialect.dialect()  # type: ignore[no-untyped-call]
@@ -262,6 +276,48 @@ class SqliteStatements(LeaseStatements):
         return datetime.fromtimestamp(value / 1000.0, tz=UTC)
 
 
+MYSQL_SESSION_SETUP = mysql_texts.SESSION_SETUP
+"""Run once on each MySQL connection a provider makes itself: READ COMMITTED (docs/statements.md)."""
+
+_MYSQL_LOCK_ERRORS = (1205, 3572)  # lock wait timeout (also MariaDB's NOWAIT), MySQL's NOWAIT
+_MYSQL_CONFLICTS = (1213, 1062)  # deadlock (rolled back), duplicate key
+
+
+class MysqlStatements(LeaseStatements):
+    """MySQL 8 and MariaDB: the texts of :mod:`sql_lease.sql.dialects.mysql` for one table, run as
+    the transactions of :mod:`.transactional`. ``DATETIME(6)`` in UTC from ``UTC_TIMESTAMP(6)``, TTLs
+    in integer microseconds, fences from a one-row counter."""
+
+    def __init__(self, names: LeaseTableNames, *, lock_wait_s: int | None = None) -> None:
+        values = placeholder_values("mysql", names)
+        steps = {name: text.format_map(values) for name, text in mysql_texts.steps().items()}
+        super().__init__(
+            **_lease_texts(filled_texts("mysql", names)),
+            transactional=True,
+            steps=steps,
+            lock_wait_ms=None if lock_wait_s is None else lock_wait_s * 1000,
+        )
+
+    def ttl_param(self, ttl_ms: float) -> int:
+        return math.ceil(ttl_ms * 1000)
+
+    def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
+        return (json.dumps([[key, owner, self.ttl_param(ttl)] for key, owner, ttl in items]),)
+
+    def to_datetime(self, value: Any) -> datetime:
+        return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+
+    def lock_timed_out(self, exc: BaseException) -> bool:
+        from .translate import mysql_errno
+
+        return mysql_errno(exc) in _MYSQL_LOCK_ERRORS
+
+    def conflicted(self, exc: BaseException) -> bool:
+        from .translate import mysql_errno
+
+        return mysql_errno(exc) in _MYSQL_CONFLICTS
+
+
 def statements_for(
     dialect_name: str,
     names: LeaseTableNames,
@@ -269,15 +325,19 @@ def statements_for(
     durable_release: bool = False,
     durable_session: bool = False,
     sqlite_quick_first: bool = False,
+    mysql_lock_wait_s: int | None = None,
 ) -> LeaseStatements:
     """The statements of ``dialect_name``; ``ValueError`` for a database sql_lease does not support.
     ``durable_release``: PostgreSQL releases wait for the WAL flush as the other writes do (SQLite's
     releases always follow its ``synchronous`` setting). ``durable_session``: the statements run on
     connections set up with :data:`OWN_CONNECTION_SETUP`, so they need no durability pin of their own.
     ``sqlite_quick_first``: the statements run on a provider's own SQLite connections, whose lock
-    waits the executor bounds (:class:`.retry.SqliteLockWait`)."""
+    waits the executor bounds (:class:`.retry.SqliteLockWait`). ``mysql_lock_wait_s``: the lock wait
+    timeout the provider's own MySQL sessions were given (:func:`.setup.mysql_session_setup`)."""
     if dialect_name == "postgresql":
         return PostgresStatements(names, durable_release=durable_release, durable_session=durable_session)
     if dialect_name == "sqlite":
         return SqliteStatements(names, quick_first=sqlite_quick_first)
-    raise ValueError(f"sql_lease supports postgresql and sqlite, not {dialect_name!r}")
+    if dialect_name in ("mysql", "mariadb"):
+        return MysqlStatements(names, lock_wait_s=mysql_lock_wait_s)
+    raise ValueError(f"sql_lease supports postgresql, sqlite and mysql, not {dialect_name!r}")

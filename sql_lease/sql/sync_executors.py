@@ -628,6 +628,36 @@ def _sqlite_fetch_all(conn: sqlite3.Connection) -> Callable[[str, tuple[Any, ...
     return fetch_all
 
 
+def _mysql_fetch(conn: Any) -> tuple[Fetch, Fetch]:
+    """Fetch functions on a PyMySQL/mysqlclient connection: ``$n`` as ``%(pn)s``, ``VARBINARY``
+    values as text, and a statement without a result answering one row, its row count."""
+    from .executors import mysql_row, pyformat
+
+    def fetch_all(sql: str, params: tuple[Any, ...]) -> list[Row]:
+        cursor = conn.cursor()
+        try:
+            cursor.execute(pyformat(sql), {f"p{number}": value for number, value in enumerate(params, 1)})
+            if cursor.description is None:
+                return [(cursor.rowcount,)]
+            return [mysql_row(row) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+    def fetch_one(sql: str, params: tuple[Any, ...]) -> Row | None:
+        rows = fetch_all(sql, params)
+        return rows[0] if rows else None
+
+    return fetch_one, fetch_all
+
+
+def _shut_mysql_socket(conn: Any) -> None:
+    """End a PyMySQL connection's statement now: its socket shut (no call that can block)."""
+    sock = getattr(conn, "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
 class SqliteFileExecutor(SyncExecutor):
     """SQLite from a URL: ``sqlite3`` connections in autocommit (``isolation_level=None``), WAL,
     ``busy_timeout`` and ``synchronous`` set when each is opened; the file is opened with
@@ -733,9 +763,10 @@ class EngineExecutor(SyncExecutor):
     or after a connection was aborted or lost) it runs in a thread of its own and is given up at
     the deadline; a connection that arrives later goes back to the engine's pool."""
 
-    def __init__(self, engine: Any, pool_size: int, *, watchdog: Watchdog) -> None:
+    def __init__(self, engine: Any, pool_size: int, *, watchdog: Watchdog, owned: bool = False) -> None:
         self.hooks = []
         self._engine = engine
+        self._owned = owned  # the provider made it (MySQL URLs): disposed on close
         self.dialect_name = engine.dialect.name
         self.listens = self.dialect_name == "postgresql"
         size = getattr(engine.pool, "size", None)
@@ -786,6 +817,18 @@ class EngineExecutor(SyncExecutor):
 
                     def restore() -> None:
                         raw.autocommit = before
+                elif self.dialect_name in ("mysql", "mariadb"):
+                    before = raw.get_autocommit()  # read from the last server status: no round trip
+                    if not before:
+                        raw.autocommit(True)
+                    fetch_one, fetch_all = _mysql_fetch(raw)
+
+                    def abort() -> None:
+                        _shut_mysql_socket(raw)
+
+                    def restore() -> None:
+                        if not before:
+                            raw.autocommit(False)
                 else:
                     before = raw.isolation_level
                     raw.isolation_level = None
@@ -868,3 +911,5 @@ class EngineExecutor(SyncExecutor):
         if connecting is not None:
             concurrent.futures.wait(list(self._late), timeout=timeout_s)
             connecting.shutdown(wait=False)
+        if self._owned:
+            self._engine.dispose()

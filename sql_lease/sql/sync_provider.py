@@ -48,7 +48,10 @@ __all__ = ["SyncSqlLeaseProvider"]
 
 T = TypeVar("T")
 log = logging.getLogger("sql_lease")
-_ENGINE_DRIVERS_IN_WORDS = "psycopg (postgresql+psycopg) or the standard sqlite3 (sqlite+pysqlite)"
+_ENGINE_DRIVERS_IN_WORDS = (
+    "psycopg (postgresql+psycopg), PyMySQL or mysqlclient (mysql+pymysql, mysql+mysqldb) "
+    "or the standard sqlite3 (sqlite+pysqlite)"
+)
 
 
 class SyncSqlLeaseProvider(SyncLeaseProviderBase):
@@ -139,6 +142,13 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                     name="sql_lease",
                     connect_timeout_s=self.operation_timeout_s,
                 )
+            elif backend == "mysql":
+                executor = EngineExecutor(
+                    setup.mysql_engine(setup.mysql_driver_checked(url), pool_size or 10, self.operation_timeout_s),
+                    pool_size or 10,
+                    watchdog=self._watchdog,
+                    owned=True,
+                )
             else:
                 path = sqlite_file(url)
                 if path is None or url.query:
@@ -168,6 +178,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             self.names,
             durable_session=own_postgres,
             sqlite_quick_first=isinstance(executor, SqliteFileExecutor),
+            mysql_lock_wait_s=setup.mysql_lock_wait_s(self.operation_timeout_s) if self._engine is None else None,
         )
         self.safe_url = safe_url(self._url)
         self.listen_notify = bool(listen_notify) and not pgbouncer

@@ -13,6 +13,7 @@ from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, SchemaMiss
 __all__ = [
     "connection_survives",
     "describe",
+    "mysql_errno",
     "operation_label",
     "schema_outdated",
     "sqlite_error",
@@ -35,11 +36,28 @@ _SQLITE_SCHEMA_OUTDATED = ("no such column", "has no column named")
 # Class 08 (connection exception), 57P01-57P03 (shutdown, crash, cannot connect now), 53300 (too
 # many connections): the server is gone or going, so the connection is not reusable.
 _CONNECTION_GONE_PREFIXES = ("08", "57P")
+# MySQL/MariaDB error numbers read as the SQLSTATE of the same meaning above: access denied (the
+# user or password: 1045, 1698; a database or privilege: 1044, 1142), unknown database, a missing
+# table, a missing column. Numbers from 2000 are the client's own (no answer from the server).
+_MYSQL_AS_SQLSTATE = {
+    1045: "28000",
+    1698: "28000",
+    1044: "42501",
+    1142: "42501",
+    1049: "3D000",
+    1146: "42P01",
+    1054: "42703",
+}
+_MYSQL_CLIENT_ERRORS = 2000
 
 
 def sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of a driver error (asyncpg ``sqlstate``, psycopg ``sqlstate``), also when it
-    is wrapped by SQLAlchemy (``orig``) or chained (``__cause__``)."""
+    is wrapped by SQLAlchemy (``orig``) or chained (``__cause__``); for the MySQL errors of
+    ``_MYSQL_AS_SQLSTATE``, PostgreSQL's SQLSTATE of the same meaning."""
+    mapped = _MYSQL_AS_SQLSTATE.get(mysql_errno(exc) or 0)
+    if mapped is not None:
+        return mapped
     seen: BaseException | None = exc
     for _ in range(6):
         if seen is None:
@@ -47,6 +65,20 @@ def sqlstate(exc: BaseException) -> str | None:
         state = getattr(seen, "sqlstate", None)
         if isinstance(state, str) and state:
             return state
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
+
+
+def mysql_errno(exc: BaseException) -> int | None:
+    """The MySQL/MariaDB error number of a driver error (PyMySQL, asyncmy, aiomysql and mysqlclient
+    put it first in ``args``), also when wrapped by SQLAlchemy (``orig``) or chained (``__cause__``)."""
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            return None
+        module = type(seen).__module__.split(".")[0]
+        if module in ("pymysql", "asyncmy", "aiomysql", "MySQLdb") and seen.args and isinstance(seen.args[0], int):
+            return seen.args[0]
         seen = getattr(seen, "orig", None) or seen.__cause__
     return None
 
@@ -77,6 +109,9 @@ def connection_survives(exc: BaseException) -> bool:
     state = sqlstate(exc)
     if state is not None:
         return not state.startswith(_CONNECTION_GONE_PREFIXES) and state != "53300"
+    errno = mysql_errno(exc)
+    if errno is not None:
+        return errno < _MYSQL_CLIENT_ERRORS
     return sqlite_error(exc) is not None
 
 

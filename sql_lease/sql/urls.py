@@ -43,13 +43,22 @@ __all__ = [
     "to_sync_url",
 ]
 
-ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
-SYNC_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite"}
+ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite", "mysql": "asyncmy"}
+SYNC_DRIVERS = {"postgresql": "psycopg", "sqlite": "pysqlite", "mysql": "pymysql"}
+# MySQL drivers each face keeps when a URL names one (any other is mapped to the face's own).
+_MYSQL_FACE_DRIVERS = {"asyncmy": ("asyncmy", "aiomysql"), "pymysql": ("pymysql", "mysqldb")}
 # Driver names a URL may carry; each face maps them to its own driver (ASYNC_DRIVERS, SYNC_DRIVERS).
-_ACCEPTED_DRIVERS = {"postgresql": ("asyncpg", "psycopg", "psycopg2"), "sqlite": ("aiosqlite", "pysqlite")}
+_ACCEPTED_DRIVERS = {
+    "postgresql": ("asyncpg", "psycopg", "psycopg2"),
+    "sqlite": ("aiosqlite", "pysqlite"),
+    "mysql": ("asyncmy", "aiomysql", "pymysql", "mysqldb"),
+}
 MASK = "***"
 _SECRET_WORDS = ("password", "passwd", "secret", "token")
-_NOT_A_URL = "not a database URL; expected postgresql://user@host:5432/dbname or sqlite:///path/to/file.db"
+_NOT_A_URL = (
+    "not a database URL; expected postgresql://user@host:5432/dbname, mysql://user@host:3306/dbname "
+    "or sqlite:///path/to/file.db"
+)
 _UNENCODED_AT = (
     "the database URL has an '@' that is not the separator before the host (in the password, "
     "user name or database name?); write each such '@' as %40 (URL text is not repeated here, "
@@ -296,8 +305,10 @@ def to_sync_url(url: str | URL) -> URL:
 def _to_driver_url(url: str | URL, drivers: Mapping[str, str]) -> URL:
     parsed = _parse(url)
     backend, _, driver = parsed.drivername.partition("+")
+    if backend == "mariadb":  # the same server protocol and statements as MySQL
+        backend = "mysql"
     if backend not in drivers:
-        raise ValueError(f"sql_lease supports postgresql:// and sqlite:// URLs, not {backend}://")
+        raise ValueError(f"sql_lease supports postgresql://, mysql:// and sqlite:// URLs, not {backend}://")
     wanted = drivers[backend]
     if driver and driver not in _ACCEPTED_DRIVERS[backend]:
         accepted = ", ".join(f"{backend}+{name}://" for name in _ACCEPTED_DRIVERS[backend])
@@ -317,6 +328,11 @@ def _to_driver_url(url: str | URL, drivers: Mapping[str, str]) -> URL:
             raise ValueError("the database URL gives the password query parameter more than once")
         # asyncpg gets the query's password over the user information's (the query is applied last)
         parsed = parsed.set(password=password).difference_update_query(["password"])
+    if backend == "mysql":
+        if driver in _MYSQL_FACE_DRIVERS[wanted]:
+            wanted = driver
+        if "charset" not in parsed.query:  # keys, owners and data are UTF-8 (utf8mb4: all of Unicode)
+            parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     return parsed.set(drivername=f"{backend}+{wanted}")
 
 

@@ -1,4 +1,5 @@
-"""The SQL text of every statement, one module per dialect: :mod:`.postgresql` and :mod:`.sqlite`.
+"""The SQL text of every statement, one module per dialect: :mod:`.postgresql`, :mod:`.sqlite` and
+:mod:`.mysql` (MySQL and MariaDB).
 
 Each module holds its statements as constants, written out whole, each under a one-line comment
 naming its parameters in order; ``PLACEHOLDERS`` names the only substitutions (the quoted table
@@ -42,7 +43,8 @@ VARIANTS = tuple(
 
 
 def dialect_module(dialect_name: str) -> ModuleType:
-    """The statements module of ``"postgresql"`` or ``"sqlite"``; ``ValueError`` for another database."""
+    """The statements module of ``"postgresql"``, ``"sqlite"`` or ``"mysql"`` (also ``"mariadb"``);
+    ``ValueError`` for another database."""
     if dialect_name == "postgresql":
         from . import postgresql
 
@@ -51,4 +53,8 @@ def dialect_module(dialect_name: str) -> ModuleType:
         from . import sqlite
 
         return sqlite
-    raise ValueError(f"sql_lease supports postgresql and sqlite, not {dialect_name!r}")
+    if dialect_name in ("mysql", "mariadb"):
+        from . import mysql
+
+        return mysql
+    raise ValueError(f"sql_lease supports postgresql, sqlite and mysql, not {dialect_name!r}")

@@ -1,0 +1,241 @@
+"""Every statement sql_lease sends to MySQL 8 and MariaDB 10.5+, written out whole: what you read
+is what the driver runs (``$n`` becomes the driver's ``%(pn)s``). The reasoning is in
+docs/statements.md; tests/test_statement_texts.py checks that each text is sent as written and that
+each is sent by some operation.
+
+Placeholders (the only substitution, made once per provider by
+:func:`sql_lease.sql.statements.statements_for`, with identifiers quoted by SQLAlchemy's MySQL
+dialect):
+
+    {table}          the lease table, e.g. `sql_leases` or `my_db`.`sql_leases`
+    {fence_counter}  the one-row table of the last fence handed out, `sql_leases_fence`
+    {fence_table}    the table of accepted fences, `sql_leases_fences`
+
+Neither server has ``RETURNING`` on every statement (MySQL has none), so an operation that must
+report what it did is a short transaction: it locks the row (``SELECT ... FOR UPDATE``), acts, and
+reads the row back before ``COMMIT``; the plan (:mod:`sql_lease.sql.transactional`) decides between
+the steps. Time is the server's ``UTC_TIMESTAMP(6)`` (``DATETIME(6)`` columns in UTC, microseconds
+kept); TTLs go in as integer microseconds. Keys and owners are ``VARBINARY``: compared byte for
+byte, no collation, no trailing-space padding. Fences come from the one-row counter, advanced under
+its row lock inside the granting transaction, so grants of one key get strictly increasing fences
+in commit order (as SQLite's counter); ``LAST_INSERT_ID(expr)`` carries the new value to the next
+statement of the same session. There is no NOTIFY: waiters poll.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PLACEHOLDERS", "SESSION_SETUP", "STEP_NAMES", "steps", "texts"]
+
+PLACEHOLDERS = ("table", "fence_counter", "fence_table")
+
+# -- set up once on each connection the provider makes itself (never on a borrowed one) ------------
+
+# () READ COMMITTED: a lock on a key without a row takes no gap lock (fewer deadlocks between
+#   acquirers of new keys; under REPEATABLE READ they are retried)
+SET_READ_COMMITTED = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+
+SESSION_SETUP = (SET_READ_COMMITTED,)
+
+# -- transactions ---------------------------------------------------------------------------------
+
+BEGIN = "START TRANSACTION"
+COMMIT = "COMMIT"
+ROLLBACK = "ROLLBACK"
+
+# -- reads ----------------------------------------------------------------------------------------
+
+# holder ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at) of the unexpired lease
+HOLDER = """
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
+       acquired_at FROM {table}
+ WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)"""
+
+# owner ($1 key) -> (owner,) of the unexpired lease
+OWNER = """
+SELECT owner FROM {table} WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)"""
+
+# list_leases ($1 prefix, $2 include_expired, $3 limit, $4 upper bound of the prefix)
+#   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at) by key (byte order)
+LIST_LEASES = """
+SELECT `key`, owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
+       acquired_at FROM {table}
+ WHERE `key` >= $1 AND `key` < $4 AND ($2 OR expires_at > UTC_TIMESTAMP(6))
+ ORDER BY `key`
+ LIMIT $3"""
+
+# list_all ($1 include_expired, $2 limit) -> rows as LIST_LEASES, every key
+LIST_ALL = """
+SELECT `key`, owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
+       acquired_at FROM {table}
+ WHERE $1 OR expires_at > UTC_TIMESTAMP(6)
+ ORDER BY `key`
+ LIMIT $2"""
+
+# -- the steps of a transaction -------------------------------------------------------------------
+
+# lock_row ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live) locked for
+#   update until the transaction ends; no row if the key has none
+LOCK_ROW = """
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
+       acquired_at, expires_at > UTC_TIMESTAMP(6) FROM {table}
+ WHERE `key` = $1 FOR UPDATE"""
+
+# lock_row_nowait ($1 key) -> as LOCK_ROW; fails at once (1205 on MariaDB, 3572 on MySQL) if another
+#   transaction locks the row: for a call whose time limit is shorter than the lock wait timeout
+LOCK_ROW_NOWAIT = """
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
+       acquired_at, expires_at > UTC_TIMESTAMP(6) FROM {table}
+ WHERE `key` = $1 FOR UPDATE NOWAIT"""
+
+# next_fence () -> nothing; the counter advanced (its row locked until the transaction ends) and
+#   its new value kept as the session's LAST_INSERT_ID()
+NEXT_FENCE = """
+UPDATE {fence_counter} SET last_fence = LAST_INSERT_ID(last_fence + 1) WHERE id = 1"""
+
+# grant_new ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL) -> nothing; a new row, fence from NEXT_FENCE
+GRANT_NEW = """
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+VALUES ($1, $2, LAST_INSERT_ID(), UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE)"""
+
+# take_over ($1 key, $2 owner, $3 ttl_us, $4 data) -> nothing; a locked row gets a new tenure, fence from NEXT_FENCE
+TAKE_OVER = """
+UPDATE {table}
+   SET owner = $2, fence = LAST_INSERT_ID(), expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND,
+       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE
+ WHERE `key` = $1"""
+
+# extend ($1 key, $2 ttl_us, $3 data | NULL: keep) -> nothing; a locked row's tenure goes on
+EXTEND = """
+UPDATE {table}
+   SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $2 MICROSECOND, data = COALESCE($3, data)
+ WHERE `key` = $1"""
+
+# renew ($1 key, $2 owner, $3 ttl_us) -> row count: 1 if owner's unexpired lease was renewed
+RENEW = """
+UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
+ WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6)"""
+
+# renew_many ($1 JSON array of [key, owner, ttl_us]) -> row count: the owners' unexpired leases renewed
+RENEW_MANY = """
+UPDATE {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[0]',
+                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
+                                      ttl BIGINT PATH '$[2]')) AS r
+    ON held.`key` = r.k AND held.owner = r.o
+   SET held.expires_at = UTC_TIMESTAMP(6) + INTERVAL r.ttl MICROSECOND
+ WHERE held.expires_at > UTC_TIMESTAMP(6)"""
+
+# renewed_many ($1 JSON array as RENEW_MANY) -> rows (key, owner, fence, expires_at, remaining_ms) of
+#   the owners' unexpired leases, read back inside the transaction
+RENEWED_MANY = """
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
+  FROM {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[0]',
+                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]')) AS r
+    ON held.`key` = r.k AND held.owner = r.o
+ WHERE held.expires_at > UTC_TIMESTAMP(6)"""
+
+# granted ($1 key) -> (owner, fence, expires_at, remaining_ms) read back inside the transaction
+GRANTED = """
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000 FROM {table}
+ WHERE `key` = $1"""
+
+# delete_row ($1 key) -> nothing; a locked row deleted (break_lease)
+DELETE_ROW = """
+DELETE FROM {table} WHERE `key` = $1"""
+
+# -- single statements ----------------------------------------------------------------------------
+
+# release ($1 key, $2 owner) -> row count: 1 if owner's unexpired lease was deleted
+RELEASE = """
+DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6)"""
+
+# release_expired ($1 key, $2 owner) -> row count: owner's expired row deleted (the release reports False)
+RELEASE_EXPIRED = """
+DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND expires_at <= UTC_TIMESTAMP(6)"""
+
+# sweep ($1 grace_us, $2 batch_size) -> row count: rows deleted
+SWEEP = """
+DELETE FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND
+ ORDER BY expires_at LIMIT $2"""
+
+# -- fenced writes, on the caller's connection in the caller's transaction ------------------------
+
+# check_held (:key, :owner, :fence) -> (fence,) iff owner holds key with that fence, unexpired; the
+#   row keeps a shared lock until the caller's transaction ends (every change of it waits)
+CHECK_HELD = """
+SELECT fence FROM {table}
+ WHERE `key` = :key AND owner = :owner AND fence = :fence AND expires_at > UTC_TIMESTAMP(6)
+ LOCK IN SHARE MODE"""
+
+# accept_fence (:resource, :fence) -> nothing; the resource's row locked, its fence raised to :fence
+#   if larger (accepted_at first: it reads the fence before the change)
+ACCEPT_FENCE = """
+INSERT INTO {fence_table} (resource, fence, accepted_at) VALUES (:resource, :fence, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE accepted_at = IF(fence <= VALUES(fence), VALUES(accepted_at), accepted_at),
+                        fence = GREATEST(fence, VALUES(fence))"""
+
+# accepted (:resource) -> (fence,) the highest fence accepted (ACCEPT_FENCE accepted iff it is :fence)
+ACCEPTED = "SELECT fence FROM {fence_table} WHERE resource = :resource"
+
+
+STEP_NAMES = (
+    "begin",
+    "commit",
+    "rollback",
+    "lock_row",
+    "lock_row_nowait",
+    "next_fence",
+    "grant_new",
+    "take_over",
+    "extend",
+    "granted",
+    "delete_row",
+    "release_expired",
+    "renewed_many",
+)
+"""The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
+
+
+def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | None]:
+    """The statement each operation sends, by name; the same for every variant (durability is the
+    server's ``innodb_flush_log_at_trx_commit``). An operation that is a transaction names its
+    first statement of its own here; the rest are in :func:`steps`."""
+    return {
+        "acquire": HOLDER,  # then, unless held by another, a transaction from LOCK_ROW (steps)
+        "acquire_waiting": HOLDER,
+        "holder": HOLDER,
+        "owner": OWNER,
+        "list_leases": LIST_LEASES,
+        "list_all": LIST_ALL,
+        "notify_channel": None,  # no LISTEN on MySQL: waiters poll
+        "release": RELEASE,
+        "renew": RENEW,
+        "renew_many": RENEW_MANY,
+        "transfer": LOCK_ROW,
+        "break_lease": LOCK_ROW,
+        "sweep": SWEEP,
+        "check_held": CHECK_HELD,
+        "accept_fence": ACCEPT_FENCE,
+        "accepted": ACCEPTED,
+    }
+
+
+def steps() -> dict[str, str]:
+    """The statements of MySQL's transactions by name (:data:`STEP_NAMES`)."""
+    return {
+        "begin": BEGIN,
+        "commit": COMMIT,
+        "rollback": ROLLBACK,
+        "lock_row": LOCK_ROW,
+        "lock_row_nowait": LOCK_ROW_NOWAIT,
+        "next_fence": NEXT_FENCE,
+        "grant_new": GRANT_NEW,
+        "take_over": TAKE_OVER,
+        "extend": EXTEND,
+        "granted": GRANTED,
+        "delete_row": DELETE_ROW,
+        "release_expired": RELEASE_EXPIRED,
+        "renewed_many": RENEWED_MANY,
+    }

@@ -1,0 +1,159 @@
+"""The lease operations as short transactions, for databases whose statements cannot report what
+they did (MySQL, MariaDB: no ``RETURNING``): plans without I/O, as in :mod:`.operations`, which
+validates the arguments and hands over here when ``statements.transactional``.
+
+Each transaction locks the lease row (``SELECT ... FOR UPDATE``), decides, acts, and reads the row
+back before ``COMMIT``; a failed statement rolls it back. A deadlock (the server rolled the
+transaction back) or a duplicate key (another acquirer inserted the same new key first) runs the
+transaction again, at most :data:`CONFLICT_RETRIES` times; the operation's time limit bounds the
+whole. A statement that reports no rows answers one row, its row count (the executors' rule for
+these dialects). The reasoning is in docs/statements.md ("MySQL and MariaDB").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..contract import AcquireResult, LeaseInfo
+from .operations import Plan, Query
+from .statements import LeaseStatements
+
+__all__ = ["CONFLICT_RETRIES", "acquire", "break_lease", "release", "renew", "renew_checked", "sweep", "transfer"]
+
+T = TypeVar("T")
+
+CONFLICT_RETRIES = 20
+"""How many times a transaction that met a deadlock or a duplicate key runs again."""
+
+
+def _transaction(s: LeaseStatements, body: Callable[[], Plan[T]]) -> Plan[T]:
+    """``body()`` between ``BEGIN`` and ``COMMIT``; rolled back when a statement fails, and run again
+    after a deadlock or a duplicate key (``s.conflicted``)."""
+    steps = s.steps
+    attempt = 0
+    while True:
+        yield Query(steps["begin"], ())
+        try:
+            result = yield from body()
+        except Exception as exc:
+            with contextlib.suppress(Exception):  # the connection is gone: the server rolls back
+                yield Query(steps["rollback"], ())
+            if s.conflicted(exc) and attempt < CONFLICT_RETRIES:
+                attempt += 1
+                continue
+            raise
+        yield Query(steps["commit"], ())
+        return result
+
+
+def _granted(s: LeaseStatements, key: str) -> Plan[AcquireResult]:
+    row = yield Query(s.steps["granted"], (key,))
+    return AcquireResult(True, row[0], row[1], s.to_datetime(row[2]), float(row[3]))
+
+
+def _acquire_locked(
+    s: LeaseStatements, key: str, owner: str, ttl: Any, data: str | None, lock: str
+) -> Plan[AcquireResult]:
+    steps = s.steps
+    row = yield Query(steps[lock], (key,))
+    if row is not None and row[6] and row[0] != owner:
+        return s.refusal(row)
+    if row is not None and row[6]:  # the owner's own unexpired lease: the tenure goes on
+        yield Query(steps["extend"], (key, ttl, data))
+    else:
+        yield Query(steps["next_fence"], ())
+        yield Query(steps["grant_new" if row is None else "take_over"], (key, owner, ttl, data))
+    return (yield from _granted(s, key))
+
+
+def acquire(
+    s: LeaseStatements, key: str, owner: str, ttl: Any, data: str | None, lock_wait_ms: float | None
+) -> Plan[AcquireResult]:
+    """Acquire: a read of the holder first (a plain read: no lock waits for it), so a held lease
+    is refused in one statement, whatever transaction locks its row; only a free, expired or own
+    lease goes on to the transaction, which waits for the row lock (a caller's ``check_held``
+    guarding an expired lease) for the session's lock wait timeout if ``lock_wait_ms`` (the call's
+    share of its time limit) allows it, else not at all (``NOWAIT``), then answers "not acquired"."""
+    holder = yield Query(s.holder, (key,))
+    if holder is not None and holder[0] != owner:
+        return s.refusal(holder)
+    waits = s.lock_wait_ms is not None and (lock_wait_ms is None or lock_wait_ms >= s.lock_wait_ms)
+    lock = "lock_row" if waits else "lock_row_nowait"
+    try:
+        return (yield from _transaction(s, lambda: _acquire_locked(s, key, owner, ttl, data, lock)))
+    except Exception as exc:
+        if not s.lock_timed_out(exc):
+            raise
+    holder = yield Query(s.holder, (key,))
+    return s.refusal(holder) if holder is not None and holder[0] != owner else AcquireResult(False, None)
+
+
+def release(s: LeaseStatements, key: str, owner: str) -> Plan[bool]:
+    """Delete ``owner``'s lease; True if it was unexpired (an expired one is deleted too)."""
+    (count,) = yield Query(s.release, (key, owner))
+    if count:
+        return True
+    yield Query(s.steps["release_expired"], (key, owner))
+    return False
+
+
+def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any) -> Plan[LeaseInfo | None]:
+    (count,) = yield Query(s.renew, (key, owner, ttl))
+    if not count:
+        return None
+    row = yield Query(s.steps["granted"], (key,))
+    return s.lease_info(key, row)
+
+
+def renew(s: LeaseStatements, key: str, owner: str, ttl: Any) -> Plan[LeaseInfo | None]:
+    return (yield from _transaction(s, lambda: _renewed(s, key, owner, ttl)))
+
+
+def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
+    """Renew the items, ``RENEW_BATCH_SIZE`` per transaction (one ``UPDATE`` joined to the items
+    as JSON, then the renewed rows read back); the renewed leases by key."""
+    from .operations import RENEW_BATCH_SIZE
+
+    def body(params: tuple[Any, ...]) -> Plan[dict[str, LeaseInfo]]:
+        yield Query(s.renew_many, params)
+        rows = yield Query(s.steps["renewed_many"], params, many=True)
+        return {row[0]: s.lease_info(row[0], row[1:]) for row in rows}
+
+    renewed: dict[str, LeaseInfo] = {}
+    for start in range(0, len(items), RENEW_BATCH_SIZE):
+        params = s.renew_many_params(items[start : start + RENEW_BATCH_SIZE])
+        renewed.update((yield from _transaction(s, lambda params=params: body(params))))  # type: ignore[misc]
+    return renewed
+
+
+def transfer(s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl: Any, data: str | None) -> Plan[bool]:
+    def body() -> Plan[bool]:
+        row = yield Query(s.steps["lock_row"], (key,))
+        if row is None or not row[6] or row[0] != from_owner:
+            return False
+        if to_owner == from_owner:
+            yield Query(s.steps["extend"], (key, ttl, data))
+        else:
+            yield Query(s.steps["next_fence"], ())
+            yield Query(s.steps["take_over"], (key, to_owner, ttl, data))
+        return True
+
+    return (yield from _transaction(s, body))
+
+
+def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseInfo | None]:
+    def body() -> Plan[LeaseInfo | None]:
+        row = yield Query(s.steps["lock_row"], (key,))
+        if row is None or (fence is not None and row[1] != fence):
+            return None
+        yield Query(s.steps["delete_row"], (key,))
+        return s.lease_info(key, row) if row[6] else None
+
+    return (yield from _transaction(s, body))
+
+
+def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
+    (count,) = yield Query(s.sweep, params)
+    return int(count)

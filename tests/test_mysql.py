@@ -1,0 +1,168 @@
+"""MySQL and MariaDB beyond the shared contract suites: URL forms and drivers, byte-for-byte keys,
+exact millisecond TTLs, the application's own engines, the CLI, migrations and a least-privilege
+user. The server is this machine's MariaDB unless SQL_LEASE_TEST_MYSQL_URL names another."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from sql_lease import LeaseConfigError, MissingDriverError, SqlLeaseProvider, SyncSqlLeaseProvider
+from sql_lease.sql.urls import to_async_url, to_sync_url
+from tests.conftest import MYSQL_URL, mysql_execute
+
+pytestmark = pytest.mark.mysql
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def fresh_db() -> Iterator[str]:
+    """An empty database (not migrated) on the MySQL server; dropped afterwards."""
+    name = f"sql_lease_m_{uuid.uuid4().hex[:10]}"
+    mysql_execute(MYSQL_URL, f"CREATE DATABASE `{name}`")
+    yield name
+    mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def url_of(database: str, driver: str = "") -> str:
+    base = sa.make_url(MYSQL_URL).set(database=database)
+    if driver:
+        base = base.set(drivername=driver)
+    return base.render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize(
+    ("given", "async_driver", "sync_driver"),
+    [
+        ("mysql://u@h/db", "mysql+asyncmy", "mysql+pymysql"),
+        ("mariadb://u@h/db", "mysql+asyncmy", "mysql+pymysql"),
+        ("mysql+aiomysql://u@h/db", "mysql+aiomysql", "mysql+pymysql"),
+        ("mysql+pymysql://u@h/db", "mysql+asyncmy", "mysql+pymysql"),
+        ("mysql+mysqldb://u@h/db", "mysql+asyncmy", "mysql+mysqldb"),
+    ],
+)
+def test_url_forms_map_to_each_faces_driver(given: str, async_driver: str, sync_driver: str) -> None:
+    assert to_async_url(given).drivername == async_driver
+    assert to_sync_url(given).drivername == sync_driver
+    assert to_async_url(given).query["charset"] == "utf8mb4"
+
+
+def test_a_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "asyncmy" else real(name, *a))
+    with pytest.raises(MissingDriverError, match=r"sql-lease\[mysql\]"):
+        SqlLeaseProvider(MYSQL_URL)
+
+
+def test_keys_and_owners_compare_byte_for_byte(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    prefix = f"case:{uuid.uuid4().hex}:"
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        for key in ("a", "A", "a ", "\u00e9", "e\u0301"):  # case, trailing space, composed or not
+            assert provider.acquire_lease(prefix + key, "owner", 60_000).acquired, key
+        assert not provider.acquire_lease(prefix + "a", "OWNER", 60_000).acquired  # owners too
+        assert provider.get_lease_owner(prefix + "a ") == "owner"
+        listed = [lease.key for lease in provider.list_leases(prefix=prefix)]
+        assert sorted(listed) == sorted(prefix + key for key in ("a", "A", "a ", "\u00e9", "e\u0301"))
+
+
+def test_ttls_keep_their_milliseconds(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    key = f"ttl:{uuid.uuid4().hex}"
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        granted = provider.acquire_lease(key, "o", 1_234.5)
+        lease = provider.get_lease(key)
+        assert lease is not None and lease.acquired_at is not None and granted.expires_at is not None
+        assert lease.expires_at - lease.acquired_at == timedelta(milliseconds=1_234.5)
+        assert 1_000 < granted.remaining_ms <= 1_234.5
+
+
+def test_the_applications_engines_on_both_faces(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    key = f"engine:{uuid.uuid4().hex}"
+    engine = sa.create_engine(to_sync_url(url))
+    try:
+        with SyncSqlLeaseProvider(engine, schema=schema) as provider:
+            assert provider.acquire_lease(key, "sync", 60_000).acquired
+            assert provider.release_lease(key, "sync")
+    finally:
+        engine.dispose()
+
+    async def run(driver: str) -> None:
+        engine = create_async_engine(to_async_url(url).set(drivername=driver))
+        try:
+            async with SqlLeaseProvider(engine, schema=schema) as provider:
+                assert (await provider.acquire_lease(key, driver, 60_000)).acquired
+                assert await provider.release_lease(key, driver)
+        finally:
+            await engine.dispose()
+
+    for driver in ("mysql+asyncmy", "mysql+aiomysql"):
+        asyncio.run(run(driver))
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sql_lease", *args], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cli_migrates_checks_and_runs_a_job(fresh_db: str) -> None:
+    url = url_of(fresh_db)
+    offline = run_cli("migrate", "--url", url, "--sql")
+    assert offline.returncode == 0 and "VARBINARY(2048)" in offline.stdout and "DATETIME(6)" in offline.stdout
+    first = run_cli("migrate", "--url", url)
+    assert first.returncode == 0 and "created sql_leases at revision 0003" in first.stdout, first
+    again = run_cli("migrate", "--url", url)
+    assert again.returncode == 0 and "already at revision 0003" in again.stdout, again
+    check = run_cli("check", "--url", url)
+    assert check.returncode == 0 and ("MariaDB" in check.stdout or "MySQL" in check.stdout), check
+    job = run_cli("exec", "--url", url, "nightly", "--", sys.executable, "-c", "print('ran')")
+    assert job.returncode == 0 and "ran" in job.stdout, job
+    assert run_cli("list", "--url", url).returncode == 0
+
+
+def test_cli_configuration_errors_exit_78(fresh_db: str) -> None:
+    missing_db = run_cli("check", "--url", url_of(fresh_db + "_nope"))
+    assert missing_db.returncode == 78 and "does not exist" in missing_db.stdout + missing_db.stderr
+    unmigrated = run_cli("list", "--url", url_of(fresh_db))
+    assert unmigrated.returncode == 78 and "sql-lease migrate" in unmigrated.stderr
+    with pytest.raises(LeaseConfigError, match="does not exist"):
+        SyncSqlLeaseProvider(url_of(fresh_db + "_nope")).migrate()
+
+
+def test_a_least_privilege_user_runs_every_lease_operation(fresh_db: str) -> None:
+    user, password = f"lease_{uuid.uuid4().hex[:8]}", "pw-" + uuid.uuid4().hex[:8]
+    with SyncSqlLeaseProvider(url_of(fresh_db)) as owner:
+        owner.migrate()
+    tables = ("sql_leases", "sql_leases_fence", "sql_leases_fences")
+    mysql_execute(
+        MYSQL_URL,
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
+        *(f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{fresh_db}`.`{table}` TO '{user}'@'%'" for table in tables),
+    )
+    try:
+        url = sa.make_url(url_of(fresh_db)).set(username=user, password=password)
+        with SyncSqlLeaseProvider(url) as provider:
+            key = "least"
+            granted = provider.acquire_lease(key, "a", 60_000)
+            assert granted.acquired
+            assert provider.renew_lease(key, "a", 60_000)
+            assert provider.transfer_lease(key, "a", "b", 60_000)
+            assert provider.get_lease(key).fence > granted.fence  # type: ignore[union-attr]
+            assert provider.break_lease(key) is not None
+            assert provider.acquire_lease(key, "c", 1).acquired
+            assert provider.sweep_expired() >= 0
+            assert [lease.key for lease in provider.list_leases(include_expired=True)] in ([], [key])
+    finally:
+        mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'")
