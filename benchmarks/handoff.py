@@ -5,7 +5,7 @@ acquire, between OS processes waiting on one key.
     python benchmarks/handoff.py --processes 4 [--rounds 200] [--hold-ms 50] [--json out.json]
 
 Modes: PostgreSQL with LISTEN/NOTIFY, PostgreSQL polling only (listen_notify=False), SQLite
-(polling). PostgreSQL runs in a schema of its own, created and migrated first and dropped after.
+(polling), MySQL/MariaDB (polling; ``--mysql URL``, a database of its own, '' to leave it out). PostgreSQL runs in a schema of its own, created and migrated first and dropped after.
 
 Two processes (the default, ``--processes 2``): each round, process A holds the key for
 --hold-ms while B waits in ``acquire_lease_wait``; A releases; B's acquire completes; then they
@@ -333,6 +333,21 @@ async def _drop_schema(url: str, schema: str) -> None:
         await conn.close()
 
 
+def _mysql(url: str, statement: str) -> None:
+    import pymysql
+    import sqlalchemy as sa
+
+    parsed = sa.make_url(url)
+    conn = pymysql.connect(
+        host=parsed.host, port=parsed.port or 3306, user=parsed.username, password=parsed.password or ""
+    )
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(statement)
+    finally:
+        conn.close()
+
+
 def _markdown(results: dict[str, dict[str, Any]], herd: bool) -> str:
     if herd:
         lines = [
@@ -371,6 +386,9 @@ def _markdown(results: dict[str, dict[str, Any]], herd: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL (a schema of its own is created there)")
+    parser.add_argument(
+        "--mysql", default="mysql://root@127.0.0.1:3306/test", help="MySQL/MariaDB URL ('' to leave it out)"
+    )
     parser.add_argument("--rounds", type=int, default=200, help="hand-overs (2 processes) or acquisitions (herd)")
     parser.add_argument("--hold-ms", type=float, default=None, help="default 20 (2 processes), 50 (herd)")
     parser.add_argument("--processes", type=int, default=2, help="waiting processes on the key (default 2)")
@@ -389,7 +407,11 @@ def main() -> None:
         from sql_lease import SqlLeaseProvider
 
         await _create_schema(args.pg, schema)
-        for url, in_schema in ((args.pg, schema), (sqlite_url, None)):
+        targets = [(args.pg, schema), (sqlite_url, None)]
+        if args.mysql:
+            _mysql(args.mysql, f"CREATE DATABASE `{schema}`")
+            targets.append((args.mysql, schema))
+        for url, in_schema in targets:
             async with SqlLeaseProvider(url, schema=in_schema) as leases:
                 await leases.migrate()
 
@@ -399,6 +421,7 @@ def main() -> None:
             ("postgresql LISTEN/NOTIFY", args.pg, schema, True),
             ("postgresql polling only", args.pg, schema, False),
             ("sqlite polling", sqlite_url, None, False),
+            *((("mysql polling", args.mysql, schema, False),) if args.mysql else ()),
         )
         results = {}
         for mode, url, in_schema, listen in modes:
@@ -408,6 +431,8 @@ def main() -> None:
                 results[mode] = measure(url, in_schema, listen, args.rounds, hold_ms)
     finally:
         asyncio.run(_drop_schema(args.pg, schema))
+        if args.mysql:
+            _mysql(args.mysql, f"DROP DATABASE IF EXISTS `{schema}`")
     if herd:
         print(
             f"handoff latency, release started -> next waiter acquired: {args.processes} processes waiting on "

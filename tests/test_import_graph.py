@@ -22,6 +22,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "sql_lease.sql.dialects",
             "sql_lease.sql.statements",
+            "sql_lease.sql.plans",
+            "sql_lease.sql.transactional",
             "sql_lease.sql.operations",
             "sql_lease.sql.schema",
             "sql_lease.sql.urls",

@@ -37,7 +37,8 @@ from urllib.parse import quote
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ProviderClosedError
-from .operations import LockRetry, Plan, run_async
+from .operations import run_async
+from .plans import LockRetry, Plan
 from .retry import DeadBeforeSending, DeadConnectionRetry, SqliteLockWait
 from .translate import connection_survives
 

@@ -9,8 +9,7 @@ faces share every statement, every retry rule and every decoding step.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ..contract import (
@@ -26,6 +25,8 @@ from ..contract import (
     validate_sweep,
     validate_ttl_ms,
 )
+from . import transactional
+from .plans import RENEW_BATCH_SIZE, LockRetry, Plan, Query
 from .statements import LeaseStatements
 
 __all__ = [
@@ -50,24 +51,6 @@ __all__ = [
 
 T = TypeVar("T")
 Row = Sequence[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """One statement to run; ``many`` asks for every row instead of the first (or None).
-    ``quick``: the statement waits only a moment for another writer's lock (SQLite, on a
-    provider's own connections), then its lock error is raised into the plan."""
-
-    sql: str
-    params: tuple[Any, ...]
-    many: bool = False
-    quick: bool = False
-
-
-Plan = Generator[Query, Any, T]
-LockRetry = Callable[[BaseException, Query], bool]
-"""Whether a statement that raised may be sent again as it is (it wrote nothing): an executor's
-rule for lock waits it bounds itself (:class:`.retry.SqliteLockWait`)."""
 
 
 async def run_async(
@@ -138,8 +121,6 @@ def acquire(
     "not acquired" (PostgreSQL; None: no bound of its own)."""
     key, owner = validate_key(key), validate_owner(owner)
     if s.transactional:
-        from . import transactional
-
         ttl = s.ttl_param(validate_ttl_ms(ttl_ms))
         return transactional.acquire(s, key, owner, ttl, encode_data(data), lock_wait_ms)
     params = s.acquire_params(key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data), lock_wait_ms)
@@ -231,8 +212,6 @@ def get_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
 def release(s: LeaseStatements, key: str, owner: str) -> Plan[bool]:
     key, owner = validate_key(key), validate_owner(owner)
     if s.transactional:
-        from . import transactional
-
         return transactional.release(s, key, owner)
     return _single(Query(s.release, (key, owner)), lambda row: bool(row[0]), missing=False)
 
@@ -241,14 +220,8 @@ def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object) -> Plan[Leas
     key, owner = validate_key(key), validate_owner(owner)
     params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)))
     if s.transactional:
-        from . import transactional
-
         return transactional.renew(s, *params)
     return _single(Query(s.renew, params), lambda row: s.lease_info(key, row))
-
-
-RENEW_BATCH_SIZE = 1000
-"""At most this many leases are renewed by one ``renew_many`` statement; larger batches take several."""
 
 
 def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
@@ -261,8 +234,6 @@ def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
 def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
     """``renew_many`` for items :func:`validate_renew_items` returned (not checked again)."""
     if s.transactional:
-        from . import transactional
-
         return (yield from transactional.renew_checked(s, items))
     renewed: dict[str, LeaseInfo] = {}
     for start in range(0, len(items), RENEW_BATCH_SIZE):
@@ -280,8 +251,6 @@ def transfer(
     to_owner = validate_owner(to_owner, "to_owner")
     params = (key, from_owner, to_owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data))
     if s.transactional:
-        from . import transactional
-
         return transactional.transfer(s, *params)
     return _single(Query(s.transfer, params), lambda row: True, missing=False)
 
@@ -293,8 +262,6 @@ def sweep(s: LeaseStatements, batch_size: object = 1000, grace_ms: object = 0) -
 
 def _sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     if s.transactional:
-        from . import transactional
-
         return (yield from transactional.sweep(s, params))
     rows = yield Query(s.sweep, params, many=True)
     return s.swept_count(rows)
@@ -347,7 +314,5 @@ def break_lease(s: LeaseStatements, key: str, fence: object = None) -> Plan[Leas
     key = validate_key(key)
     fence = None if fence is None else validate_fence(fence)
     if s.transactional:
-        from . import transactional
-
         return transactional.break_lease(s, key, fence)
     return _single(Query(s.break_lease, (key, fence)), lambda row: s.lease_info(key, row) if row[4] else None)

@@ -37,7 +37,8 @@ from urllib.parse import quote
 
 from ..errors import MissingDriverError, SchemaMissingError
 from . import forks
-from .operations import LockRetry, Plan, run_sync
+from .operations import run_sync
+from .plans import LockRetry, Plan
 from .retry import (
     SQLITE_TRY_BUSY_TIMEOUT_MS,
     DeadBeforeSending,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..contract import AcquireResult, LeaseInfo
-from .operations import Plan, Query
+from .plans import RENEW_BATCH_SIZE, Plan, Query
 from .statements import LeaseStatements
 
 __all__ = ["CONFLICT_RETRIES", "acquire", "break_lease", "release", "renew", "renew_checked", "sweep", "transfer"]
@@ -114,7 +114,6 @@ def renew(s: LeaseStatements, key: str, owner: str, ttl: Any) -> Plan[LeaseInfo 
 def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
     """Renew the items, ``RENEW_BATCH_SIZE`` per transaction (one ``UPDATE`` joined to the items
     as JSON, then the renewed rows read back); the renewed leases by key."""
-    from .operations import RENEW_BATCH_SIZE
 
     def body(params: tuple[Any, ...]) -> Plan[dict[str, LeaseInfo]]:
         yield Query(s.renew_many, params)

@@ -1,0 +1,116 @@
+"""MySQL/MariaDB beside its raw-driver floor and beside PostgreSQL, in one run.
+
+    python benchmarks/mysql.py [--mysql URL] [--pg URL] [--cycles 2000] [--rounds 3]
+
+Measures acquire + release cycles per second (async, 1 task and 8 tasks on distinct keys) on:
+- sql_lease on MySQL (a database of its own, created and dropped here);
+- the floor: raw asyncmy doing the least a correct lease needs per cycle on MySQL, an atomic
+  ``INSERT ... ON DUPLICATE KEY UPDATE`` and a ``DELETE``, each its own durable commit (no
+  fence, no holder reported: what a lock without those guarantees costs);
+- sql_lease on PostgreSQL (its session schema), for scale.
+The measures alternate, ``--rounds`` times each; the medians are printed with the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lease_bench import _cycles, bench_provider
+
+
+async def _floor_cycles(pool: Any, count: int, tag: str, table: str) -> None:
+    async with pool.acquire() as conn, conn.cursor() as cur:
+        for i in range(count):
+            key = f"{tag}:{i}"
+            await cur.execute(
+                f"INSERT INTO {table} (k, owner, expires_at) VALUES (%s, %s, UTC_TIMESTAMP(6) + INTERVAL 5 SECOND) "
+                "ON DUPLICATE KEY UPDATE owner = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner)",
+                (key, tag),
+            )
+            await cur.execute(f"DELETE FROM {table} WHERE k = %s AND owner = %s", (key, tag))
+
+
+async def _rate(run: Any, cycles: int, workers: int) -> float:
+    per = max(1, cycles // workers)
+    started = time.perf_counter()
+    await asyncio.gather(*(run(per, f"w{uuid.uuid4().hex[:6]}{j}") for j in range(workers)))
+    return per * workers / (time.perf_counter() - started)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mysql", default="mysql://root@127.0.0.1:3306/test")
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--cycles", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import asyncmy
+    import sqlalchemy as sa
+
+    from sql_lease import SqlLeaseProvider
+
+    database = f"bench_{uuid.uuid4().hex[:10]}"
+    url = sa.make_url(args.mysql)
+    admin = await asyncmy.connect(host=url.host, port=url.port or 3306, user=url.username, password=url.password or "")
+    async with admin.cursor() as cur:
+        await cur.execute(f"CREATE DATABASE `{database}`")
+    floor_table = f"`{database}`.floor"
+    async with admin.cursor() as cur:
+        await cur.execute(
+            f"CREATE TABLE {floor_table} (k VARBINARY(2048) PRIMARY KEY, owner VARBINARY(2048), "
+            "expires_at DATETIME(6)) ENGINE=InnoDB"
+        )
+    pool = await asyncmy.create_pool(
+        host=url.host,
+        port=url.port or 3306,
+        user=url.username,
+        password=url.password or "",
+        autocommit=True,
+        maxsize=10,
+    )
+    mysql = SqlLeaseProvider(args.mysql, schema=database)
+    await mysql.migrate()
+    pg_schema = f"bench_{uuid.uuid4().hex[:10]}"
+    pg = bench_provider(args.pg, schema=pg_schema)
+    await pg.migrate()
+    rows: dict[str, list[float]] = {}
+    try:
+        for _ in range(args.rounds):
+            for workers in (1, 8):
+                for name, run in (
+                    ("sql_lease mysql", lambda n, tag: _cycles(mysql, n, tag)),
+                    ("raw asyncmy floor", lambda n, tag: _floor_cycles(pool, n, tag, floor_table)),
+                    ("sql_lease postgresql", lambda n, tag: _cycles(pg, n, tag)),
+                ):
+                    rows.setdefault(f"{name}, {workers} worker(s)", []).append(await _rate(run, args.cycles, workers))
+    finally:
+        await mysql.close()
+        async with pg.engine.begin() as conn:
+            await conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{pg_schema}" CASCADE')
+        await pg.close()
+        pool.close()
+        await pool.wait_closed()
+        async with admin.cursor() as cur:
+            await cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+        admin.close()
+    medians = {name: statistics.median(values) for name, values in rows.items()}
+    print(f"acquire + release cycles/s, medians of {args.rounds} rounds of {args.cycles} cycles")
+    for name, value in medians.items():
+        print(f"  {name:38s} {value:8.0f}")
+    for workers in (1, 8):
+        lease = medians[f"sql_lease mysql, {workers} worker(s)"]
+        floor = medians[f"raw asyncmy floor, {workers} worker(s)"]
+        print(f"  {workers} worker(s): sql_lease on MySQL = {lease / floor:.2f} x the raw floor")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
