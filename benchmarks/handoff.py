@@ -5,7 +5,8 @@ acquire, between OS processes waiting on one key.
     python benchmarks/handoff.py --processes 4 [--rounds 200] [--hold-ms 50] [--json out.json]
 
 Modes: PostgreSQL with LISTEN/NOTIFY, PostgreSQL polling only (listen_notify=False), SQLite
-(polling), MySQL/MariaDB (polling; ``--mysql URL``, a database of its own, '' to leave it out). PostgreSQL runs in a schema of its own, created and migrated first and dropped after.
+(polling), MySQL/MariaDB (polling; ``--mysql URL``, a database of its own; '' leaves it out).
+PostgreSQL runs in a schema of its own, created and migrated first and dropped after.
 
 Two processes (the default, ``--processes 2``): each round, process A holds the key for
 --hold-ms while B waits in ``acquire_lease_wait``; A releases; B's acquire completes; then they
