@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -166,3 +167,49 @@ def test_a_least_privilege_user_runs_every_lease_operation(fresh_db: str) -> Non
             assert [lease.key for lease in provider.list_leases(include_expired=True)] in ([], [key])
     finally:
         mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def test_a_new_keys_fence_is_drawn_after_its_row_is_locked() -> None:
+    """The plan (no database): for a key without a row, the row is inserted (locked) before the
+    fence is drawn, and a locked row's takeover draws it after the lock. Drawn earlier, a fence
+    could be older than a whole tenure of the key that another acquirer granted and released
+    meanwhile (READ COMMITTED locks nothing for a missing row)."""
+    from sql_lease.sql.operations import acquire
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import MysqlStatements
+
+    s = MysqlStatements(LeaseTableNames(), lock_wait_s=5)
+    steps = {text: name for name, text in s.steps.items()}
+    plan = acquire(s, "k", "o", 1000)
+    sent = [next(plan)]
+    sent.append(plan.send(None))  # no holder: on to the transaction
+    sent.append(plan.send((0,)))  # BEGIN done
+    sent.append(plan.send(None))  # the row lock found no row
+    while steps.get(sent[-1].sql) not in ("granted", None):
+        sent.append(plan.send((1,)))
+    names = [steps.get(query.sql, "holder") for query in sent]
+    assert names.index("grant_new") < names.index("next_fence"), names
+
+
+def test_an_operation_sends_no_rollback_at_check_in(mysql_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provider's own engines skip the ROLLBACK that PyMySQL and asyncmy send at every pool
+    check-in even in autocommit (SQLAlchemy 2.0.43's ``skip_autocommit_rollback``): a read is one
+    round trip."""
+    import pymysql.connections
+
+    if tuple(int(part) for part in sa.__version__.split(".")[:3]) < (2, 0, 43):
+        pytest.fail("the test environment installs SQLAlchemy >= 2.0.43 (pyproject's test extra)")
+    sent: list[object] = []
+    original = pymysql.connections.Connection._execute_command
+
+    def spy(self: Any, command: int, sql: object) -> Any:
+        sent.append(sql)
+        return original(self, command, sql)
+
+    url, schema = mysql_db
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        provider.get_lease_owner("warm")  # the connection and its session setup
+        monkeypatch.setattr(pymysql.connections.Connection, "_execute_command", spy)
+        provider.get_lease_owner("nobody")
+        provider.get_lease_owner("nobody")
+    assert len(sent) == 2 and not any(b"ROLLBACK" in bytes(str(s), "utf8") for s in sent), sent

@@ -47,18 +47,14 @@ def upgrade() -> None:
     )
     op.create_index(names.expires_at_index, names.table, ["expires_at"], schema=names.schema)
     if dialect in ("mysql", "mariadb"):
-        # The last fence handed out; acquires advance it under its row lock (no triggers: they
-        # need privileges a deploy user often lacks when binary logging is on).
+        # Fences are drawn from its AUTO_INCREMENT (no sequences on MySQL; no triggers: they need
+        # privileges a deploy user often lacks when binary logging is on).
         op.create_table(
             names.fence_counter,
-            sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
-            sa.Column("last_fence", sa.BigInteger(), nullable=False),
+            sa.Column("id", sa.BigInteger(), primary_key=True, autoincrement=True),
             schema=names.schema,
             mysql_engine="InnoDB",
         )
-        columns = (sa.column("id", sa.Integer()), sa.column("last_fence", sa.BigInteger()))
-        counter = sa.table(names.fence_counter, *columns, schema=names.schema)
-        op.bulk_insert(counter, [{"id": 1, "last_fence": 0}])
     if dialect == "sqlite":
         prefix = f'"{names.schema}".' if names.schema else ""
         counter = f'{prefix}"{names.fence_counter}"'

@@ -258,11 +258,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
         elif backend == "mysql":
             own = create_async_engine(
-                base_engine.url,
-                pool_size=size,
-                max_overflow=0,
-                pool_recycle=3600,
-                isolation_level="AUTOCOMMIT",
+                base_engine.url, pool_size=size, max_overflow=0, pool_recycle=3600, **setup.autocommit_engine_options()
             )
             setup.run_at_connect(own.sync_engine, setup.mysql_session_setup(self.operation_timeout_s))
             self._executor = EngineExecutor(own, owned=True)

@@ -159,12 +159,7 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
 
         text_type = mysql.VARBINARY(4 * MAX_KEY_LENGTH)
         expires_at_type, data_type = mysql.DATETIME(fsp=6), mysql.LONGTEXT()
-        Table(
-            names.fence_counter,
-            metadata,
-            Column("id", Integer, primary_key=True, autoincrement=False),
-            Column("last_fence", BigInteger, nullable=False),
-        )
+        Table(names.fence_counter, metadata, Column("id", BigInteger, primary_key=True, autoincrement=True))
     elif dialect_name == "postgresql":
         expires_at_type = DateTime(timezone=True)
         data_type = JSON()

@@ -62,9 +62,13 @@ def _acquire_locked(
         return s.refusal(row)
     if row is not None and row[6]:  # the owner's own unexpired lease: the tenure goes on
         yield Query(steps["extend"], (key, ttl, data))
-    else:
+    elif row is None:  # the insert locks the new row; only then is its fence drawn
+        yield Query(steps["grant_new"], (key, owner, ttl, data))
         yield Query(steps["next_fence"], ())
-        yield Query(steps["grant_new" if row is None else "take_over"], (key, owner, ttl, data))
+        yield Query(steps["set_fence"], (key,))
+    else:  # locked by lock_row: the fence is drawn after the lock
+        yield Query(steps["next_fence"], ())
+        yield Query(steps["take_over"], (key, owner, ttl, data))
     return (yield from _granted(s, key))
 
 
@@ -154,5 +158,7 @@ def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseIn
 
 
 def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
+    """Delete expired rows, then the fence table's rows but the newest."""
     (count,) = yield Query(s.sweep, params)
+    yield Query(s.steps["prune_fences"], ())
     return int(count)

@@ -16,10 +16,10 @@ report what it did is a short transaction: it locks the row (``SELECT ... FOR UP
 reads the row back before ``COMMIT``; the plan (:mod:`sql_lease.sql.transactional`) decides between
 the steps. Time is the server's ``UTC_TIMESTAMP(6)`` (``DATETIME(6)`` columns in UTC, microseconds
 kept); TTLs go in as integer microseconds. Keys and owners are ``VARBINARY``: compared byte for
-byte, no collation, no trailing-space padding. Fences come from the one-row counter, advanced under
-its row lock inside the granting transaction, so grants of one key get strictly increasing fences
-in commit order (as SQLite's counter); ``LAST_INSERT_ID(expr)`` carries the new value to the next
-statement of the same session. There is no NOTIFY: waiters poll.
+byte, no collation, no trailing-space padding. Fences are drawn from the AUTO_INCREMENT of the
+fence table once the key's row is locked (inserted, or locked for update), so each tenure of a key
+gets a larger fence than the one before it, and no lock is held across keys; ``LAST_INSERT_ID()``
+carries the value to the next statement of the same session. There is no NOTIFY: waiters poll.
 """
 
 from __future__ import annotations
@@ -87,15 +87,20 @@ SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ex
        acquired_at, expires_at > UTC_TIMESTAMP(6) FROM {table}
  WHERE `key` = $1 FOR UPDATE NOWAIT"""
 
-# next_fence () -> nothing; the counter advanced (its row locked until the transaction ends) and
-#   its new value kept as the session's LAST_INSERT_ID()
+# next_fence () -> nothing; a fence drawn from the AUTO_INCREMENT of the fence table (no lock held
+#   to COMMIT), kept as the session's LAST_INSERT_ID(); drawn only once the key's row is locked
 NEXT_FENCE = """
-UPDATE {fence_counter} SET last_fence = LAST_INSERT_ID(last_fence + 1) WHERE id = 1"""
+INSERT INTO {fence_counter} () VALUES ()"""
 
-# grant_new ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL) -> nothing; a new row, fence from NEXT_FENCE
+# grant_new ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL) -> nothing; a new row (locked by
+#   this insert), its fence set by SET_FENCE after NEXT_FENCE
 GRANT_NEW = """
 INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
-VALUES ($1, $2, LAST_INSERT_ID(), UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE)"""
+VALUES ($1, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE)"""
+
+# set_fence ($1 key) -> nothing; the new row's fence, from NEXT_FENCE
+SET_FENCE = """
+UPDATE {table} SET fence = LAST_INSERT_ID() WHERE `key` = $1"""
 
 # take_over ($1 key, $2 owner, $3 ttl_us, $4 data) -> nothing; a locked row gets a new tenure, fence from NEXT_FENCE
 TAKE_OVER = """
@@ -155,6 +160,11 @@ DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTA
 RELEASE_EXPIRED = """
 DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND expires_at <= UTC_TIMESTAMP(6)"""
 
+# prune_fences () -> row count: the fence table's rows but the newest deleted (the newest keeps
+#   the AUTO_INCREMENT above every fence handed out, across restarts)
+PRUNE_FENCES = """
+DELETE FROM {fence_counter} WHERE id < (SELECT newest FROM (SELECT MAX(id) AS newest FROM {fence_counter}) AS last)"""
+
 # sweep ($1 grace_us, $2 batch_size) -> row count: rows deleted
 SWEEP = """
 DELETE FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND
@@ -188,12 +198,14 @@ STEP_NAMES = (
     "lock_row_nowait",
     "next_fence",
     "grant_new",
+    "set_fence",
     "take_over",
     "extend",
     "granted",
     "delete_row",
     "release_expired",
     "renewed_many",
+    "prune_fences",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -232,10 +244,12 @@ def steps() -> dict[str, str]:
         "lock_row_nowait": LOCK_ROW_NOWAIT,
         "next_fence": NEXT_FENCE,
         "grant_new": GRANT_NEW,
+        "set_fence": SET_FENCE,
         "take_over": TAKE_OVER,
         "extend": EXTEND,
         "granted": GRANTED,
         "delete_row": DELETE_ROW,
         "release_expired": RELEASE_EXPIRED,
         "renewed_many": RENEWED_MANY,
+        "prune_fences": PRUNE_FENCES,
     }
