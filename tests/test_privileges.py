@@ -143,7 +143,7 @@ def urls() -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("url", urls())
+@pytest.mark.parametrize("url", urls(), ids=["plain", "encoded", "postgres-scheme"])  # ids: the port varies
 async def test_password_never_in_exceptions_repr_or_logs(url: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     async with SqlLeaseProvider(url, operation_timeout_s=3) as leases:

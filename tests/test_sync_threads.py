@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import shutil
+import signal
 import sys
 import textwrap
 import threading
@@ -686,9 +687,15 @@ def test_20_8_interrupt_main_during_a_waiting_hold_leaves_the_key_free(key: str)
             return super().release_lease(*args, **kwargs)
 
     provider = Slow()
-    threading.Thread(target=lambda: (in_acquire.wait(5), _thread.interrupt_main())).start()
-    with pytest.raises(KeyboardInterrupt), provider.hold(key, "me", ttl_ms=60_000, wait=True):
-        pytest.fail("the body must not run")
+    # Python's own Ctrl-C handler, as in a program (a test runner's worker may ignore SIGINT, and
+    # interrupt_main() then does nothing)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=lambda: (in_acquire.wait(5), _thread.interrupt_main())).start()
+        with pytest.raises(KeyboardInterrupt), provider.hold(key, "me", ttl_ms=60_000, wait=True):
+            pytest.fail("the body must not run")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert SyncInMemoryLeaseProvider.get_lease_owner(provider, key) is None
 
 
