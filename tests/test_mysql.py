@@ -10,7 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +213,43 @@ def test_an_operation_sends_no_rollback_at_check_in(mysql_db: tuple[str, str], m
         provider.get_lease_owner("nobody")
         provider.get_lease_owner("nobody")
     assert len(sent) == 2 and not any(b"ROLLBACK" in bytes(str(s), "utf8") for s in sent), sent
+
+
+def test_a_deadlock_runs_the_transaction_again_and_never_answers_falsely() -> None:
+    """The plan (no database): a deadlock (1213, the server rolled back) or a duplicate key (1062)
+    rolls back and runs the transaction again; past CONFLICT_RETRIES the error is raised, never a
+    false "not acquired"."""
+    import pymysql
+
+    from sql_lease.sql.operations import acquire
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import MysqlStatements
+    from sql_lease.sql.transactional import CONFLICT_RETRIES
+
+    s = MysqlStatements(LeaseTableNames(), lock_wait_s=5)
+    name = {text: step for step, text in s.steps.items()}
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+
+    def run(failures: int) -> tuple[list[str], object]:
+        plan = acquire(s, "k", "o", 1000)
+        sent, query, left = [], next(plan), failures
+        try:
+            while True:
+                step = name.get(query.sql, "holder")
+                sent.append(step)
+                if step == "lock_row" and left:
+                    left -= 1
+                    query = plan.throw(deadlock)
+                    continue
+                granted = ("o", 7, datetime(2026, 1, 1), 1000.0)  # owner, fence, expires_at, remaining_ms
+                query = plan.send({"holder": None, "lock_row": None, "granted": granted}.get(step, (1,)))
+        except StopIteration as done:
+            return sent, done.value
+        except pymysql.err.OperationalError as exc:
+            return sent, exc
+
+    sent, result = run(2)
+    assert sent.count("begin") == 3 and sent.count("rollback") == 2 and sent[-1] == "commit", sent
+    assert getattr(result, "acquired", None) is True and result.fence == 7  # type: ignore[attr-defined]
+    sent, result = run(CONFLICT_RETRIES + 1)
+    assert result is deadlock and sent.count("begin") == CONFLICT_RETRIES + 1
