@@ -639,10 +639,7 @@ async def _checkout(engine: AsyncEngine) -> Any:
 
         def arrived(done: asyncio.Future[Any]) -> None:
             if not done.cancelled() and done.exception() is None:
-                closing = asyncio.ensure_future(conn.close())
-                _CLOSING.add(closing)
-                closing.add_done_callback(_CLOSING.discard)
-                closing.add_done_callback(lambda closed: closed.cancelled() or closed.exception())
+                _closing(conn).add_done_callback(lambda closed: closed.cancelled() or closed.exception())
 
         starting.add_done_callback(arrived)
         raise
@@ -652,12 +649,17 @@ async def _checkout(engine: AsyncEngine) -> Any:
 _CLOSING: set[asyncio.Future[Any]] = set()  # closes in flight (a task needs a reference until done)
 
 
-async def _checkin(conn: Any) -> None:
-    """Give ``conn`` back to its pool, shielded from the caller's cancellation (as :func:`_checkout`)."""
-    closing = asyncio.ensure_future(conn.close())
+def _closing(conn: Any) -> asyncio.Future[Any]:
+    """``conn.close()`` (back to its pool) as a task kept referenced until it is done."""
+    closing: asyncio.Future[Any] = asyncio.ensure_future(conn.close())
     _CLOSING.add(closing)
     closing.add_done_callback(_CLOSING.discard)
-    await asyncio.shield(closing)
+    return closing
+
+
+async def _checkin(conn: Any) -> None:
+    """Give ``conn`` back to its pool, shielded from the caller's cancellation (as :func:`_checkout`)."""
+    await asyncio.shield(_closing(conn))
 
 
 async def _rows(conn: Any, sql: str, params: tuple[Any, ...]) -> list[Row]:
@@ -674,6 +676,11 @@ def pyformat(sql: str) -> str:
     return _PLACEHOLDER.sub(r"%(p\1)s", sql)
 
 
+def named(params: tuple[Any, ...]) -> dict[str, Any]:
+    """Positional ``params`` by the names :func:`pyformat` gives their placeholders."""
+    return {f"p{number}": value for number, value in enumerate(params, 1)}
+
+
 def mysql_row(row: Sequence[Any]) -> Row:
     """A MySQL row with its ``VARBINARY`` values (keys, owners) as text."""
     return tuple(value.decode() if isinstance(value, bytes) else value for value in row)
@@ -681,8 +688,7 @@ def mysql_row(row: Sequence[Any]) -> Row:
 
 def _mysql_rows(conn: Any) -> Fetch:
     async def fetch(sql: str, params: tuple[Any, ...]) -> list[Row]:
-        named = {f"p{number}": value for number, value in enumerate(params, 1)}
-        result = await conn.exec_driver_sql(pyformat(sql), named)
+        result = await conn.exec_driver_sql(pyformat(sql), named(params))
         if not result.returns_rows:  # a statement without a result answers its row count
             return [(result.rowcount,)]
         return [mysql_row(row) for row in result.fetchall()]
@@ -697,8 +703,7 @@ def _utc(row: Sequence[Any]) -> Row:
 
 def _psycopg_rows(conn: Any) -> Fetch:
     async def fetch(sql: str, params: tuple[Any, ...]) -> list[Row]:
-        named = {f"p{number}": value for number, value in enumerate(params, 1)}
-        result = await conn.exec_driver_sql(pyformat(sql), named)
+        result = await conn.exec_driver_sql(pyformat(sql), named(params))
         return [_utc(row) for row in result.fetchall()] if result.returns_rows else []
 
     return fetch

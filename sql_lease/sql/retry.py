@@ -17,12 +17,12 @@ Every executor, async (:mod:`.executors`, :mod:`.psycopg_async`) or blocking
 from __future__ import annotations
 
 import select
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from .operations import LOCK_WAIT_SHARE, Plan, Query
+from .translate import sqlite_busy
 
 __all__ = [
     "SQLITE_TRY_BUSY_TIMEOUT_MS",
@@ -86,12 +86,7 @@ class SqliteLockWait:
         self._until = now + bound_s
 
     def __call__(self, exc: BaseException, query: Query) -> bool:
-        return (
-            not query.quick
-            and isinstance(exc, sqlite3.OperationalError)
-            and getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
-            and time.monotonic() < self._until
-        )
+        return not query.quick and sqlite_busy(exc) and time.monotonic() < self._until
 
 
 def readable_while_idle(fileno: int) -> bool:

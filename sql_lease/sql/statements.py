@@ -261,13 +261,9 @@ class SqliteStatements(LeaseStatements):
         return math.ceil(ttl_ms)
 
     def lock_timed_out(self, exc: BaseException) -> bool:
-        import sqlite3
+        from .translate import sqlite_busy
 
-        from .translate import sqlite_error
-
-        # SQLITE_BUSY past the busy timeout (also wrapped by SQLAlchemy): the statement's own transaction wrote nothing
-        lite = sqlite_error(exc)
-        return lite is not None and getattr(lite, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY
+        return sqlite_busy(exc)  # past the busy timeout: the statement's own transaction wrote nothing
 
     def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
         return (json.dumps([[key, owner, self.ttl_param(ttl)] for key, owner, ttl in items]),)

@@ -632,12 +632,12 @@ def _sqlite_fetch_all(conn: sqlite3.Connection) -> Callable[[str, tuple[Any, ...
 def _mysql_fetch(conn: Any) -> tuple[Fetch, Fetch]:
     """Fetch functions on a PyMySQL/mysqlclient connection: ``$n`` as ``%(pn)s``, ``VARBINARY``
     values as text, and a statement without a result answering one row, its row count."""
-    from .executors import mysql_row, pyformat
+    from .executors import mysql_row, named, pyformat
 
     def fetch_all(sql: str, params: tuple[Any, ...]) -> list[Row]:
         cursor = conn.cursor()
         try:
-            cursor.execute(pyformat(sql), {f"p{number}": value for number, value in enumerate(params, 1)})
+            cursor.execute(pyformat(sql), named(params))
             if cursor.description is None:
                 return [(cursor.rowcount,)]
             return [mysql_row(row) for row in cursor.fetchall()]

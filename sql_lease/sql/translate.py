@@ -16,6 +16,7 @@ __all__ = [
     "mysql_errno",
     "operation_label",
     "schema_outdated",
+    "sqlite_busy",
     "sqlite_error",
     "sqlstate",
     "translate",
@@ -93,6 +94,13 @@ def sqlite_error(exc: BaseException) -> sqlite3.Error | None:
             return seen
         seen = getattr(seen, "orig", None) or seen.__cause__
     return None
+
+
+def sqlite_busy(exc: BaseException) -> bool:
+    """True if ``exc`` is SQLite's SQLITE_BUSY (any extended code; also wrapped by SQLAlchemy):
+    another writer held the lock past the busy timeout, and the statement wrote nothing."""
+    lite = sqlite_error(exc)
+    return lite is not None and getattr(lite, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
 
 
 def schema_outdated(exc: BaseException) -> bool:
