@@ -203,3 +203,20 @@ def test_hold_and_leased_check_the_minimum_hold(value: Any, expected: type) -> N
         hold(InMemoryLeaseProvider(), "k", min_hold_ms=value)
     with pytest.raises(expected):
         leased(SyncInMemoryLeaseProvider(), "k", min_hold_ms=value)
+
+
+async def test_a_waiter_gets_a_kept_lease_when_it_expires_not_at_the_release(provider: Any, key: str) -> None:
+    """A minimum-hold release wakes nobody into a lease still held: the waiter's refusal reports the
+    kept lease's time left, and it takes the key at that expiry (by the provider's clock)."""
+    from sql_lease import acquire_lease_wait
+
+    held = await provider.acquire_lease(key, "cron@a", 10_000)
+    waiting = asyncio.ensure_future(acquire_lease_wait(provider, key, "cron@b", 10_000, timeout_s=15))
+    await asyncio.sleep(0.3)  # the waiter is refused and waits (on PostgreSQL: flagged, listening)
+    assert await provider.release_lease(key, "cron@a", min_hold_ms=MIN_HOLD)
+    kept = await provider.get_lease(key)
+    assert kept is not None and kept.released and not waiting.done()
+    got = await waiting
+    taken = await provider.get_lease(key)
+    assert got.acquired and got.fence > held.fence and taken is not None and taken.owner == "cron@b"
+    assert taken.acquired_at is not None and taken.acquired_at >= kept.expires_at
