@@ -354,6 +354,15 @@ async def test_a_min_hold_may_outlast_the_ttl(provider: LeaseProvider, key: str)
     assert not (await provider.acquire_lease(key, "bob", TTL)).acquired
 
 
+async def test_an_operator_may_break_a_kept_lease(provider: LeaseProvider, key: str) -> None:
+    held = await provider.acquire_lease(key, "alice", TTL)
+    assert await provider.release_lease(key, "alice", min_hold_ms=TTL)  # type: ignore[call-arg]
+    broken = await provider.break_lease(key, fence=held.fence)  # type: ignore[attr-defined]
+    assert broken is not None and (broken.owner, broken.fence) == ("alice", held.fence)
+    after = await provider.acquire_lease(key, "alice", TTL)  # free again: a new tenure
+    assert after.acquired and after.fence > held.fence  # type: ignore[operator]
+
+
 ROUNDS = 1_000
 
 
