@@ -35,10 +35,14 @@ class NoopLeaseProvider(LeaseProviderBase):
 
     ``acquire_lease`` always succeeds for the caller (``fence`` and ``expires_at`` are None),
     ``get_lease_owner`` returns None, ``release_lease`` does nothing and returns True, and
-    ``renew_lease``/``transfer_lease`` return True; lease ``data`` is checked and not kept. Input is
-    still validated, so code that works with the no-op provider does not fail when a real one is
+    ``renew_lease``/``transfer_lease`` return True; lease ``data``, ``fence`` and ``min_hold_ms``
+    are checked and not kept (its tenures have no fence, so ``hold()`` sends none). Input is still
+    validated, so code that works with the no-op provider does not fail when a real one is
     configured.
     """
+
+    accepts_fence = True
+    """The keywords of the SQL providers are taken (and checked), so ``hold(min_hold_ms=)`` serves."""
 
     async def acquire_lease(
         self, key: str, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
@@ -50,18 +54,27 @@ class NoopLeaseProvider(LeaseProviderBase):
         validate_key(key)
         return None
 
-    async def release_lease(self, key: str, owner: str) -> bool:
-        key, owner = validate_key(key), validate_owner(owner)
+    async def release_lease(
+        self, key: str, owner: str, *, fence: int | None = None, min_hold_ms: int | float | None = None
+    ) -> bool:
+        validate_key(key), validate_owner(owner), validate_tenure_options(fence, min_hold_ms)
         return True
 
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
-        validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms)
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None) -> bool:
+        validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms), validate_tenure_options(fence)
         return True
 
     async def transfer_lease(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+        self,
+        key: str,
+        from_owner: str,
+        to_owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        fence: int | None = None,
     ) -> bool:
-        validate_key(key), validate_owner(from_owner, "from_owner")
+        validate_key(key), validate_owner(from_owner, "from_owner"), validate_tenure_options(fence)
         validate_owner(to_owner, "to_owner"), validate_ttl_ms(ttl_ms), encode_data(data)
         return True
 

@@ -220,3 +220,16 @@ async def test_a_waiter_gets_a_kept_lease_when_it_expires_not_at_the_release(pro
     taken = await provider.get_lease(key)
     assert got.acquired and got.fence > held.fence and taken is not None and taken.owner == "cron@b"
     assert taken.acquired_at is not None and taken.acquired_at >= kept.expires_at
+
+
+async def test_the_noop_provider_takes_and_checks_the_keywords() -> None:
+    from sql_lease import NoopLeaseProvider
+
+    noop = NoopLeaseProvider()
+    async with hold(noop, "k", "a", TTL, min_hold_ms=MIN_HOLD) as lease:
+        assert lease.fence is None
+    assert await noop.release_lease("k", "a", fence=3, min_hold_ms=MIN_HOLD)
+    with pytest.raises(ValueError):
+        await noop.renew_lease("k", "a", TTL, fence=0)
+    with pytest.raises(TypeError):
+        await noop.transfer_lease("k", "a", "b", TTL, fence="3")  # type: ignore[arg-type]
