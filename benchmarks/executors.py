@@ -89,7 +89,7 @@ async def statements_on_raw_asyncpg(url: str, cycles: int) -> dict[str, float]:
                 key, owner = f"{tag}:{i % 64}", uuid.uuid4().hex
                 rows = await conn.fetch(statements.acquire, *statements.acquire_params(key, owner, 15000.0, None, None))
                 assert rows and rows[0][0]
-                await conn.fetch(statements.release, key, owner)
+                await conn.fetch(statements.release, key, owner, None, None)  # any tenure, no minimum hold
 
         return await throughput(run, cycles, 8)
     finally:

@@ -56,7 +56,7 @@ def pg_raw(threads):
             key, owner = f"raw{i}:{j % 64}", uuid.uuid4().hex
             cur.execute(s.acquire, (key, owner, 15000.0, None))
             assert cur.fetchone()[0]
-            cur.execute(s.release, (key, owner))
+            cur.execute(s.release, (key, owner, None, None))  # any tenure, no minimum hold
             cur.fetchone()
 
     fn(0, 50)
@@ -89,7 +89,7 @@ def sqlite_raw(path, sync):
         for j in range(n):
             key, owner = f"raw{i}:{j % 64}", uuid.uuid4().hex
             assert db.execute(s.acquire, (key, owner, 15000, None)).fetchall()[0][0]
-            db.execute(s.release, (key, owner)).fetchall()
+            db.execute(s.release, (key, owner, None, None)).fetchall()
 
     return run_threads(1, fn)
 

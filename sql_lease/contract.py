@@ -36,6 +36,7 @@ __all__ = [
     "LeaseProviderBase",
     "ReleaseWaiter",
     "ReleaseWaiters",
+    "RenewItem",
     "RenewsWithLeaseInfo",
     "SyncLeaseProvider",
     "SyncLeaseProviderBase",
@@ -47,10 +48,12 @@ __all__ = [
     "validate_fence",
     "validate_key",
     "validate_list",
+    "validate_min_hold_ms",
     "validate_owner",
     "validate_renew_items",
     "validate_seconds",
     "validate_sweep",
+    "validate_tenure_options",
     "validate_ttl_ms",
 ]
 
@@ -115,7 +118,11 @@ class LeaseInfo:
     the acquire or transfer that drew the fence, kept by renewals, the owner's idempotent
     re-acquire and a transfer to oneself. Filled in by ``get_lease`` and ``list_leases``; None when
     unknown (a row written before migration 0003, or a call that does not read it). Not part of
-    equality or hashing."""
+    equality or hashing.
+
+    ``released`` is True for a lease its owner released with ``min_hold_ms`` whose minimum hold
+    has not run out: it is kept (nobody acquires, renews or transfers it) until ``expires_at``.
+    Filled in by ``get_lease`` and ``list_leases``; False otherwise. Not part of equality."""
 
     key: str
     owner: str
@@ -124,6 +131,7 @@ class LeaseInfo:
     remaining_ms: float | None = field(default=None, compare=False)
     data: dict[str, Any] | None = field(default=None, compare=False)
     acquired_at: datetime | None = field(default=None, compare=False)
+    released: bool = field(default=False, compare=False)
 
 
 @runtime_checkable
@@ -164,6 +172,19 @@ class LeaseProvider(Protocol):
     (a new fence) stores the given ``data`` (None: none); within the same tenure (the owner's
     idempotent re-acquire, a transfer to oneself) None keeps the stored data and a ``dict``
     replaces it. Renewals keep it; release, expiry sweeps and ``break_lease`` remove it with the row.
+
+    Tenure-scoped operations and a minimum hold (extensions of the bundled providers, which say so
+    with ``accepts_fence = True``; ``hold()``, ``@leased`` and ``exec`` pass them only to such
+    providers): ``release_lease``, ``renew_lease`` and ``transfer_lease`` take a keyword-only
+    ``fence`` (an ``int``, :func:`validate_fence`; None: any tenure of the owner): with it they act
+    only while the key's current tenure has that fencing token, else return False and change
+    nothing, so a reused owner id never releases or renews a later tenure. ``release_lease`` takes
+    a keyword-only ``min_hold_ms`` (:func:`validate_min_hold_ms`): the lease is then kept, held by
+    its owner and marked released (``LeaseInfo.released``), until ``min_hold_ms`` after its tenure
+    began (``acquired_at``, by the provider's clock; for a tenure without a recorded start, from
+    the release), and freed at once if that moment has passed. A kept lease refuses every acquire
+    (its own owner's too: it was released), renewal, transfer and further release; it ends at
+    that expiry (or by ``break_lease``), and the next acquire is a new tenure with a larger fence.
     """
 
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
@@ -328,6 +349,21 @@ def validate_fence(fence: object) -> int:
     if not 1 <= fence <= MAX_FENCE:
         raise ValueError(f"fence must be from 1 to {MAX_FENCE}, not {fence}")
     return int.__int__(fence)
+
+
+def validate_min_hold_ms(min_hold_ms: object) -> float:
+    """``min_hold_ms`` as a float number of milliseconds: an ``int`` or ``float`` (not ``bool``),
+    finite, ``0 <= min_hold_ms <= MAX_TTL_MS``; ``TypeError``/``ValueError`` otherwise."""
+    return _validate_number(min_hold_ms, "min_hold_ms", "milliseconds", 0, MAX_TTL_MS, True)
+
+
+def validate_tenure_options(fence: object, min_hold_ms: object = None) -> tuple[int | None, float | None]:
+    """The optional ``fence`` and ``min_hold_ms`` of a release, renewal or transfer, checked (None
+    stays None): ``TypeError``/``ValueError`` otherwise."""
+    return (
+        None if fence is None else validate_fence(fence),
+        None if min_hold_ms is None else validate_min_hold_ms(min_hold_ms),
+    )
 
 
 MAX_LIST_LIMIT = 100_000
@@ -509,22 +545,31 @@ def validate_seconds(value: object, what: str) -> float:
     return _validate_number(value, what, "seconds", 0, 10 * 365 * 86_400, True)
 
 
-def validate_renew_items(items: object) -> list[tuple[str, str, float]]:
-    """``(key, owner, ttl_ms)`` items, each checked as ``renew`` checks its arguments, keys distinct;
+RenewItem = tuple[str, str, float, int | None]
+"""A checked batch renewal item: key, owner, TTL in milliseconds, fence (None: any tenure)."""
+
+
+def validate_renew_items(items: object) -> list[RenewItem]:
+    """``(key, owner, ttl_ms)`` or ``(key, owner, ttl_ms, fence)`` items, each checked as ``renew``
+    checks its arguments, keys distinct; as ``(key, owner, ttl_ms, fence or None)``.
     ``TypeError``/``ValueError`` else."""
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise TypeError(f"items must be a sequence of (key, owner, ttl_ms) tuples, not {type(items).__name__}")
-    checked: list[tuple[str, str, float]] = []
+    checked: list[RenewItem] = []
     seen: set[str] = set()
     for item in items:
         exact = type(item) is tuple
-        if (not exact and (isinstance(item, (str, bytes)) or not isinstance(item, Sequence))) or len(item) != 3:
-            raise TypeError(f"each item must be a (key, owner, ttl_ms) tuple, not {item!r}")
+        if (not exact and (isinstance(item, (str, bytes)) or not isinstance(item, Sequence))) or len(item) not in (
+            3,
+            4,
+        ):
+            raise TypeError(f"each item must be a (key, owner, ttl_ms[, fence]) tuple, not {item!r}")
         key, owner, ttl = validate_key(item[0]), validate_owner(item[1]), validate_ttl_ms(item[2])
+        fence = validate_fence(item[3]) if len(item) == 4 and item[3] is not None else None
         if key in seen:
             raise ValueError(f"key {key!r} appears twice in one batch renewal")
         seen.add(key)
-        checked.append((key, owner, ttl))
+        checked.append((key, owner, ttl, fence))
     return checked
 
 

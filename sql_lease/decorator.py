@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Never, ParamSpec, Proto
 
 from .contract import LeaseProvider, encode_data, is_lease_provider, validate_key, validate_owner
 from .errors import LeaseNotAcquiredError
-from .holding.rules import validate_hold_options
+from .holding.rules import validate_hold_options, validate_min_hold
 
 if TYPE_CHECKING:
     from .contract import SyncLeaseProvider
@@ -186,6 +186,7 @@ def leased(
     owner: str | None = ...,
     renew_every_ms: int | float | None = ...,
     data: dict[str, Any] | None = ...,
+    min_hold_ms: int | float | None = ...,
 ) -> _SyncLeasing[None]: ...
 @overload
 def leased(
@@ -198,6 +199,7 @@ def leased(
     owner: str | None = ...,
     renew_every_ms: int | float | None = ...,
     data: dict[str, Any] | None = ...,
+    min_hold_ms: int | float | None = ...,
 ) -> _SyncLeasing[Never]: ...
 @overload
 def leased(
@@ -210,6 +212,7 @@ def leased(
     owner: str | None = ...,
     renew_every_ms: int | float | None = ...,
     data: dict[str, Any] | None = ...,
+    min_hold_ms: int | float | None = ...,
 ) -> _AsyncLeasing[None]: ...
 @overload
 def leased(
@@ -222,6 +225,7 @@ def leased(
     owner: str | None = ...,
     renew_every_ms: int | float | None = ...,
     data: dict[str, Any] | None = ...,
+    min_hold_ms: int | float | None = ...,
 ) -> _AsyncLeasing[Never]: ...
 
 
@@ -235,6 +239,7 @@ def leased(
     owner: str | None = None,
     renew_every_ms: int | float | None = None,
     data: dict[str, Any] | None = None,
+    min_hold_ms: int | float | None = None,
 ) -> Any:
     """Decorate a function so that each call holds the lease ``key`` (renewed in the background)
     while it runs, and never runs while another owner holds it.
@@ -260,6 +265,10 @@ def leased(
             costs two statements more per call.
         data: lease data stored with every call's lease (a ``dict``, see ``LeaseProvider``); checked
             when decorating, passed to the provider only when given.
+        min_hold_ms: at most one run per period: each call's release keeps the lease (marked
+            released) until ``min_hold_ms`` milliseconds after the call's tenure began, by the
+            provider's clock, so a call on another host in that time is skipped (or waits). Checked
+            when decorating (``TypeError`` also for a provider without ``accepts_fence``).
 
     If the function has a parameter named ``lease``, it receives the held lease
     (``SyncHeldLease``/``HeldLease``: ``fence``, ``lost``, ``valid``, ``check()``, ``transfer_to``);
@@ -283,6 +292,7 @@ def leased(
         validate_owner(owner)
     validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
     encode_data(data)
+    validate_min_hold(provider, min_hold_ms)
     provider_is_async = inspect.iscoroutinefunction(provider.acquire_lease)
     options: dict[str, Any] = {
         "renew_every_ms": renew_every_ms,
@@ -291,8 +301,12 @@ def leased(
     }
     if data is not None:
         options["data"] = data
+    # The hold the body runs in releases with the minimum hold; a claim handed on to the fixed
+    # owner never ran it.
+    running = options if min_hold_ms is None else {**options, "min_hold_ms": min_hold_ms}
+    claiming = options if owner is not None else running
     # The hold under the fixed owner, once the key is ours: nothing to wait for.
-    handed_on = {**options, "wait": False, "timeout_s": None}
+    handed_on = {**running, "wait": False, "timeout_s": None}
 
     def key_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         return key if isinstance(key, str) else key(*args, **kwargs)
@@ -336,7 +350,7 @@ def leased(
                     try:
                         # A fresh id: exclusive even against a call of the fixed owner.
                         lease = await stack.enter_async_context(
-                            async_hold(provider, lease_key, None, ttl_ms, **options)
+                            async_hold(provider, lease_key, None, ttl_ms, **claiming)
                         )
                         if owner is not None:
                             if not await lease.transfer_to(owner, ttl_ms, data=data) or lease.handoff is None:
@@ -367,7 +381,7 @@ def leased(
                 with contextlib.ExitStack() as stack:
                     try:
                         # A fresh id: exclusive even against a call of the fixed owner.
-                        lease = stack.enter_context(sync_hold(provider, lease_key, None, ttl_ms, **options))
+                        lease = stack.enter_context(sync_hold(provider, lease_key, None, ttl_ms, **claiming))
                         if owner is not None:
                             if not lease.transfer_to(owner, ttl_ms, data=data) or lease.handoff is None:
                                 raise LeaseNotAcquiredError(lease_key, None)  # expired meanwhile: TTL too short

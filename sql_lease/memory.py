@@ -23,6 +23,7 @@ from .contract import (
     validate_owner,
     validate_renew_items,
     validate_sweep,
+    validate_tenure_options,
     validate_ttl_ms,
 )
 
@@ -34,10 +35,14 @@ class NoopLeaseProvider(LeaseProviderBase):
 
     ``acquire_lease`` always succeeds for the caller (``fence`` and ``expires_at`` are None),
     ``get_lease_owner`` returns None, ``release_lease`` does nothing and returns True, and
-    ``renew_lease``/``transfer_lease`` return True; lease ``data`` is checked and not kept. Input is
-    still validated, so code that works with the no-op provider does not fail when a real one is
+    ``renew_lease``/``transfer_lease`` return True; lease ``data``, ``fence`` and ``min_hold_ms``
+    are checked and not kept (its tenures have no fence, so ``hold()`` sends none). Input is still
+    validated, so code that works with the no-op provider does not fail when a real one is
     configured.
     """
+
+    accepts_fence = True
+    """The keywords of the SQL providers are taken (and checked), so ``hold(min_hold_ms=)`` serves."""
 
     async def acquire_lease(
         self, key: str, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
@@ -49,18 +54,27 @@ class NoopLeaseProvider(LeaseProviderBase):
         validate_key(key)
         return None
 
-    async def release_lease(self, key: str, owner: str) -> bool:
-        key, owner = validate_key(key), validate_owner(owner)
+    async def release_lease(
+        self, key: str, owner: str, *, fence: int | None = None, min_hold_ms: int | float | None = None
+    ) -> bool:
+        validate_key(key), validate_owner(owner), validate_tenure_options(fence, min_hold_ms)
         return True
 
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
-        validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms)
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None) -> bool:
+        validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms), validate_tenure_options(fence)
         return True
 
     async def transfer_lease(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+        self,
+        key: str,
+        from_owner: str,
+        to_owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        fence: int | None = None,
     ) -> bool:
-        validate_key(key), validate_owner(from_owner, "from_owner")
+        validate_key(key), validate_owner(from_owner, "from_owner"), validate_tenure_options(fence)
         validate_owner(to_owner, "to_owner"), validate_ttl_ms(ttl_ms), encode_data(data)
         return True
 
@@ -77,6 +91,12 @@ class _Tenure:
     expires_at_ms: float
     acquired_at_ms: float
     data: str | None = None  # JSON text, decoded afresh for every reader
+    released: bool = False  # released with a minimum hold: kept, renewable by nobody, until it expires
+
+    def matches(self, owner: str, fence: int | None, now_ms: float) -> bool:
+        """``owner``'s unexpired, unreleased tenure (of ``fence``, if given)."""
+        live = self.expires_at_ms > now_ms and not self.released
+        return live and self.owner == owner and fence in (None, self.fence)
 
 
 class MemoryLeases:
@@ -108,7 +128,7 @@ class MemoryLeases:
     def _info(self, key: str, tenure: _Tenure, now_ms: float) -> LeaseInfo:
         expires_at, remaining = self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now_ms
         data, acquired_at = decode_data(tenure.data), self._wall(tenure.acquired_at_ms)
-        return LeaseInfo(key, tenure.owner, tenure.fence, expires_at, remaining, data, acquired_at)
+        return LeaseInfo(key, tenure.owner, tenure.fence, expires_at, remaining, data, acquired_at, tenure.released)
 
     def _next_fence(self) -> int:
         self._last_fence += 1
@@ -121,7 +141,7 @@ class MemoryLeases:
         with self._lock:
             now = self._clock()
             current = self._tenures.get(key)
-            if current is not None and current.owner != owner and current.expires_at_ms > now:
+            if current is not None and (current.owner != owner or current.released) and current.expires_at_ms > now:
                 return AcquireResult(
                     False, current.owner, current.fence, self._wall(current.expires_at_ms), current.expires_at_ms - now
                 )
@@ -147,44 +167,57 @@ class MemoryLeases:
                 return None
             return self._info(key, tenure, now)
 
-    def release(self, key: str, owner: str) -> bool:
+    def release(self, key: str, owner: str, fence: object = None, min_hold_ms: object = None) -> bool:
         key, owner = validate_key(key), validate_owner(owner)
+        checked_fence, min_hold = validate_tenure_options(fence, min_hold_ms)
         with self._lock:
             now = self._clock()
             current = self._tenures.get(key)
-            if current is None or current.owner != owner:
+            if current is None or current.owner != owner or checked_fence not in (None, current.fence):
                 return False
+            if current.expires_at_ms <= now:
+                del self._tenures[key]
+                return False
+            if current.released:
+                return False  # kept for its minimum hold
+            if min_hold is not None and current.acquired_at_ms + min_hold > now:
+                current.released, current.expires_at_ms = True, current.acquired_at_ms + min_hold
+                return True
             del self._tenures[key]
-            return current.expires_at_ms > now
+            return True
 
-    def renew(self, key: str, owner: str, ttl_ms: object) -> LeaseInfo | None:
+    def renew(self, key: str, owner: str, ttl_ms: object, fence: object = None) -> LeaseInfo | None:
         key, owner = validate_key(key), validate_owner(owner)
         ttl = validate_ttl_ms(ttl_ms)
+        checked_fence = validate_tenure_options(fence)[0]
         with self._lock:
             now = self._clock()
-            current = self._live(key, now)
-            if current is None or current.owner != owner:
+            current = self._tenures.get(key)
+            if current is None or not current.matches(owner, checked_fence, now):
                 return None
             current.expires_at_ms = now + ttl
             return LeaseInfo(key, owner, current.fence, self._wall(current.expires_at_ms), ttl)
 
     def renew_many(self, items: object) -> dict[str, LeaseInfo]:
         renewed: dict[str, LeaseInfo] = {}
-        for key, owner, ttl in validate_renew_items(items):
-            info = self.renew(key, owner, ttl)
+        for key, owner, ttl, fence in validate_renew_items(items):
+            info = self.renew(key, owner, ttl, fence)
             if info is not None:
                 renewed[key] = info
         return renewed
 
-    def transfer(self, key: str, from_owner: str, to_owner: str, ttl_ms: object, data: object = None) -> bool:
+    def transfer(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: object, data: object = None, fence: object = None
+    ) -> bool:
         key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
         to_owner = validate_owner(to_owner, "to_owner")
         ttl = validate_ttl_ms(ttl_ms)
         text = encode_data(data)
+        checked_fence = validate_tenure_options(fence)[0]
         with self._lock:
             now = self._clock()
-            current = self._live(key, now)
-            if current is None or current.owner != from_owner:
+            current = self._tenures.get(key)
+            if current is None or not current.matches(from_owner, checked_fence, now):
                 return False
             if to_owner != from_owner:
                 current.owner, current.fence, current.data = to_owner, self._next_fence(), text
@@ -239,6 +272,10 @@ class InMemoryLeaseProvider(LeaseProviderBase):
     is the UTC wall time at which the monotonic deadline falls.
     """
 
+    accepts_fence = True
+    """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, ``renew_leases``
+    items a fourth, and ``release_lease`` ``min_hold_ms``, as the SQL providers' do."""
+
     def __init__(self, *, clock: Callable[[], float] = monotonic_ms) -> None:
         self._leases = MemoryLeases(clock)
 
@@ -254,25 +291,37 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         """The unexpired lease on ``key`` (owner, fence, expiry), or None."""
         return self._leases.get_lease(key)
 
-    async def release_lease(self, key: str, owner: str) -> bool:
-        return self._leases.release(key, owner)
+    async def release_lease(
+        self, key: str, owner: str, *, fence: int | None = None, min_hold_ms: int | float | None = None
+    ) -> bool:
+        """Release as ``SqlLeaseProvider.release_lease`` (``fence``, ``min_hold_ms`` by the provider's clock)."""
+        return self._leases.release(key, owner, fence, min_hold_ms)
 
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
-        return self._leases.renew(key, owner, ttl_ms) is not None
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None) -> bool:
+        return self._leases.renew(key, owner, ttl_ms, fence) is not None
 
-    async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
+    async def renew_lease_info(
+        self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None
+    ) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease, or None if it was not ``owner``'s unexpired lease."""
-        return self._leases.renew(key, owner, ttl_ms)
+        return self._leases.renew(key, owner, ttl_ms, fence)
 
-    async def renew_leases(self, items: Sequence[tuple[str, str, float]]) -> dict[str, LeaseInfo]:
-        """Renew each ``(key, owner, ttl_ms)`` (keys distinct) as ``renew_lease_info``; the renewed
-        leases by key (a missing key was refused), as ``SqlLeaseProvider.renew_leases``."""
+    async def renew_leases(self, items: Sequence[tuple[Any, ...]]) -> dict[str, LeaseInfo]:
+        """Renew each ``(key, owner, ttl_ms[, fence])`` (keys distinct) as ``renew_lease_info``; the
+        renewed leases by key (a missing key was refused), as ``SqlLeaseProvider.renew_leases``."""
         return self._leases.renew_many(items)
 
     async def transfer_lease(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+        self,
+        key: str,
+        from_owner: str,
+        to_owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        fence: int | None = None,
     ) -> bool:
-        return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data)
+        return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data, fence)
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
         """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
@@ -300,6 +349,10 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
     take is accepted and ignored. ``hold()`` and ``acquire_lease_wait()`` come from
     :mod:`sql_lease.sync_holding`.
     """
+
+    accepts_fence = True
+    """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, and ``release_lease``
+    ``min_hold_ms``, as the SQL providers' do."""
 
     def __init__(self, *, clock: Callable[[], float] = monotonic_ms) -> None:
         self._leases = MemoryLeases(clock)
@@ -334,19 +387,43 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms), or None."""
         return self._leases.get_lease(key)
 
-    def release_lease(self, key: str, owner: str, *, timeout_s: float | None = None) -> bool:
-        """Release ``key`` if ``owner`` holds it unexpired; True iff it did."""
-        return self._leases.release(key, owner)
+    def release_lease(
+        self,
+        key: str,
+        owner: str,
+        *,
+        fence: int | None = None,
+        min_hold_ms: int | float | None = None,
+        timeout_s: float | None = None,
+    ) -> bool:
+        """Release ``key`` if ``owner`` holds it unexpired; True iff it did (``fence``, ``min_hold_ms``
+        as ``SqlLeaseProvider.release_lease``)."""
+        return self._leases.release(key, owner, fence, min_hold_ms)
 
-    def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None) -> bool:
-        """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds; False if not held."""
-        return self._leases.renew(key, owner, ttl_ms) is not None
+    def renew_lease(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        fence: int | None = None,
+        timeout_s: float | None = None,
+    ) -> bool:
+        """Extend ``owner``'s unexpired lease (of tenure ``fence``, if given) to now + ``ttl_ms``
+        milliseconds; False if not held."""
+        return self._leases.renew(key, owner, ttl_ms, fence) is not None
 
     def renew_lease_info(
-        self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        fence: int | None = None,
+        timeout_s: float | None = None,
     ) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease, or None if it was not ``owner``'s unexpired lease."""
-        return self._leases.renew(key, owner, ttl_ms)
+        return self._leases.renew(key, owner, ttl_ms, fence)
 
     def transfer_lease(
         self,
@@ -356,11 +433,12 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         ttl_ms: int | float,
         *,
         data: dict[str, Any] | None = None,
+        fence: int | None = None,
         timeout_s: float | None = None,
     ) -> bool:
-        """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically, with
-        lease ``data`` (see ``LeaseProvider``)."""
-        return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data)
+        """Hand ``from_owner``'s unexpired lease (of tenure ``fence``, if given) to ``to_owner`` for
+        ``ttl_ms`` ms, atomically, with lease ``data`` (see ``LeaseProvider``)."""
+        return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data, fence)
 
     def sweep_expired(
         self, batch_size: int = 1000, grace_ms: int | float = 0, *, timeout_s: float | None = None

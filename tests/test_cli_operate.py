@@ -72,7 +72,8 @@ def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> Non
     rows = json.loads(listed.stdout)
     assert [(r["key"], r["owner"]) for r in rows] == [(f"{ns}:a", "ann"), (f"{ns}:b", "bob")]
     assert set(rows[0]) == {
-        *("key", "owner", "fence", "expires_at", "remaining_ms", "expired", "data", "acquired_at", "held_ms")
+        *("key", "owner", "fence", "expires_at", "remaining_ms", "expired", "data", "acquired_at", "held_ms"),
+        "released",
     }
     assert rows[0]["expired"] is False and rows[0]["remaining_ms"] > 0 and rows[0]["held_ms"] >= 0
 
@@ -336,3 +337,41 @@ def test_data_with_a_duplicate_key_is_refused(db_args: list[str], tmp_path: Path
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
     assert "appears twice" in run_cli(["acquire", key, "--owner", "a", "--data", '{"j":1,"j":1}'], tmp_path).stderr
     assert run_cli(["show", key, *db_args], tmp_path).returncode == 1  # nothing acquired
+
+
+def test_release_renew_transfer_scoped_to_a_fence(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:fenced"
+    old = int(run_cli(["acquire", key, "--owner", "run", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    assert run_cli(["break", key, "--yes", "--fence", str(old), *db_args], tmp_path).returncode == 0
+    new = int(run_cli(["acquire", key, "--owner", "run", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    for command in (["renew", key, "--owner", "run"], ["release", key, "--owner", "run"]):
+        stale = run_cli([*command, "--fence", str(old), *db_args], tmp_path)
+        assert stale.returncode == 75 and f"with fence {old}" in stale.stderr, stale
+    stale = run_cli(["transfer", key, "--from", "run", "--to", "next", "--fence", str(old), *db_args], tmp_path)
+    assert stale.returncode == 75, stale
+    assert json.loads(run_cli(["show", key, "--json", *db_args], tmp_path).stdout)["fence"] == new
+    for bad in ("0", "-3", "x", str(2**63)):
+        refused = run_cli(["release", key, "--owner", "run", "--fence", bad, *db_args], tmp_path)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
+    renewed = run_cli(["renew", key, "--owner", "run", "--fence", str(new), *db_args], tmp_path)
+    assert renewed.returncode == 0, renewed.stderr
+    moved = run_cli(["transfer", key, "--from", "run", "--to", "next", "--fence", str(new), *db_args], tmp_path)
+    assert moved.returncode == 0, moved.stderr
+    after = int(moved.stdout.strip().removeprefix("fence="))
+    assert run_cli(["release", key, "--owner", "next", "--fence", str(after), *db_args], tmp_path).returncode == 0
+
+
+def test_a_release_with_a_minimum_hold_shows_as_kept(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    key = f"{ns}:kept"
+    assert run_cli(["acquire", key, "--owner", "cron", *db_args], tmp_path).returncode == 0
+    assert run_cli(["release", key, "--owner", "cron", "--min-hold", "1h", *db_args], tmp_path).returncode == 0
+    shown = json.loads(run_cli(["show", key, "--json", *db_args], tmp_path).stdout)
+    assert shown["released"] is True and 3_500_000 < shown["remaining_ms"] <= 3_600_000
+    text = run_cli(["show", key, *db_args], tmp_path).stdout
+    assert "released, kept 59m" in text, text
+    status = run_cli(["status", key, *db_args], tmp_path).stdout
+    assert f"{key}: released by cron" in status and "kept until" in status, status
+    listed = run_cli(["list", "--prefix", key, *db_args], tmp_path).stdout
+    assert "released, kept" in listed, listed
+    assert run_cli(["acquire", key, "--owner", "other", *db_args], tmp_path).returncode == 75
+    assert run_cli(["release", key, "--owner", "cron", "--min-hold", "-1s", *db_args], tmp_path).returncode == 2

@@ -260,3 +260,140 @@ async def test_concurrent_acquires_elect_exactly_one(provider: LeaseProvider, ke
     winners = [r for r in results if r.acquired]
     assert len(winners) == 1
     assert {r.owner for r in results} == {winners[0].owner}
+
+
+# -- issue 24: operations scoped to one tenure (fence=), and a minimum hold (min_hold_ms=) -----
+
+
+async def test_fence_scopes_release_renew_and_transfer(provider: LeaseProvider, key: str) -> None:
+    held = await provider.acquire_lease(key, "alice", TTL)
+    other = held.fence + 1000  # type: ignore[operator]
+    assert await provider.renew_lease(key, "alice", TTL, fence=other) is False  # type: ignore[call-arg]
+    assert await provider.transfer_lease(key, "alice", "bob", TTL, fence=other) is False  # type: ignore[call-arg]
+    assert await provider.release_lease(key, "alice", fence=other) is False  # type: ignore[call-arg]
+    still = await provider.get_lease(key)  # type: ignore[attr-defined]
+    assert (still.owner, still.fence, still.expires_at) == ("alice", held.fence, held.expires_at)
+    assert await provider.renew_lease(key, "alice", TTL, fence=held.fence) is True  # type: ignore[call-arg]
+    assert await provider.transfer_lease(key, "alice", "bob", TTL, fence=held.fence) is True  # type: ignore[call-arg]
+    moved = await provider.get_lease(key)  # type: ignore[attr-defined]
+    assert moved.owner == "bob" and moved.fence > held.fence
+    assert await provider.release_lease(key, "bob", fence=held.fence) is False  # type: ignore[call-arg]
+    assert await provider.release_lease(key, "bob", fence=moved.fence) is True  # type: ignore[call-arg]
+    assert await provider.get_lease_owner(key) is None
+
+
+async def test_an_old_tenures_release_never_ends_the_owners_new_one(provider: LeaseProvider, key: str) -> None:
+    old = await provider.acquire_lease(key, "run-7", SHORT_TTL)
+    await asyncio.sleep(SHORT_WAIT)
+    new = await provider.acquire_lease(key, "run-7", TTL)  # the owner id comes back: a new tenure
+    assert new.acquired and new.fence > old.fence  # type: ignore[operator]
+    assert await provider.renew_lease(key, "run-7", TTL, fence=old.fence) is False  # type: ignore[call-arg]
+    assert await provider.release_lease(key, "run-7", fence=old.fence) is False  # type: ignore[call-arg]
+    assert (await provider.get_lease(key)).fence == new.fence  # type: ignore[attr-defined]
+
+
+async def test_renew_leases_items_may_carry_a_fence(provider: LeaseProvider, key: str) -> None:
+    a = await provider.acquire_lease(f"{key}:a", "alice", TTL)
+    await provider.acquire_lease(f"{key}:b", "alice", TTL)
+    items = [(f"{key}:a", "alice", TTL, a.fence), (f"{key}:b", "alice", TTL, a.fence), (f"{key}:c", "x", TTL)]
+    renewed = await provider.renew_leases(items)  # type: ignore[attr-defined]
+    assert set(renewed) == {f"{key}:a"} and renewed[f"{key}:a"].fence == a.fence
+
+
+MIN_HOLD = 1_500  # ms: the kept lease is checked within it, then waited out
+
+
+async def test_a_min_hold_release_keeps_the_lease_until_its_tenure_is_that_old(
+    provider: LeaseProvider, key: str
+) -> None:
+    held = await provider.acquire_lease(key, "cron@a", TTL)
+    assert await provider.release_lease(key, "cron@a", min_hold_ms=MIN_HOLD) is True  # type: ignore[call-arg]
+    kept = await provider.get_lease(key)  # type: ignore[attr-defined]
+    assert kept.owner == "cron@a" and kept.fence == held.fence and kept.released is True
+    assert kept.acquired_at is not None
+    assert abs((kept.expires_at - kept.acquired_at).total_seconds() * 1000 - MIN_HOLD) < 2
+    assert await provider.get_lease_owner(key) == "cron@a"
+    refused = await provider.acquire_lease(key, "cron@b", TTL)
+    assert not refused.acquired and (refused.owner, refused.fence) == ("cron@a", held.fence)
+    again = await provider.acquire_lease(key, "cron@a", TTL)  # released: the owner is refused too
+    assert not again.acquired and again.owner == "cron@a" and again.expires_at == kept.expires_at
+    assert await provider.renew_lease(key, "cron@a", TTL) is False
+    assert await provider.transfer_lease(key, "cron@a", "cron@b", TTL) is False
+    assert await provider.release_lease(key, "cron@a") is False  # released already: kept
+    listed = await provider.list_leases(prefix=key)  # type: ignore[attr-defined]
+    assert [(i.key, i.released, i.expires_at) for i in listed] == [(key, True, kept.expires_at)]
+    assert (await provider.get_lease(key)).expires_at == kept.expires_at  # type: ignore[attr-defined]
+    await asyncio.sleep(max(0.0, kept.remaining_ms / 1000) + 0.05)
+    assert await provider.get_lease_owner(key) is None
+    after = await provider.acquire_lease(key, "cron@b", TTL)
+    assert after.acquired and after.fence > held.fence  # type: ignore[operator]
+    assert (await provider.get_lease(key)).released is False  # type: ignore[attr-defined]
+
+
+async def test_a_min_hold_already_passed_frees_at_once(provider: LeaseProvider, key: str) -> None:
+    held = await provider.acquire_lease(key, "alice", TTL)
+    await asyncio.sleep(SHORT_WAIT)
+    assert await provider.release_lease(key, "alice", min_hold_ms=SHORT_TTL, fence=held.fence) is True  # type: ignore[call-arg]
+    assert await provider.get_lease_owner(key) is None
+    assert (await provider.acquire_lease(key, "bob", TTL)).acquired
+
+
+async def test_a_min_hold_release_is_scoped_by_the_fence(provider: LeaseProvider, key: str) -> None:
+    held = await provider.acquire_lease(key, "alice", TTL)
+    other = held.fence + 1000  # type: ignore[operator]
+    assert await provider.release_lease(key, "alice", fence=other, min_hold_ms=MIN_HOLD) is False  # type: ignore[call-arg]
+    assert await provider.release_lease(key, "bob", min_hold_ms=MIN_HOLD) is False  # type: ignore[call-arg]
+    info = await provider.get_lease(key)  # type: ignore[attr-defined]
+    assert info.released is False and info.expires_at == held.expires_at
+
+
+async def test_a_min_hold_may_outlast_the_ttl(provider: LeaseProvider, key: str) -> None:
+    await provider.acquire_lease(key, "alice", SHORT_TTL)
+    assert await provider.release_lease(key, "alice", min_hold_ms=TTL) is True  # type: ignore[call-arg]
+    await asyncio.sleep(SHORT_WAIT)
+    assert not (await provider.acquire_lease(key, "bob", TTL)).acquired
+
+
+async def test_an_operator_may_break_a_kept_lease(provider: LeaseProvider, key: str) -> None:
+    held = await provider.acquire_lease(key, "alice", TTL)
+    assert await provider.release_lease(key, "alice", min_hold_ms=TTL)  # type: ignore[call-arg]
+    broken = await provider.break_lease(key, fence=held.fence)  # type: ignore[attr-defined]
+    assert broken is not None and (broken.owner, broken.fence) == ("alice", held.fence)
+    after = await provider.acquire_lease(key, "alice", TTL)  # free again: a new tenure
+    assert after.acquired and after.fence > held.fence  # type: ignore[operator]
+
+
+ROUNDS = 1_000
+
+
+async def test_an_old_tenures_release_racing_a_new_acquire_never_frees_it(provider: LeaseProvider, key: str) -> None:
+    """The old tenure of an owner id ends (broken here); its release (fence=old) races the same
+    owner id's new acquire, each started first in every other round: whichever lands first, the
+    new tenure is never freed."""
+    order: list[str] = []
+
+    async def release(old_fence: int) -> bool:
+        released = await provider.release_lease(key, "job", fence=old_fence)  # type: ignore[call-arg]
+        order.append("release")
+        return bool(released)
+
+    async def acquire() -> AcquireResult:
+        result = await provider.acquire_lease(key, "job", TTL)
+        order.append("acquire")
+        return result
+
+    new_first = 0
+    for round_ in range(ROUNDS):
+        old = await provider.acquire_lease(key, "job", TTL)
+        assert old.fence is not None and await provider.break_lease(key, fence=old.fence) is not None  # type: ignore[attr-defined]
+        order.clear()
+        if round_ % 2:
+            released, new = await asyncio.gather(release(old.fence), acquire())
+        else:
+            new, released = await asyncio.gather(acquire(), release(old.fence))
+        new_first += order[0] == "acquire"
+        assert released is False and new.acquired and new.fence > old.fence  # type: ignore[operator]
+        current = await provider.get_lease(key)  # type: ignore[attr-defined]
+        assert current is not None and current.fence == new.fence, f"round {round_}: the new tenure was freed"
+        assert await provider.release_lease(key, "job", fence=new.fence)  # type: ignore[call-arg]
+    assert new_first > 0  # the dangerous order (the new acquire answered before the old release) happened

@@ -628,3 +628,38 @@ async def test_exec_claim_stalled_after_its_transfer_does_not_run(tmp_path: Path
     assert stalled and not ran.exists(), "the stalled run ran alongside the run that took the key meanwhile"
     assert code == "LateAcquireError"
     assert await inner.get_lease_owner(key) == "job"  # run B's tenure, not released
+
+
+# -- issue 24: exec --min-hold ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("owner", [[], ["--owner", "nightly-job"]])
+def test_exec_min_hold_runs_a_job_at_most_once_per_period(owner: list[str], tmp_path: Path) -> None:
+    """A 1 ms job run under `--min-hold 1h`: a second exec (another host's cron) is refused
+    (75) and never runs, the lease shows as released and kept until an hour after it began."""
+    url = f"sqlite:///{tmp_path}/once.db"
+    first = run_cli(["exec", "nightly", "--url", url, *owner, "--min-hold", "1h", "--", "touch", "first"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = run_cli(["exec", "nightly", "--url", url, "--min-hold", "1h", "--", "touch", "second"], tmp_path)
+    assert second.returncode == 75 and "held by" in second.stderr, second.stderr
+    assert (tmp_path / "first").exists() and not (tmp_path / "second").exists()
+    shown = json.loads(run_cli(["show", "nightly", "--json", "--url", url], tmp_path).stdout)
+    assert shown["released"] is True and 3_500_000 < shown["remaining_ms"] <= 3_600_000
+
+
+def test_exec_min_hold_is_validated(tmp_path: Path) -> None:
+    for bad in ("-1s", "nope", "9000d"):
+        done = run_cli(["exec", "k", "--min-hold", bad, "--", "touch", "ran"], tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.strip(), done.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_exec_with_the_same_owner_inside_the_minimum_hold_is_refused_as_kept(tmp_path: Path) -> None:
+    """The owner's earlier run released with --min-hold: a second run under that --owner is
+    refused (75) as any other, not as "another run with the same --owner is running"."""
+    url = f"sqlite:///{tmp_path}/kept.db"
+    args = ["exec", "nightly", "--url", url, "--owner", "cron", "--min-hold", "1h", "--"]
+    assert run_cli([*args, "true"], tmp_path).returncode == 0
+    again = run_cli([*args, "touch", "ran"], tmp_path)
+    assert again.returncode == 75 and "held by 'cron'" in again.stderr and "is running" not in again.stderr, again
+    assert not (tmp_path / "ran").exists()

@@ -123,6 +123,21 @@ async def test_a_row_from_before_the_column_lists_with_an_unknown_start(
     assert _start(await sql_provider.get_lease(key)) is not None  # a new tenure records its start
 
 
+async def test_a_minimum_hold_of_a_tenure_without_a_start_counts_from_the_release(
+    sql_provider: SqlLeaseProvider, key: str
+) -> None:
+    """Issue 24: a row from before migration 0003 has no tenure start; its minimum hold is counted
+    from the release (by the database's clock), never treated as already passed."""
+    await sql_provider.acquire_lease(key, "a", 30_000)
+    await _forget_start(sql_provider, key)
+    await asyncio.sleep(0.3)  # a start counted from the acquire would leave less than 1.5 s
+    assert await sql_provider.release_lease(key, "a", min_hold_ms=1_500)
+    kept = await sql_provider.get_lease(key)
+    assert kept is not None and kept.released and kept.acquired_at is None
+    assert 1_300 < kept.remaining_ms <= 1_500  # from the release: the full hold, less the read's time
+    assert not (await sql_provider.acquire_lease(key, "b", 30_000)).acquired
+
+
 async def _forget_start(provider: SqlLeaseProvider, key: str) -> None:
     """Make ``key``'s row look like one written before migration 0003."""
     dialect = provider.engine.dialect

@@ -71,8 +71,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
 @pytest.mark.parametrize("table_name", ["sql_leases", "Job_Leases2"])
 async def test_migrations_build_exactly_the_declared_schema(target: dict[str, Any], table_name: str) -> None:
     async with SqlLeaseProvider(target["url"], schema=target["schema"], table_name=table_name) as provider:
-        assert await provider.migrate() == "0003"
-        assert await provider.migrate() == "0003"  # idempotent
+        assert await provider.migrate() == "0004"
+        assert await provider.migrate() == "0004"  # idempotent
         facts = await _schema_facts(provider)
         names = provider.names
         assert facts["drift"] == []
@@ -100,7 +100,7 @@ async def test_custom_version_table(target: dict[str, Any]) -> None:
 async def test_concurrent_migrations_agree(target: dict[str, Any]) -> None:
     providers = [SqlLeaseProvider(target["url"], schema=target["schema"]) for _ in range(4)]
     try:
-        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0003"] * 4
+        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0004"] * 4
     finally:
         for p in providers:
             await p.close()
@@ -144,7 +144,7 @@ def test_concurrent_migrations_of_a_new_sqlite_file_in_separate_processes(tmp_pa
     ]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "0003", err
+        assert proc.returncode == 0 and out.strip() == "0004", err
     assert {p.name for p in tmp_path.iterdir()} <= {"race.db", "race.db-wal", "race.db-shm"}
 
 
@@ -172,7 +172,7 @@ def test_alembic_upgrade_head_from_a_checkout(target: dict[str, Any]) -> None:
     done = _run([alembic, *x_args, "upgrade", "head"], REPO)
     assert done.returncode == 0, done.stderr
     done = _run([alembic, *x_args, "current"], REPO)
-    assert "0003 (head)" in done.stdout, done.stdout + done.stderr
+    assert "0004 (head)" in done.stdout, done.stdout + done.stderr
 
 
 def test_alembic_reads_the_url_from_the_environment(tmp_path: Path) -> None:
@@ -194,6 +194,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     assert "sql_lease/_migrations/versions/0001_create_lease_table.py" in names
     assert "sql_lease/_migrations/versions/0002_fence_table.py" in names
     assert "sql_lease/_migrations/versions/0003_lease_data.py" in names
+    assert "sql_lease/_migrations/versions/0004_released.py" in names
     site = tmp_path / "site"
     done = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(wheel)], tmp_path)
     assert done.returncode == 0, done.stderr
@@ -203,7 +204,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     db = tmp_path / "installed.db"
     done = _run([sys.executable, "-m", "sql_lease", "migrate", "--url", f"sqlite:///{db}"], tmp_path, env)
     assert done.returncode == 0, done.stderr
-    assert "revision 0003" in done.stdout
+    assert "revision 0004" in done.stdout
 
 
 @pytest.mark.postgres
@@ -239,7 +240,7 @@ async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path
             migrate._PROCESS_LOCK.release()
         await asyncio.sleep(0.2)
         assert not migrate._PROCESS_LOCK.locked()
-        assert await asyncio.wait_for(provider.migrate(), 10) == "0003"
+        assert await asyncio.wait_for(provider.migrate(), 10) == "0004"
 
 
 # -- configuration errors are configuration errors, on both faces (issue 21, item 3) -------------------

@@ -167,6 +167,8 @@ async def exercise_async(provider: SqlLeaseProvider, engine: Any, prefix: str) -
     assert await provider.transfer_lease(key, "alice", "erin", TTL)
     assert await provider.release_lease(key, "erin")
     assert await provider.break_lease(other) is not None
+    kept = await provider.acquire_lease(other, "frank", TTL)
+    assert await provider.release_lease(other, "frank", fence=kept.fence, min_hold_ms=TTL)  # kept
     assert await provider.acquire_lease(key, "alice", 1)
     await asyncio.sleep(0.01)
     assert await provider.sweep_expired(grace_ms=0) >= 0
@@ -199,6 +201,8 @@ def exercise_sync(provider: SyncSqlLeaseProvider, engine: Any, prefix: str) -> N
     assert provider.transfer_lease(key, "alice", "erin", TTL)
     assert provider.release_lease(key, "erin")
     assert provider.break_lease(other) is not None
+    kept = provider.acquire_lease(other, "frank", TTL)
+    assert provider.release_lease(other, "frank", fence=kept.fence, min_hold_ms=TTL)  # kept
     assert provider.acquire_lease(key, "alice", 1)
     time.sleep(0.01)
     assert provider.sweep_expired(grace_ms=0) >= 0

@@ -25,7 +25,7 @@ from sql_lease import (
     is_lease_provider,
 )
 from tests.support.counting import StatementCounter
-from tests.test_validation import CASES, SneakyStr
+from tests.test_validation import CASES, KW_CASES, SneakyStr
 
 TTL = 10_000
 SHORT_TTL = 300  # ms; tests wait SHORT_WAIT seconds for it to lapse
@@ -329,6 +329,31 @@ def test_bad_input_is_rejected_before_any_sql(provider: Any, method: str, args: 
 
 
 @pytest.mark.parametrize(
+    ("method", "args", "kwargs", "expected"),
+    [case for case in KW_CASES if case.values[0] != "renew_leases"],  # the sync face renews one by one
+)
+def test_bad_fences_and_minimum_holds_are_rejected_before_any_sql(
+    provider: Any, method: str, args: tuple, kwargs: dict[str, Any], expected: type
+) -> None:
+    held = provider.acquire_lease(GOOD_KEY, GOOD_OWNER, 60_000)
+    before = provider.get_lease(GOOD_KEY)
+    counter = StatementCounter(provider)
+    with pytest.raises(expected):
+        getattr(provider, method)(*args, **kwargs)
+    if "min_hold_ms" in kwargs:  # with a good fence beside it, too
+        with pytest.raises(expected):
+            getattr(provider, method)(*args, fence=held.fence, **kwargs)
+    assert counter.count == 0
+    after = provider.get_lease(GOOD_KEY)
+    assert (after.owner, after.fence, after.expires_at, after.released) == (
+        before.owner,
+        before.fence,
+        before.expires_at,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
     "value",
     [SneakyStr("k" * (MAX_KEY_LENGTH + 1)), SneakyStr("a\x00b"), SneakyStr("a\ud800")],
     ids=["long", "nul", "surrogate"],
@@ -498,3 +523,103 @@ def test_the_password_never_shows(tmp_path: Any) -> None:
     with pytest.raises(ValueError) as info:
         SyncSqlLeaseProvider("postgresql://u:hunter2@127.0.0.1/db?no_such_option=1")
     assert "hunter2" not in str(info.value)
+
+
+# -- issue 24: operations scoped to one tenure (fence=), and a minimum hold (min_hold_ms=) -----
+
+
+def test_fence_scopes_release_renew_and_transfer(provider: Any, key: str) -> None:
+    held = provider.acquire_lease(key, "alice", TTL)
+    other = held.fence + 1000
+    assert provider.renew_lease(key, "alice", TTL, fence=other) is False
+    assert provider.renew_lease_info(key, "alice", TTL, fence=other) is None
+    assert provider.transfer_lease(key, "alice", "bob", TTL, fence=other) is False
+    assert provider.release_lease(key, "alice", fence=other) is False
+    still = provider.get_lease(key)
+    assert (still.owner, still.fence, still.expires_at) == ("alice", held.fence, held.expires_at)
+    assert provider.renew_lease(key, "alice", TTL, fence=held.fence) is True
+    assert provider.transfer_lease(key, "alice", "bob", TTL, fence=held.fence) is True
+    moved = provider.get_lease(key)
+    assert moved.owner == "bob" and moved.fence > held.fence
+    assert provider.release_lease(key, "bob", fence=held.fence) is False
+    assert provider.release_lease(key, "bob", fence=moved.fence) is True
+    assert provider.get_lease_owner(key) is None
+
+
+def test_an_old_tenures_release_never_ends_the_owners_new_one(provider: Any, key: str) -> None:
+    old = provider.acquire_lease(key, "run-7", SHORT_TTL)
+    time.sleep(SHORT_WAIT)
+    new = provider.acquire_lease(key, "run-7", TTL)
+    assert new.acquired and new.fence > old.fence
+    assert provider.renew_lease(key, "run-7", TTL, fence=old.fence) is False
+    assert provider.release_lease(key, "run-7", fence=old.fence) is False
+    assert provider.get_lease(key).fence == new.fence
+
+
+MIN_HOLD = 1_500  # ms: the kept lease is checked within it, then waited out
+
+
+def test_a_min_hold_release_keeps_the_lease_until_its_tenure_is_that_old(provider: Any, key: str) -> None:
+    held = provider.acquire_lease(key, "cron@a", TTL)
+    assert provider.release_lease(key, "cron@a", min_hold_ms=MIN_HOLD) is True
+    kept = provider.get_lease(key)
+    assert kept.owner == "cron@a" and kept.fence == held.fence and kept.released is True
+    assert abs((kept.expires_at - kept.acquired_at).total_seconds() * 1000 - MIN_HOLD) < 2
+    assert provider.get_lease_owner(key) == "cron@a"
+    refused = provider.acquire_lease(key, "cron@b", TTL)
+    assert not refused.acquired and (refused.owner, refused.fence) == ("cron@a", held.fence)
+    again = provider.acquire_lease(key, "cron@a", TTL)  # released: the owner is refused too
+    assert not again.acquired and again.owner == "cron@a" and again.expires_at == kept.expires_at
+    assert provider.renew_lease(key, "cron@a", TTL) is False
+    assert provider.transfer_lease(key, "cron@a", "cron@b", TTL) is False
+    assert provider.release_lease(key, "cron@a") is False  # released already: kept
+    assert [(i.key, i.released) for i in provider.list_leases(prefix=key)] == [(key, True)]
+    time.sleep(max(0.0, kept.remaining_ms / 1000) + 0.05)
+    assert provider.get_lease_owner(key) is None
+    after = provider.acquire_lease(key, "cron@b", TTL)
+    assert after.acquired and after.fence > held.fence
+    assert provider.get_lease(key).released is False
+
+
+def test_a_min_hold_already_passed_frees_at_once(provider: Any, key: str) -> None:
+    held = provider.acquire_lease(key, "alice", TTL)
+    time.sleep(SHORT_WAIT)
+    assert provider.release_lease(key, "alice", min_hold_ms=SHORT_TTL, fence=held.fence) is True
+    assert provider.get_lease_owner(key) is None
+    assert provider.acquire_lease(key, "bob", TTL).acquired
+
+
+ROUNDS = 1_000
+
+
+def test_an_old_tenures_release_racing_a_new_acquire_never_frees_it(provider: Any, key: str) -> None:
+    """As the async face's test, with two threads started together at a barrier each round."""
+    barrier = threading.Barrier(2)
+    order: list[str] = []
+
+    def release(old_fence: int) -> bool:
+        barrier.wait()
+        released = bool(provider.release_lease(key, "job", fence=old_fence))
+        order.append("release")
+        return released
+
+    def acquire() -> AcquireResult:
+        barrier.wait()
+        result: AcquireResult = provider.acquire_lease(key, "job", TTL)
+        order.append("acquire")
+        return result
+
+    new_first = 0
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for round_ in range(ROUNDS):
+            old = provider.acquire_lease(key, "job", TTL)
+            assert provider.break_lease(key, fence=old.fence) is not None
+            order.clear()
+            releasing, acquiring = pool.submit(release, old.fence), pool.submit(acquire)
+            released, new = releasing.result(), acquiring.result()
+            new_first += order[0] == "acquire"
+            assert released is False and new.acquired and new.fence > old.fence
+            current = provider.get_lease(key)
+            assert current is not None and current.fence == new.fence, f"round {round_}: the new tenure was freed"
+            assert provider.release_lease(key, "job", fence=new.fence)
+    assert new_first > 0  # the dangerous order (the new acquire answered before the old release) happened

@@ -58,6 +58,69 @@ for label, bad, exc in BAD_TTL:
     ]
 CASES.append(pytest.param("acquire_lease", (GOOD_KEY, "o" * (MAX_OWNER_LENGTH + 1), 1), ValueError, id="owner-513"))
 
+BAD_FENCE: list[tuple[str, Any, type[Exception]]] = [
+    ("zero", 0, ValueError),
+    ("negative", -1, ValueError),
+    ("over 2**63-1", 2**63, ValueError),
+    ("True", True, TypeError),
+    ("float", 1.0, TypeError),
+    ("str", "1", TypeError),
+]
+BAD_MIN_HOLD: list[tuple[str, Any, type[Exception]]] = [
+    ("negative", -1, ValueError),
+    ("negative float", -0.5, ValueError),
+    ("NaN", math.nan, ValueError),
+    ("inf", math.inf, ValueError),
+    ("True", True, TypeError),
+    ("False", False, TypeError),
+    ("str", "1000", TypeError),
+    ("over max", MAX_TTL_MS + 1, ValueError),
+]
+# (method, args, keywords with one bad value, expected exception): issue 24's fence= and min_hold_ms=
+KW_CASES: list[Any] = []
+for label, bad, exc in BAD_FENCE:
+    KW_CASES += [
+        pytest.param("release_lease", (GOOD_KEY, GOOD_OWNER), {"fence": bad}, exc, id=f"release-fence-{label}"),
+        pytest.param("renew_lease", (GOOD_KEY, GOOD_OWNER, GOOD_TTL), {"fence": bad}, exc, id=f"renew-fence-{label}"),
+        pytest.param(
+            "transfer_lease",
+            (GOOD_KEY, GOOD_OWNER, "next", GOOD_TTL),
+            {"fence": bad},
+            exc,
+            id=f"transfer-fence-{label}",
+        ),
+        pytest.param(
+            "renew_leases", ([(GOOD_KEY, GOOD_OWNER, GOOD_TTL, bad)],), {}, exc, id=f"renew-many-fence-{label}"
+        ),
+    ]
+for label, bad, exc in BAD_MIN_HOLD:
+    KW_CASES.append(
+        pytest.param("release_lease", (GOOD_KEY, GOOD_OWNER), {"min_hold_ms": bad}, exc, id=f"release-min-hold-{label}")
+    )
+
+
+@pytest.mark.parametrize(("method", "args", "kwargs", "expected"), KW_CASES)
+async def test_bad_fences_and_minimum_holds_are_rejected_before_any_sql(
+    provider: Any, method: str, args: tuple, kwargs: dict[str, Any], expected: type
+) -> None:
+    held = await provider.acquire_lease(GOOD_KEY, GOOD_OWNER, 60_000)
+    assert held.acquired
+    before = await provider.get_lease(GOOD_KEY)
+    counter = StatementCounter(provider)
+    with pytest.raises(expected):
+        await getattr(provider, method)(*args, **kwargs)
+    if "min_hold_ms" in kwargs:  # with a good fence beside it, too
+        with pytest.raises(expected):
+            await getattr(provider, method)(*args, fence=held.fence, **kwargs)
+    assert counter.count == 0
+    after = await provider.get_lease(GOOD_KEY)
+    assert (after.owner, after.fence, after.expires_at, after.released) == (
+        before.owner,
+        before.fence,
+        before.expires_at,
+        False,
+    )
+
 
 @pytest.mark.parametrize(("method", "args", "expected"), CASES)
 async def test_bad_input_is_rejected_before_any_sql(provider: Any, method: str, args: tuple, expected: type) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 
 import click
 
-from ..contract import validate_key, validate_owner, validate_ttl_ms
+from ..contract import validate_key, validate_min_hold_ms, validate_owner, validate_ttl_ms
 from ..errors import LeaseNotAcquiredError
 from ..holding import acquire_lease_wait, hold, new_owner_id
-from ..holding.rules import Handoff
+from ..holding.rules import Handoff, fence_kw
 from .exits import EX_TEMPFAIL, EXIT_LEASE_LOST, fail
 from .options import DURATION, data_option, parse_data, schema_option, table_option, url_option
 from .render import expiry_words, printable
@@ -100,6 +100,13 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
 @click.option("--wait", is_flag=True, help="Wait for the lease instead of exiting 75 when it is held.")
 @click.option("--timeout", default=None, type=DURATION, help="With --wait: give up after this long (exit 75).")
 @click.option(
+    "--min-hold",
+    default=None,
+    type=DURATION,
+    help="At most one run per period: when COMMAND ends sooner, keep the lease (released) until this long "
+    "after it was taken, by the database's clock, so another host's exec exits 75 until then.",
+)
+@click.option(
     "--on-exit",
     type=click.Choice(["kill", "wait"]),
     default="kill",
@@ -148,6 +155,7 @@ def exec_(
     retry_owner: bool,
     wait: bool,
     timeout: float | None,
+    min_hold: float | None,
     on_exit: str,
     kill_after: float | None,
     allow_kill_after_beyond_ttl: bool,
@@ -168,6 +176,12 @@ def exec_(
     except ValueError:
         fail(2, f"--ttl must be between 1ms and 365 days (8760h), got {ttl:g} s")
     data = parse_data(data_json)
+    min_hold_ms = None if min_hold is None else min_hold * 1000
+    if min_hold_ms is not None:
+        try:
+            validate_min_hold_ms(min_hold_ms)
+        except ValueError:
+            fail(2, f"--min-hold must be at most 365 days (8760h), got {min_hold:g} s")
     if timeout is not None and not wait:
         fail(2, "--timeout goes with --wait")
     if retry_owner and ctx.params.get("owner") is None:
@@ -183,7 +197,19 @@ def exec_(
         )
     provider = open_provider(url, table_name, schema)
     options = _ExecOptions(
-        key, owner, claim, ttl, wait, timeout, kill_after, on_exit, command, conflict_exit_code, quiet, data
+        key,
+        owner,
+        claim,
+        ttl,
+        wait,
+        timeout,
+        kill_after,
+        on_exit,
+        command,
+        conflict_exit_code,
+        quiet,
+        data,
+        min_hold_ms,
     )
     code = run(lambda: _exec(provider, url, options))
     sys.exit(code)
@@ -203,6 +229,7 @@ class _ExecOptions:
     conflict_exit_code: int
     quiet: bool = False  # a refusal prints nothing
     data: dict[str, Any] | None = None  # --data, stored with the lease
+    min_hold_ms: float | None = None  # --min-hold, kept by the release
 
 
 _TEST_HOOK_ENV = "_SQL_LEASE_TEST_AFTER_ACQUIRE"  # private: tests pause exec between acquire and start
@@ -261,7 +288,15 @@ async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: Signals, 
             wait = False
         taken.add(opts.owner)
         held = hold(
-            provider, opts.key, opts.owner, ttl_ms, wait=wait, timeout_s=opts.timeout_s, on_lost="flag", data=opts.data
+            provider,
+            opts.key,
+            opts.owner,
+            ttl_ms,
+            wait=wait,
+            timeout_s=opts.timeout_s,
+            on_lost="flag",
+            data=opts.data,
+            min_hold_ms=opts.min_hold_ms,
         )
         if handoff is not None:  # the tenure just handed to opts.owner, not a second acquire
             held.adopting(handoff)
@@ -342,14 +377,23 @@ async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Take
             if not result.acquired:
                 raise LeaseNotAcquiredError(opts.key, result.owner, result.fence, result.expires_at)
     except LeaseNotAcquiredError as exc:
-        if exc.holder == opts.owner:
+        if exc.holder == opts.owner and not await _kept(provider, opts.key):
             raise _SameOwnerError(opts.key, exc.holder, exc.fence, exc.expires_at) from None
         raise
     taken.add(opts.owner)
     sent = asyncio.get_running_loop().time()
-    if not await provider.transfer_lease(opts.key, claim, opts.owner, ttl_ms, data=opts.data):
+    moved = await provider.transfer_lease(
+        opts.key, claim, opts.owner, ttl_ms, data=opts.data, **fence_kw(provider, result.fence)
+    )
+    if not moved:
         raise LeaseNotAcquiredError(opts.key, None)  # expired between two statements: TTL too short
     return Handoff(opts.key, opts.owner, ttl_ms, sent, result.fence)
+
+
+async def _kept(provider: Any, key: str) -> bool:
+    """Whether the lease on ``key`` is one its owner released with a minimum hold (an earlier run's)."""
+    lease = await provider.get_lease(key)
+    return bool(getattr(lease, "released", False))
 
 
 class _SameOwnerError(LeaseNotAcquiredError):

@@ -12,10 +12,11 @@ from typing import Any, NoReturn
 
 import click
 
-from ..contract import validate_fence, validate_key, validate_owner
+from ..contract import validate_fence, validate_key, validate_min_hold_ms, validate_owner
 from ..errors import LeaseNotAcquiredError
 from .exits import EX_TEMPFAIL, fail
 from .options import (
+    DURATION,
     checked_ttl_ms,
     data_option,
     json_option,
@@ -106,11 +107,27 @@ def break_(
     sys.exit(0 if broken is not None else 1)
 
 
-def _not_ours(key: str, owner: str) -> NoReturn:
+def _not_ours(key: str, owner: str, fence: int | None = None) -> NoReturn:
+    tenure = "" if fence is None else f" with fence {fence}"
     fail(
         EX_TEMPFAIL,
-        f"lease {printable(repr(key))} is not held by {printable(repr(owner))} (expired, released, or held by another)",
+        f"lease {printable(repr(key))} is not held by {printable(repr(owner))}{tenure} (expired, released, "
+        "or held by another)",
     )
+
+
+tenure_option = click.option(
+    "--fence",
+    type=int,
+    default=None,
+    help="Act only on the tenure with this fencing token (as acquire or show printed it): a later "
+    "tenure of the same owner id is left alone (exit 75).",
+)
+
+
+def _checked_fence(fence: int | None) -> None:
+    if fence is not None:
+        validated(lambda: validate_fence(fence))
 
 
 def _print_fence(lease: Any, as_json: bool, read_row: bool = False, **extra: Any) -> None:
@@ -176,21 +193,25 @@ def acquire(
 @schema_option
 @owner_required
 @ttl_option
+@tenure_option
 @json_option
-def renew(key: str, url: str, table_name: str, schema: str | None, owner: str, ttl: float, as_json: bool) -> None:
+def renew(
+    key: str, url: str, table_name: str, schema: str | None, owner: str, ttl: float, fence: int | None, as_json: bool
+) -> None:
     """Extend --owner's lease on KEY to now + --ttl; print its fence (exit 0), or exit 75 if it is
-    not that owner's (expired, released, or held by another)."""
+    not that owner's (expired, released, held by another, or with --fence another tenure)."""
     validated(lambda: (validate_key(key), validate_owner(owner)))
+    _checked_fence(fence)
     ttl_ms = checked_ttl_ms(ttl)
     provider = open_provider(url, table_name, schema)
 
     async def main() -> Any:
         async with provider:
-            return await provider.renew_lease_info(key, owner, ttl_ms)
+            return await provider.renew_lease_info(key, owner, ttl_ms, fence=fence)
 
     lease = run(main)
     if lease is None:
-        _not_ours(key, owner)
+        _not_ours(key, owner, fence)
     _print_fence(lease, as_json, renewed=True)
 
 
@@ -200,18 +221,40 @@ def renew(key: str, url: str, table_name: str, schema: str | None, owner: str, t
 @table_option
 @schema_option
 @owner_required
+@tenure_option
+@click.option(
+    "--min-hold",
+    default=None,
+    type=DURATION,
+    help="Keep the lease (released) until this long after its tenure began, by the database's clock; "
+    "free it at once if that has passed.",
+)
 @json_option
-def release(key: str, url: str, table_name: str, schema: str | None, owner: str, as_json: bool) -> None:
-    """Release --owner's lease on KEY (exit 0), or exit 75 if it is not that owner's."""
+def release(
+    key: str,
+    url: str,
+    table_name: str,
+    schema: str | None,
+    owner: str,
+    fence: int | None,
+    min_hold: float | None,
+    as_json: bool,
+) -> None:
+    """Release --owner's lease on KEY (exit 0), or exit 75 if it is not that owner's (with --fence:
+    not that tenure)."""
     validated(lambda: (validate_key(key), validate_owner(owner)))
+    _checked_fence(fence)
+    min_hold_ms = None if min_hold is None else min_hold * 1000
+    if min_hold_ms is not None:
+        validated(lambda: validate_min_hold_ms(min_hold_ms))
     provider = open_provider(url, table_name, schema)
 
     async def main() -> bool:
         async with provider:
-            return bool(await provider.release_lease(key, owner))
+            return bool(await provider.release_lease(key, owner, fence=fence, min_hold_ms=min_hold_ms))
 
     if not run(main):
-        _not_ours(key, owner)
+        _not_ours(key, owner, fence)
     if as_json:
         print_json({"released": True, "key": key, "owner": owner})
     else:
@@ -227,6 +270,7 @@ def release(key: str, url: str, table_name: str, schema: str | None, owner: str,
 @click.option("--to", "to_owner", required=True, help="The next owner.")
 @ttl_option
 @data_option
+@tenure_option
 @json_option
 def transfer(
     key: str,
@@ -237,25 +281,27 @@ def transfer(
     to_owner: str,
     ttl: float,
     data_json: str | None,
+    fence: int | None,
     as_json: bool,
 ) -> None:
     """Hand KEY from --from to --to atomically (the key is never free in between); print the new
-    fence (exit 0), or exit 75 if --from does not hold it. The next owner gets --data (none
-    without it)."""
+    fence (exit 0), or exit 75 if --from does not hold it (with --fence: that tenure). The next
+    owner gets --data (none without it)."""
     validated(lambda: (validate_key(key), validate_owner(from_owner, "--from"), validate_owner(to_owner, "--to")))
+    _checked_fence(fence)
     ttl_ms = checked_ttl_ms(ttl)
     data = parse_data(data_json)
     provider = open_provider(url, table_name, schema)
 
     async def main() -> tuple[bool, Any]:
         async with provider:
-            if not await provider.transfer_lease(key, from_owner, to_owner, ttl_ms, data=data):
+            if not await provider.transfer_lease(key, from_owner, to_owner, ttl_ms, data=data, fence=fence):
                 return False, None
             return True, await provider.get_lease(key)
 
     moved, lease = run(main)
     if not moved:
-        _not_ours(key, from_owner)
+        _not_ours(key, from_owner, fence)
     if lease is None or lease.owner != to_owner:  # released or lost in the instant since
         fail(
             EX_TEMPFAIL,

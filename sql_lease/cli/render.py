@@ -100,8 +100,8 @@ def held_for(held_ms: float | None) -> str:
 
 
 def lease_json(lease: Any, read_row: bool = True) -> dict[str, Any]:
-    """A lease for ``--json``; ``data``, ``acquired_at`` and ``held_ms`` only where the command
-    read the row (list, show, transfer)."""
+    """A lease for ``--json``; ``data``, ``acquired_at``, ``held_ms`` and ``released`` (kept by a
+    minimum hold) only where the command read the row (list, show, transfer)."""
     fields = {
         "key": lease.key,
         "owner": lease.owner,
@@ -118,6 +118,7 @@ def lease_json(lease: Any, read_row: bool = True) -> dict[str, Any]:
         "data": lease.data,
         "acquired_at": lease.acquired_at.isoformat() if lease.acquired_at is not None else None,
         "held_ms": round(held_ms, 3) if held_ms is not None else None,
+        "released": bool(getattr(lease, "released", False)),
     }
 
 
@@ -135,7 +136,10 @@ def lease_cells(lease: Any, data_width: int | None = None) -> tuple[str, ...]:
     data = data_text(lease.data)
     if data_width is not None and len(data) > data_width:
         data = data[: data_width - 1] + "…"
-    cells = printable(lease.key), printable(lease.owner), str(lease.fence), expires_in(lease.remaining_ms)
+    left = expires_in(lease.remaining_ms)
+    if getattr(lease, "released", False) and lease.remaining_ms is not None and lease.remaining_ms > 0:
+        left = f"released, kept {left}"  # by a minimum hold, until expires_at
+    cells = printable(lease.key), printable(lease.owner), str(lease.fence), left
     return (*cells, held_for(tenure_ms(lease)), expires_at, data)
 
 

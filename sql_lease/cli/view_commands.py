@@ -36,8 +36,11 @@ def status(key: str, url: str, table_name: str, schema: str | None) -> None:
     if lease is None:
         click.echo(f"{printable(key)}: free")
         sys.exit(1)
-    holder = printable(lease.owner)
-    click.echo(f"{printable(key)}: held by {holder} (fence {lease.fence}) until {lease.expires_at.isoformat()}")
+    holder, until = printable(lease.owner), lease.expires_at.isoformat()
+    if lease.released:  # by a minimum hold: nobody acquires it until then
+        click.echo(f"{printable(key)}: released by {holder} (fence {lease.fence}), kept until {until}")
+    else:
+        click.echo(f"{printable(key)}: held by {holder} (fence {lease.fence}) until {until}")
 
 
 _LIST_HELP = """List leases by key: key, owner, fence, time left and time held (both by the database's
@@ -45,9 +48,10 @@ _LIST_HELP = """List leases by key: key, owner, fence, time left and time held (
 
     A table on a terminal (rich, with `pip install 'sql-lease[cli]'`), plain aligned columns
     when piped; lease data is shown as compact JSON, cut at 60 characters. HELD FOR is blank for a
-    lease taken before migration 0003 recorded tenure starts. --json prints one JSON array of
-    objects (key, owner, fence, expires_at, remaining_ms, expired, data, acquired_at, held_ms) on
-    one line; with --watch, one such line per refresh.
+    lease taken before migration 0003 recorded tenure starts. A lease its owner released with a
+    minimum hold shows "released, kept 12.0s" until it is free. --json prints one JSON array of
+    objects (key, owner, fence, expires_at, remaining_ms, expired, data, acquired_at, held_ms,
+    released) on one line; with --watch, one such line per refresh.
     """
 
 

@@ -39,6 +39,7 @@ from .rules import (
     renewal_answer,
     renewal_method,
     shortcut,
+    takes_fence,
 )
 
 __all__ = ["HeldLease", "acquire_lease_wait", "hold"]
@@ -383,18 +384,21 @@ class _RenewalBatcher:
         loop = asyncio.get_running_loop()
         # The TTL is read now, as the per-lease path reads it at each renewal (nested holds).
         longest = _holds.longest_ttls(provider, holders)
-        items = []
+        items: list[tuple[Any, ...]] = []
         waiting: list[_BatchedRenewal] = []
+        fenced = takes_fence(provider)
         for holder in holders:
             group = groups[holder]
             if isinstance(group, list):
                 waiting.extend(group)
                 ttl_ms = max(r.lease.ttl_ms for r in group)
+                fence = max((r.lease.fence for r in group if r.lease.fence is not None), default=None)
             else:
                 waiting.append(group)
-                ttl_ms = group.lease.ttl_ms
+                ttl_ms, fence = group.lease.ttl_ms, group.lease.fence
             longer = longest.get(holder, ttl_ms)
-            items.append((holder[0], holder[1], longer if longer > ttl_ms else ttl_ms))
+            item = (holder[0], holder[1], longer if longer > ttl_ms else ttl_ms)
+            items.append((*item, fence) if fenced and fence is not None else item)
         answered_early = False
         try:
             statement = asyncio.ensure_future(provider.renew_leases(items))
@@ -538,7 +542,7 @@ def _loss_timer() -> _LossTimer:
 class HeldLease(HoldRules[LeaseProvider, OnLost]):
     """A lease held for the duration of an ``async with`` block; made by :func:`hold`, which
     takes the same arguments: ``HeldLease(provider, key, owner=None, ttl_ms=15_000, *,
-    renew_every_ms=None, wait=False, timeout_s=None, on_lost="cancel", data=None)``.
+    renew_every_ms=None, wait=False, timeout_s=None, on_lost="cancel", data=None, min_hold_ms=None)``.
 
     Attributes: ``key``, ``owner``, ``fence`` (the fencing token of this tenure), ``expires_at``
     (aware UTC, by the database's clock: the acquire's answer, then each renewal's; for providers
@@ -659,7 +663,7 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
             await self._stop_renewer()
         finally:  # also when cancelled while stopping a per-lease renewer task
             if self._leave():
-                await self._release_shielded(self._release_limit_s())
+                await self._release_shielded(self._release_limit_s(), ran=True)
         if lost_by_our_cancel:
             raise self._lost_error() from exc
         self._exit_loss(exc_type)
@@ -679,10 +683,10 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
                 # the renewer never raises on purpose; don't skip the release
                 self._log("renewing", " stopped with an unexpected error: %r", renewer.exception())
 
-    async def _release_shielded(self, limit_s: float | None) -> None:
-        """Release, finishing the one statement even if cancelled meanwhile; give up after
-        ``limit_s`` seconds (None: the provider's own timeout)."""
-        release = asyncio.ensure_future(self.provider.release_lease(self.key, self.owner))
+    async def _release_shielded(self, limit_s: float | None, *, ran: bool = False) -> None:
+        """Release (with the minimum hold once the body ``ran``), finishing the one statement even
+        if cancelled meanwhile; give up after ``limit_s`` seconds (None: the provider's own timeout)."""
+        release = asyncio.ensure_future(self.provider.release_lease(self.key, self.owner, **self._release_kw(ran=ran)))
         try:
             try:
                 await asyncio.wait({release}, timeout=limit_s)
@@ -697,7 +701,9 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
                 self._release_failed(failure)
 
     def _release_in_background(self) -> None:
-        release = asyncio.ensure_future(self.provider.release_lease(self.key, self.owner))
+        release = asyncio.ensure_future(
+            self.provider.release_lease(self.key, self.owner, **self._release_kw(ran=False))
+        )
         self._background.add(release)
         release.add_done_callback(self._background.discard)
         release.add_done_callback(_consume_result)
@@ -722,7 +728,7 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
 
     async def _renew_once(self) -> LeaseInfo | bool:
         call, with_info = renewal_method(self.provider)
-        return renewal_answer(await call(self.key, self.owner, self._call_ttl_ms), with_info)
+        return renewal_answer(await call(self.key, self.owner, self._call_ttl_ms, **self._renew_kw()), with_info)
 
     async def _renew_loop(self, first_due: float) -> None:
         """Renew this lease on its own, for a provider without ``renew_leases``; a provider with it
@@ -760,7 +766,9 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
             if window is None:
                 return False
             sent = asyncio.get_running_loop().time()
-            call = self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **data_kw(data))
+            call = self.provider.transfer_lease(
+                self.key, self.owner, next_owner, ttl, **data_kw(data), **self._renew_kw()
+            )
             answer = await _until(asyncio.ensure_future(call), window)
             if answer is NO_ANSWER:  # the deadline passed: the statement was stopped
                 raise self._transfer_unanswered(next_owner)
@@ -800,7 +808,7 @@ hold = shortcut(
     """Hold ``key`` while an ``async with`` block runs, renewing it in the background.
 
     ``hold(provider, key, owner=None, ttl_ms=15_000, *, renew_every_ms=None, wait=False,
-    timeout_s=None, on_lost="cancel", data=None)`` returns a :class:`HeldLease`::
+    timeout_s=None, on_lost="cancel", data=None, min_hold_ms=None)`` returns a :class:`HeldLease`::
 
         async with hold(provider, "thread:42", ttl_ms=15_000) as lease:
             await work(fence=lease.fence)
@@ -813,6 +821,13 @@ hold = shortcut(
             ``async with``; ``"flag"`` only sets ``lease.lost``.
         data: lease data stored at the acquire (a ``dict``, see ``LeaseProvider``); passed to the
             provider only when given, so providers without lease data serve ``hold()`` without it.
+        min_hold_ms: a minimum hold in milliseconds (ShedLock's ``lockAtLeastFor``): the release
+            on leaving the block keeps the lease, marked released, until that long after the
+            tenure began (by the provider's clock), so a job that ran 50 ms does not run again on
+            another host before then; ``TypeError`` for a provider without ``accepts_fence``.
+
+    Every renewal, transfer and release the block sends carries its tenure's fence (on providers
+    with ``accepts_fence``), so it never renews or releases a later tenure of the same owner id.
 
     Raises ``LeaseNotAcquiredError`` (naming the holder) when the key is held by another owner,
     or when the acquire answered at or after the lease's deadline (90% of the TTL

@@ -32,6 +32,7 @@ from ..contract import (
     LeaseInfo,
     encode_data,
     validate_key,
+    validate_min_hold_ms,
     validate_owner,
     validate_seconds,
     validate_ttl_ms,
@@ -88,6 +89,33 @@ def new_owner_id() -> str:
 def data_kw(data: object) -> dict[str, Any]:
     """``{"data": data}`` when lease data was given, else nothing: providers without ``data`` still serve."""
     return {} if data is None else {"data": data}
+
+
+def takes_fence(provider: Any) -> bool:
+    """Whether ``provider``'s release, renewals and transfer take ``fence`` (and release
+    ``min_hold_ms``): its class says so with ``accepts_fence = True``; third-party providers need not.
+    Looked up on the class, as ``renewal_method`` does: a wrapper that forwards attributes to such
+    a provider does not take them itself."""
+    return getattr(type(provider), "accepts_fence", False) is True
+
+
+def fence_kw(provider: Any, fence: int | None) -> dict[str, Any]:
+    """``{"fence": fence}`` for a provider that takes it and a known fence, else nothing: every
+    release, renewal and transfer of a hold acts only on its own tenure where the provider can say so."""
+    return {"fence": fence} if fence is not None and takes_fence(provider) else {}
+
+
+def validate_min_hold(provider: Any, min_hold_ms: object) -> float | None:
+    """A hold's ``min_hold_ms`` (None: none), checked; ``TypeError`` also for a provider whose
+    ``release_lease`` does not take it (the hold would end without it)."""
+    if min_hold_ms is None:
+        return None
+    checked = validate_min_hold_ms(min_hold_ms)
+    if not takes_fence(provider):
+        raise TypeError(
+            f"min_hold_ms needs a provider whose release_lease takes it; {type(provider).__name__} does not"
+        )
+    return checked
 
 
 def validate_timeout_s(timeout_s: object) -> float | None:
@@ -473,12 +501,14 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         timeout_s: float | None = None,
         on_lost: OnLostT | None = None,
         data: dict[str, Any] | None = None,
+        min_hold_ms: int | float | None = None,
     ) -> None:
-        """``ttl_ms``/``renew_every_ms`` in milliseconds, ``timeout_s`` in seconds (None: no
-        limit); ``on_lost`` None: the face's default. ``TypeError``/``ValueError`` on bad input."""
+        """``ttl_ms``/``renew_every_ms``/``min_hold_ms`` in milliseconds, ``timeout_s`` in seconds
+        (None: no limit); ``on_lost`` None: the face's default. ``TypeError``/``ValueError`` on bad input."""
         self.provider = provider
         encode_data(data)
         self.data = data
+        self.min_hold_ms = validate_min_hold(provider, min_hold_ms)
         self.key = validate_key(key)
         self.owner = validate_owner(owner) if owner is not None else new_owner_id()
         self.ttl_ms, self.renew_every_ms, self.timeout_s = validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
@@ -525,6 +555,18 @@ class HoldRules(Generic[ProviderT, OnLostT]):
     def _log(self, doing: str, what: str, *args: object, level: int = logging.ERROR) -> None:
         """Log ``doing`` the lease (renewing, releasing) and ``what`` happened."""
         log.log(level, f"{doing} lease %r held by %r (fence %s){what}", self.key, self.owner, self.fence, *args)
+
+    def _release_kw(self, *, ran: bool) -> dict[str, Any]:
+        """The keywords of this hold's release: its own tenure's fence, and, once the body ``ran``,
+        its minimum hold."""
+        given = fence_kw(self.provider, self.fence)
+        if ran and self.min_hold_ms is not None:
+            given["min_hold_ms"] = self.min_hold_ms
+        return given
+
+    def _renew_kw(self) -> dict[str, Any]:
+        """The keywords of this hold's renewals and transfers: its own tenure's fence."""
+        return fence_kw(self.provider, self.fence)
 
     def _release_failed(self, exc: BaseException) -> None:
         """A release raised: the lease expires by itself; the body's outcome is not masked."""
@@ -595,7 +637,8 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         late = -self._handoff_window(answered)
         if late >= 0:
             raise LateAcquireError(self.key, "the transfer to this owner", late)
-        if found is None or found.owner != self.owner or not getattr(found, "acquired", True):
+        taken = getattr(found, "acquired", True) and not getattr(found, "released", False)
+        if found is None or found.owner != self.owner or not taken:
             raise LeaseNotAcquiredError(
                 self.key, *((found.owner, found.fence, found.expires_at) if found is not None else (None,))
             )

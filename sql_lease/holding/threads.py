@@ -306,12 +306,15 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
             # renewal never recreates a released lease), so don't wait long for it.
             renewer.join(timeout=0.2)
         if self._leave():
-            self._release(self._release_limit_s())
+            self._release(self._release_limit_s(), ran=True)
         self._exit_loss(exc_type)
 
-    def _release(self, limit_s: float | None) -> None:
+    def _release(self, limit_s: float | None, ran: bool = False) -> None:
+        """Release (with the minimum hold once the body ``ran``) within ``limit_s`` seconds."""
         try:
-            self.provider.release_lease(self.key, self.owner, **_timeout_kw(self.provider, limit_s))
+            self.provider.release_lease(
+                self.key, self.owner, **self._release_kw(ran=ran), **_timeout_kw(self.provider, limit_s)
+            )
         except Exception as exc:
             self._release_failed(exc)
 
@@ -340,7 +343,7 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
 
     def _renew_once(self, wait_s: float) -> LeaseInfo | bool:
         call, with_info = rules.renewal_method(self.provider)
-        raw = call(self.key, self.owner, self._call_ttl_ms, **_timeout_kw(self.provider, wait_s))
+        raw = call(self.key, self.owner, self._call_ttl_ms, **self._renew_kw(), **_timeout_kw(self.provider, wait_s))
         return rules.renewal_answer(raw, with_info)
 
     def _renew_loop(self, first_due: float) -> None:
@@ -379,7 +382,7 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
             window = self._transfer_window()
             if window is None:
                 return False
-            given = {**rules.data_kw(data), **_timeout_kw(self.provider, window)}
+            given = {**rules.data_kw(data), **self._renew_kw(), **_timeout_kw(self.provider, window)}
             sent = time.monotonic()
             try:
                 moved = bool(self.provider.transfer_lease(self.key, self.owner, next_owner, ttl, **given))
@@ -399,7 +402,7 @@ hold = rules.shortcut(
     background thread.
 
     ``hold(provider, key, owner=None, ttl_ms=15_000, *, renew_every_ms=None, wait=False,
-    timeout_s=None, on_lost="raise", data=None)`` returns a :class:`SyncHeldLease`::
+    timeout_s=None, on_lost="raise", data=None, min_hold_ms=None)`` returns a :class:`SyncHeldLease`::
 
         with leases.hold("report:daily", ttl_ms=30_000) as lease:
             for chunk in chunks:
@@ -416,6 +419,10 @@ hold = rules.shortcut(
             renewal thread) when the loss is declared, then as ``"raise"``.
         data: lease data stored at the acquire (a ``dict``, see ``LeaseProvider``); passed to the
             provider only when given.
+        min_hold_ms: the release on leaving the block keeps the lease until this many
+            milliseconds after the tenure began, as with :func:`sql_lease.hold`.
+
+    Renewals, transfers and the release carry the tenure's fence, as with :func:`sql_lease.hold`.
 
     Raises ``LeaseNotAcquiredError`` (naming the holder) when another owner holds the key,
     or when the acquire answered at or after the lease's deadline (90% of the TTL

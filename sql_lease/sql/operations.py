@@ -16,6 +16,7 @@ from ..contract import (
     MAX_KEY_LENGTH,
     AcquireResult,
     LeaseInfo,
+    RenewItem,
     encode_data,
     validate_fence,
     validate_key,
@@ -23,6 +24,7 @@ from ..contract import (
     validate_owner,
     validate_renew_items,
     validate_sweep,
+    validate_tenure_options,
     validate_ttl_ms,
 )
 from . import transactional
@@ -138,7 +140,7 @@ def _guarded_acquire(
         if not s.lock_timed_out(exc):
             raise
     holder = yield Query(s.holder, (key,))
-    return s.refusal(holder) if holder is not None and holder[0] != owner else AcquireResult(False, None)
+    return s.refusal(holder) if s.refuses(holder, owner) else AcquireResult(False, None)
 
 
 LOCK_WAIT_SHARE = 0.5
@@ -168,11 +170,11 @@ def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], 
             if row is not None:
                 return s.acquire_result(row)
         holder = yield Query(s.holder, (key,))
-        if holder is not None and holder[0] != owner:
+        if s.refuses(holder, owner):
             return s.refusal(holder)
     elif s.acquire_reads_first:  # a held lease is refused without waiting for the write lock
         holder = yield Query(s.holder, (key,))
-        if holder is not None and holder[0] != owner:
+        if s.refuses(holder, owner):
             return s.refusal(holder)
     if waiting:
         unflagged = 0
@@ -191,10 +193,10 @@ def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], 
         if row is not None:
             return s.acquire_result(row)
         holder = yield Query(s.holder, (key,))
-        if holder is not None and holder[0] != owner:
+        if s.refuses(holder, owner):
             return s.refusal(holder)
     holder = yield Query(s.holder, (key,))
-    if holder is not None and holder[0] != owner:
+    if s.refuses(holder, owner):
         return s.refusal(holder)
     return AcquireResult(False, None)
 
@@ -209,29 +211,47 @@ def get_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
     return _single(Query(s.holder, (key,)), lambda row: s.held(key, row))
 
 
-def release(s: LeaseStatements, key: str, owner: str) -> Plan[bool]:
+def release(s: LeaseStatements, key: str, owner: str, fence: object = None, min_hold_ms: object = None) -> Plan[bool]:
+    """Release ``owner``'s lease (of tenure ``fence`` if given); with ``min_hold_ms``, keep it,
+    marked released, until that long after its tenure began (``release_keeping``), freeing it at
+    once (``release``) if that moment has passed. True iff the owner's unexpired lease was released."""
     key, owner = validate_key(key), validate_owner(owner)
+    checked_fence, min_hold = validate_tenure_options(fence, min_hold_ms)
+    params = (key, owner, checked_fence, None if min_hold is None else s.ttl_param(min_hold))
     if s.transactional:
-        return transactional.release(s, key, owner)
-    return _single(Query(s.release, (key, owner)), lambda row: bool(row[0]), missing=False)
+        return transactional.release(s, params)
+    return _release(s, params)
 
 
-def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object) -> Plan[LeaseInfo | None]:
+def _release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
+    # Kept, or else deleted: the delete refuses a row still to be kept, so a tenure that began
+    # between the two statements is left alone (docs/statements.md, "A minimum hold").
+    if params[3] is not None:
+        kept = yield Query(s.release_keeping, params)
+        if kept is not None:
+            return True
+    row = yield Query(s.release, params)
+    return False if row is None else bool(row[0])
+
+
+def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object, fence: object = None) -> Plan[LeaseInfo | None]:
     key, owner = validate_key(key), validate_owner(owner)
-    params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)))
+    checked_fence = validate_tenure_options(fence)[0]
+    params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), checked_fence)
     if s.transactional:
         return transactional.renew(s, *params)
     return _single(Query(s.renew, params), lambda row: s.lease_info(key, row))
 
 
 def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
-    """Renew every ``(key, owner, ttl_ms)`` of ``items`` (keys distinct), ``RENEW_BATCH_SIZE`` per
-    statement; the renewed leases by key. A key absent from the result was refused (not that
-    owner's unexpired lease). An empty ``items`` sends nothing."""
+    """Renew every ``(key, owner, ttl_ms)`` or ``(key, owner, ttl_ms, fence)`` of ``items`` (keys
+    distinct), ``RENEW_BATCH_SIZE`` per statement; the renewed leases by key. A key absent from the
+    result was refused (not that owner's unexpired lease of that fence). An empty ``items`` sends
+    nothing."""
     return renew_checked(s, validate_renew_items(items))
 
 
-def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
+def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, LeaseInfo]]:
     """``renew_many`` for items :func:`validate_renew_items` returned (not checked again)."""
     if s.transactional:
         return (yield from transactional.renew_checked(s, items))
@@ -245,11 +265,22 @@ def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Pl
 
 
 def transfer(
-    s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl_ms: object, data: object = None
+    s: LeaseStatements,
+    key: str,
+    from_owner: str,
+    to_owner: str,
+    ttl_ms: object,
+    data: object = None,
+    fence: object = None,
 ) -> Plan[bool]:
     key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
     to_owner = validate_owner(to_owner, "to_owner")
-    params = (key, from_owner, to_owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data))
+    ttl, text, checked_fence = (
+        s.ttl_param(validate_ttl_ms(ttl_ms)),
+        encode_data(data),
+        validate_tenure_options(fence)[0],
+    )
+    params = (key, from_owner, to_owner, ttl, text, checked_fence)
     if s.transactional:
         return transactional.transfer(s, *params)
     return _single(Query(s.transfer, params), lambda row: True, missing=False)

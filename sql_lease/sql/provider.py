@@ -485,6 +485,9 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     acquire_accepts_timeout_s = True
     """``acquire_lease`` takes a keyword ``timeout_s`` (the waiting acquire passes its time left)."""
+    accepts_fence = True
+    """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, ``renew_leases``
+    items a fourth, and ``release_lease`` ``min_hold_ms`` (``hold()`` passes them)."""
 
     async def acquire_lease(
         self,
@@ -529,21 +532,35 @@ class SqlLeaseProvider(LeaseProviderBase):
         """The unexpired lease on ``key`` (owner, fence, expiry, remaining TTL, data), or None."""
         return await self._run("read", key, lambda: operations.get_lease(self.statements, key))
 
-    async def release_lease(self, key: str, owner: str) -> bool:
-        return await self._run("release", key, lambda: operations.release(self.statements, key, owner))
+    async def release_lease(
+        self, key: str, owner: str, *, fence: int | None = None, min_hold_ms: int | float | None = None
+    ) -> bool:
+        """Release ``key`` if ``owner`` holds it unexpired; True iff it did (rule 6). ``fence``: only
+        the tenure with that fencing token (else False, nothing changes). ``min_hold_ms``: keep the
+        lease, held by ``owner`` and marked released, until that many milliseconds after its tenure
+        began (``acquired_at``, by the database's clock; from now for a tenure without one), or free it
+        at once if that moment has passed. ``TypeError``/``ValueError`` for bad input before any SQL."""
+        s = self.statements
+        return await self._run("release", key, lambda: operations.release(s, key, owner, fence, min_hold_ms))
 
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool:
-        return await self.renew_lease_info(key, owner, ttl_ms) is not None
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None) -> bool:
+        """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds (rule 7); with ``fence``,
+        only the tenure with that fencing token. A released lease (kept by ``min_hold_ms``) is refused."""
+        return await self.renew_lease_info(key, owner, ttl_ms, fence=fence) is not None
 
-    async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
+    async def renew_lease_info(
+        self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None
+    ) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease with the database's new ``expires_at``, or
-        None if ``owner`` does not hold an unexpired lease on ``key``."""
-        return await self._run("renew", key, lambda: operations.renew(self.statements, key, owner, ttl_ms))
+        None if ``owner`` does not hold an unexpired lease on ``key`` (of tenure ``fence``, if given)."""
+        s = self.statements
+        return await self._run("renew", key, lambda: operations.renew(s, key, owner, ttl_ms, fence))
 
-    async def renew_leases(self, items: Sequence[tuple[str, str, float]]) -> dict[str, LeaseInfo]:
-        """Renew many leases at once: each ``(key, owner, ttl_ms)`` as ``renew_lease_info`` would
-        (keys distinct), in one statement per 1000 items; the renewed leases by key. A key missing
-        from the result was refused (expired, or not ``owner``'s). ``hold()`` renews through it, so
+    async def renew_leases(self, items: Sequence[tuple[Any, ...]]) -> dict[str, LeaseInfo]:
+        """Renew many leases at once: each ``(key, owner, ttl_ms)`` or ``(key, owner, ttl_ms, fence)``
+        as ``renew_lease_info`` would (keys distinct), in one statement per 1000 items; the renewed
+        leases by key. A key missing from the result was refused (expired, not ``owner``'s, or
+        another tenure than ``fence``). ``hold()`` renews through it, so
         a process holding thousands of leases sends a few statements per renewal interval.
         ``TypeError``/``ValueError`` for bad items before any SQL; an empty batch sends nothing."""
         checked = operations.validate_renew_items(items)
@@ -554,12 +571,22 @@ class SqlLeaseProvider(LeaseProviderBase):
         return await self._run("renew", None, lambda: operations.renew_checked(self.statements, checked))
 
     async def transfer_lease(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+        self,
+        key: str,
+        from_owner: str,
+        to_owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        fence: int | None = None,
     ) -> bool:
         """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8),
-        with lease ``data`` (None: none for a new owner; ``to_owner == from_owner`` keeps it)."""
+        with lease ``data`` (None: none for a new owner; ``to_owner == from_owner`` keeps it); with
+        ``fence``, only the tenure with that fencing token (else False, nothing changes)."""
         s = self.statements
-        return await self._run("transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms, data))
+        return await self._run(
+            "transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms, data, fence)
+        )
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
         """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago.

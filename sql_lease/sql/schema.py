@@ -12,6 +12,8 @@ One row per held (or expired, not yet swept) lease::
     data        json          null       lease data, a JSON object (migration 0003; SQLite: text)
     acquired_at as expires_at null       start of the tenure by the database's clock (migration
                                          0003); NULL on rows written before it
+    released    boolean       not null   released with a minimum hold and kept until expires_at
+                                         (migration 0004)
 
 Fences come from one counter per table, so they increase across keys, releases, sweeps and
 restarts: on PostgreSQL the sequence ``<table>_fence_seq``; on SQLite the one-row table
@@ -186,6 +188,7 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
         Column("has_waiters", Boolean, nullable=False, server_default=false()),
         Column("data", data_type, nullable=True),
         Column("acquired_at", expires_at_type, nullable=True),
+        Column("released", Boolean, nullable=False, server_default=false()),
         Index(names.expires_at_index, "expires_at"),
         sqlite_with_rowid=False,
     )

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy.engine.interfaces import Dialect
 
-from ..contract import AcquireResult, LeaseInfo, decode_data
+from ..contract import AcquireResult, LeaseInfo, RenewItem, decode_data
 from .dialects import dialect_module
 from .dialects import mysql as mysql_texts
 from .dialects import postgresql as postgresql_texts
@@ -67,6 +67,7 @@ class LeaseStatements:
     list_all: str = ""
     break_lease: str = ""
     renew_many: str = ""
+    release_keeping: str = ""
     acquire_reads_first: bool = False
     """Run ``holder`` before ``acquire`` and refuse on its answer (SQLite: a read is never blocked by
     a caller's transaction holding the write lock, the write would wait for it)."""
@@ -81,12 +82,26 @@ class LeaseStatements:
     provider's own connections, whose lock waits the executor bounds: one statement when nothing
     contends)."""
 
-    def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
-        """The parameters of ``renew_many`` for ``(key, owner, ttl_ms)`` items (TTLs as milliseconds)."""
+    def renew_many_params(self, items: Sequence[RenewItem]) -> tuple[Any, ...]:
+        """The parameters of ``renew_many`` for ``(key, owner, ttl_ms, fence | None)`` items (TTLs as
+        milliseconds)."""
         return (
-            [key for key, _, _ in items],
-            [owner for _, owner, _ in items],
-            [float(self.ttl_param(ttl)) for _, _, ttl in items],
+            [item[0] for item in items],
+            [item[1] for item in items],
+            [float(self.ttl_param(item[2])) for item in items],
+            [item[3] for item in items],
+        )
+
+    def json_renew_items(self, items: Sequence[RenewItem]) -> tuple[Any, ...]:
+        """``renew_many``'s one parameter where it is a JSON array: ``[key, owner, ttl]``, or
+        ``[key, owner, ttl, fence]`` for an item with a fence (SQLite, MySQL)."""
+        return (
+            json.dumps(
+                [
+                    [key, owner, self.ttl_param(ttl)] if fence is None else [key, owner, self.ttl_param(ttl), fence]
+                    for key, owner, ttl, fence in items
+                ]
+            ),
         )
 
     def ttl_param(self, ttl_ms: float) -> Any:
@@ -133,16 +148,24 @@ class LeaseStatements:
         return decode_data(value)
 
     def held(self, key: str, row: Sequence[Any]) -> LeaseInfo:
-        """``(owner, fence, expires_at, remaining_ms, data, acquired_at)`` from holder."""
+        """``(owner, fence, expires_at, remaining_ms, data, acquired_at, released)`` from holder."""
         expires_at, acquired_at = self.to_datetime(row[2]), self.acquired_at(row[5])
-        return LeaseInfo(key, row[0], row[1], expires_at, float(row[3]), self.lease_data(row[4]), acquired_at)
+        data = self.lease_data(row[4])
+        return LeaseInfo(key, row[0], row[1], expires_at, float(row[3]), data, acquired_at, bool(row[6]))
+
+    @staticmethod
+    def refuses(holder: Sequence[Any] | None, owner: str) -> bool:
+        """Whether the ``holder`` row (None: no unexpired lease) refuses ``owner``'s acquire: another
+        owner's lease, or ``owner``'s own released one, kept for its minimum hold."""
+        return holder is not None and (holder[0] != owner or bool(holder[6]))
 
     def swept_count(self, rows: list[Any]) -> int:
         """How many rows ``sweep`` removed, from the rows it returned."""
         return len(rows)
 
     def listed(self, row: Sequence[Any]) -> LeaseInfo:
-        """``(key, owner, fence, expires_at, remaining_ms, data, acquired_at)`` from list_leases and list_all."""
+        """``(key, owner, fence, expires_at, remaining_ms, data, acquired_at, released)`` from list_leases and
+        list_all."""
         return self.held(row[0], row[1:])
 
 
@@ -160,6 +183,7 @@ _LEASE_FIELDS = (
     "list_all",
     "break_lease",
     "renew_many",
+    "release_keeping",
 )
 
 
@@ -265,8 +289,8 @@ class SqliteStatements(LeaseStatements):
 
         return sqlite_busy(exc)  # past the busy timeout: the statement's own transaction wrote nothing
 
-    def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
-        return (json.dumps([[key, owner, self.ttl_param(ttl)] for key, owner, ttl in items]),)
+    def renew_many_params(self, items: Sequence[RenewItem]) -> tuple[Any, ...]:
+        return self.json_renew_items(items)
 
     def to_datetime(self, value: Any) -> datetime:
         return datetime.fromtimestamp(value / 1000.0, tz=UTC)
@@ -297,8 +321,8 @@ class MysqlStatements(LeaseStatements):
     def ttl_param(self, ttl_ms: float) -> int:
         return math.ceil(ttl_ms * 1000)
 
-    def renew_many_params(self, items: Sequence[tuple[str, str, float]]) -> tuple[Any, ...]:
-        return (json.dumps([[key, owner, self.ttl_param(ttl)] for key, owner, ttl in items]),)
+    def renew_many_params(self, items: Sequence[RenewItem]) -> tuple[Any, ...]:
+        return self.json_renew_items(items)
 
     def to_datetime(self, value: Any) -> datetime:
         return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]

@@ -98,6 +98,10 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     ``with SyncSqlLeaseProvider(url) as leases:`` or call :meth:`close`.
     """
 
+    accepts_fence = True
+    """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, and ``release_lease``
+    ``min_hold_ms`` (``hold()`` passes them)."""
+
     def __init__(
         self,
         url_or_engine: str | URL | Engine,
@@ -337,20 +341,46 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms, data), or None."""
         return self._run("read", key, lambda: operations.get_lease(self.statements, key), timeout_s)
 
-    def release_lease(self, key: str, owner: str, *, timeout_s: float | None = None) -> bool:
-        """Release ``key`` if ``owner`` holds it unexpired; True iff it did (rule 6)."""
-        return self._run("release", key, lambda: operations.release(self.statements, key, owner), timeout_s)
+    def release_lease(
+        self,
+        key: str,
+        owner: str,
+        *,
+        fence: int | None = None,
+        min_hold_ms: int | float | None = None,
+        timeout_s: float | None = None,
+    ) -> bool:
+        """Release ``key`` if ``owner`` holds it unexpired; True iff it did (rule 6). ``fence`` and
+        ``min_hold_ms`` as :meth:`SqlLeaseProvider.release_lease`."""
+        s = self.statements
+        return self._run("release", key, lambda: operations.release(s, key, owner, fence, min_hold_ms), timeout_s)
 
-    def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None) -> bool:
-        """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds (rule 7)."""
-        return self.renew_lease_info(key, owner, ttl_ms, timeout_s=timeout_s) is not None
+    def renew_lease(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        fence: int | None = None,
+        timeout_s: float | None = None,
+    ) -> bool:
+        """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds (rule 7); with ``fence``,
+        only the tenure with that fencing token."""
+        return self.renew_lease_info(key, owner, ttl_ms, fence=fence, timeout_s=timeout_s) is not None
 
     def renew_lease_info(
-        self, key: str, owner: str, ttl_ms: int | float, *, timeout_s: float | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        fence: int | None = None,
+        timeout_s: float | None = None,
     ) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease with the database's new ``expires_at``, or
-        None if ``owner`` does not hold an unexpired lease on ``key``."""
-        return self._run("renew", key, lambda: operations.renew(self.statements, key, owner, ttl_ms), timeout_s)
+        None if ``owner`` does not hold an unexpired lease on ``key`` (of tenure ``fence``, if given)."""
+        s = self.statements
+        return self._run("renew", key, lambda: operations.renew(s, key, owner, ttl_ms, fence), timeout_s)
 
     def transfer_lease(
         self,
@@ -360,13 +390,14 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         ttl_ms: int | float,
         *,
         data: dict[str, Any] | None = None,
+        fence: int | None = None,
         timeout_s: float | None = None,
     ) -> bool:
         """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8),
-        with lease ``data`` as :meth:`SqlLeaseProvider.transfer_lease`."""
+        with lease ``data`` and ``fence`` as :meth:`SqlLeaseProvider.transfer_lease`."""
         s = self.statements
         return self._run(
-            "transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms, data), timeout_s
+            "transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms, data, fence), timeout_s
         )
 
     def sweep_expired(

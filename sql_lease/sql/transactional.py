@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..contract import AcquireResult, LeaseInfo
+from ..contract import AcquireResult, LeaseInfo, RenewItem
 from .plans import RENEW_BATCH_SIZE, Plan, Query
 from .statements import LeaseStatements
 
@@ -58,7 +58,7 @@ def _acquire_locked(
 ) -> Plan[AcquireResult]:
     steps = s.steps
     row = yield Query(steps[lock], (key,))
-    if row is not None and row[6] and row[0] != owner:
+    if row is not None and row[6] and (row[0] != owner or row[7]):  # another's, or released and kept
         return s.refusal(row)
     if row is not None and row[6]:  # the owner's own unexpired lease: the tenure goes on
         yield Query(steps["extend"], (key, ttl, data))
@@ -81,7 +81,7 @@ def acquire(
     guarding an expired lease) for the session's lock wait timeout if ``lock_wait_ms`` (the call's
     share of its time limit) allows it, else not at all (``NOWAIT``), then answers "not acquired"."""
     holder = yield Query(s.holder, (key,))
-    if holder is not None and holder[0] != owner:
+    if s.refuses(holder, owner):
         return s.refusal(holder)
     waits = s.lock_wait_ms is not None and (lock_wait_ms is None or lock_wait_ms >= s.lock_wait_ms)
     lock = "lock_row" if waits else "lock_row_nowait"
@@ -91,31 +91,36 @@ def acquire(
         if not s.lock_timed_out(exc):
             raise
     holder = yield Query(s.holder, (key,))
-    return s.refusal(holder) if holder is not None and holder[0] != owner else AcquireResult(False, None)
+    return s.refusal(holder) if s.refuses(holder, owner) else AcquireResult(False, None)
 
 
-def release(s: LeaseStatements, key: str, owner: str) -> Plan[bool]:
-    """Delete ``owner``'s lease; True if it was unexpired (an expired one is deleted too)."""
-    (count,) = yield Query(s.release, (key, owner))
+def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
+    """Release as ``params`` (key, owner, fence, min_hold) say: kept (``release_keeping``) or
+    deleted; True if it was the owner's unexpired lease (an expired one is deleted too)."""
+    if params[3] is not None:
+        (kept,) = yield Query(s.release_keeping, params)
+        if kept:
+            return True
+    (count,) = yield Query(s.release, params)
     if count:
         return True
-    yield Query(s.steps["release_expired"], (key, owner))
+    yield Query(s.steps["release_expired"], params[:3])
     return False
 
 
-def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any) -> Plan[LeaseInfo | None]:
-    (count,) = yield Query(s.renew, (key, owner, ttl))
+def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
+    (count,) = yield Query(s.renew, (key, owner, ttl, fence))
     if not count:
         return None
     row = yield Query(s.steps["granted"], (key,))
     return s.lease_info(key, row)
 
 
-def renew(s: LeaseStatements, key: str, owner: str, ttl: Any) -> Plan[LeaseInfo | None]:
-    return (yield from _transaction(s, lambda: _renewed(s, key, owner, ttl)))
+def renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
+    return (yield from _transaction(s, lambda: _renewed(s, key, owner, ttl, fence)))
 
 
-def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
+def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, LeaseInfo]]:
     """Renew the items, ``RENEW_BATCH_SIZE`` per transaction (one ``UPDATE`` joined to the items
     as JSON, then the renewed rows read back); the renewed leases by key."""
 
@@ -131,10 +136,12 @@ def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Pl
     return renewed
 
 
-def transfer(s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl: Any, data: str | None) -> Plan[bool]:
+def transfer(
+    s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl: Any, data: str | None, fence: int | None
+) -> Plan[bool]:
     def body() -> Plan[bool]:
         row = yield Query(s.steps["lock_row"], (key,))
-        if row is None or not row[6] or row[0] != from_owner:
+        if row is None or not row[6] or row[0] != from_owner or row[7] or fence not in (None, row[1]):
             return False
         if to_owner == from_owner:
             yield Query(s.steps["extend"], (key, ttl, data))

@@ -25,6 +25,7 @@ STATEMENT_NAMES = (
     "list_all",
     "notify_channel",
     "release",
+    "release_keeping",
     "renew",
     "renew_many",
     "transfer",

@@ -44,10 +44,10 @@ ROLLBACK = "ROLLBACK"
 
 # -- reads ----------------------------------------------------------------------------------------
 
-# holder ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at) of the unexpired lease
+# holder ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of the unexpired lease
 HOLDER = """
 SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
-       acquired_at FROM {table}
+       acquired_at, released FROM {table}
  WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)"""
 
 # owner ($1 key) -> (owner,) of the unexpired lease
@@ -55,10 +55,10 @@ OWNER = """
 SELECT owner FROM {table} WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)"""
 
 # list_leases ($1 prefix, $2 include_expired, $3 limit, $4 upper bound of the prefix)
-#   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at) by key (byte order)
+#   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at, released) by key (byte order)
 LIST_LEASES = """
 SELECT `key`, owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
-       acquired_at FROM {table}
+       acquired_at, released FROM {table}
  WHERE `key` >= $1 AND `key` < $4 AND ($2 OR expires_at > UTC_TIMESTAMP(6))
  ORDER BY `key`
  LIMIT $3"""
@@ -66,25 +66,25 @@ SELECT `key`, owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP
 # list_all ($1 include_expired, $2 limit) -> rows as LIST_LEASES, every key
 LIST_ALL = """
 SELECT `key`, owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
-       acquired_at FROM {table}
+       acquired_at, released FROM {table}
  WHERE $1 OR expires_at > UTC_TIMESTAMP(6)
  ORDER BY `key`
  LIMIT $2"""
 
 # -- the steps of a transaction -------------------------------------------------------------------
 
-# lock_row ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live) locked for
+# lock_row ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released) locked for
 #   update until the transaction ends; no row if the key has none
 LOCK_ROW = """
 SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
-       acquired_at, expires_at > UTC_TIMESTAMP(6) FROM {table}
+       acquired_at, expires_at > UTC_TIMESTAMP(6), released FROM {table}
  WHERE `key` = $1 FOR UPDATE"""
 
 # lock_row_nowait ($1 key) -> as LOCK_ROW; fails at once (1205 on MariaDB, 3572 on MySQL) if another
 #   transaction locks the row: for a call whose time limit is shorter than the lock wait timeout
 LOCK_ROW_NOWAIT = """
 SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
-       acquired_at, expires_at > UTC_TIMESTAMP(6) FROM {table}
+       acquired_at, expires_at > UTC_TIMESTAMP(6), released FROM {table}
  WHERE `key` = $1 FOR UPDATE NOWAIT"""
 
 # next_fence () -> nothing; a fence drawn from the AUTO_INCREMENT of the fence table (no lock held
@@ -106,7 +106,7 @@ UPDATE {table} SET fence = LAST_INSERT_ID() WHERE `key` = $1"""
 TAKE_OVER = """
 UPDATE {table}
    SET owner = $2, fence = LAST_INSERT_ID(), expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND,
-       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE
+       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE, released = FALSE
  WHERE `key` = $1"""
 
 # extend ($1 key, $2 ttl_us, $3 data | NULL: keep) -> nothing; a locked row's tenure goes on
@@ -115,20 +115,22 @@ UPDATE {table}
    SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $2 MICROSECOND, data = COALESCE($3, data)
  WHERE `key` = $1"""
 
-# renew ($1 key, $2 owner, $3 ttl_us) -> row count: 1 if owner's unexpired lease was renewed
+# renew ($1 key, $2 owner, $3 ttl_us, $4 fence | NULL: any) -> row count: 1 if owner's unexpired lease was renewed
 RENEW = """
 UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
- WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6)"""
+ WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6) AND NOT released AND ($4 IS NULL OR fence = $4)"""
 
-# renew_many ($1 JSON array of [key, owner, ttl_us]) -> row count: the owners' unexpired leases renewed
+# renew_many ($1 JSON array of [key, owner, ttl_us] or [key, owner, ttl_us, fence]) -> row count: the owners'
+#   unexpired leases (of that fence, if given) renewed
 RENEW_MANY = """
 UPDATE {table} AS held
   JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[0]',
                                       o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
-                                      ttl BIGINT PATH '$[2]')) AS r
+                                      ttl BIGINT PATH '$[2]',
+                                      f BIGINT PATH '$[3]')) AS r
     ON held.`key` = r.k AND held.owner = r.o
    SET held.expires_at = UTC_TIMESTAMP(6) + INTERVAL r.ttl MICROSECOND
- WHERE held.expires_at > UTC_TIMESTAMP(6)"""
+ WHERE held.expires_at > UTC_TIMESTAMP(6) AND NOT held.released AND (r.f IS NULL OR held.fence = r.f)"""
 
 # renewed_many ($1 JSON array as RENEW_MANY) -> rows (key, owner, fence, expires_at, remaining_ms) of
 #   the owners' unexpired leases, read back inside the transaction
@@ -137,9 +139,10 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
   FROM {table} AS held
   JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[0]',
-                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]')) AS r
+                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
+                                      f BIGINT PATH '$[3]')) AS r
     ON held.`key` = r.k AND held.owner = r.o
- WHERE held.expires_at > UTC_TIMESTAMP(6)"""
+ WHERE held.expires_at > UTC_TIMESTAMP(6) AND NOT held.released AND (r.f IS NULL OR held.fence = r.f)"""
 
 # granted ($1 key) -> (owner, fence, expires_at, remaining_ms) read back inside the transaction
 GRANTED = """
@@ -152,13 +155,25 @@ DELETE FROM {table} WHERE `key` = $1"""
 
 # -- single statements ----------------------------------------------------------------------------
 
-# release ($1 key, $2 owner) -> row count: 1 if owner's unexpired lease was deleted
+# release ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_us | NULL) -> row count: 1 if owner's unexpired
+#   lease was deleted: unless released already or (with $4) still to be kept (RELEASE_KEEPING)
 RELEASE = """
-DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6)"""
+DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $3) AND NOT released
+   AND expires_at > UTC_TIMESTAMP(6)
+   AND ($4 IS NULL OR COALESCE(acquired_at, UTC_TIMESTAMP(6)) + INTERVAL $4 MICROSECOND <= UTC_TIMESTAMP(6))"""
 
-# release_expired ($1 key, $2 owner) -> row count: owner's expired row deleted (the release reports False)
+# release with a minimum hold ($1 key, $2 owner, $3 fence | NULL, $4 min_hold_us) -> row count: 1 if owner's
+#   unexpired tenure began less than min_hold ago: kept, marked released, until then
+RELEASE_KEEPING = """
+UPDATE {table} SET released = TRUE, expires_at = COALESCE(acquired_at, UTC_TIMESTAMP(6)) + INTERVAL $4 MICROSECOND
+ WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $3) AND NOT released
+   AND expires_at > UTC_TIMESTAMP(6)
+   AND COALESCE(acquired_at, UTC_TIMESTAMP(6)) + INTERVAL $4 MICROSECOND > UTC_TIMESTAMP(6)"""
+
+# release_expired ($1 key, $2 owner, $3 fence | NULL: any) -> row count: owner's expired row deleted (the release
+#   reports False)
 RELEASE_EXPIRED = """
-DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND expires_at <= UTC_TIMESTAMP(6)"""
+DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $3) AND expires_at <= UTC_TIMESTAMP(6)"""
 
 # prune_fences () -> row count: the fence table's rows but the newest deleted (the newest keeps
 #   the AUTO_INCREMENT above every fence handed out, across restarts)
@@ -176,7 +191,7 @@ DELETE FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECO
 #   row keeps a shared lock until the caller's transaction ends (every change of it waits)
 CHECK_HELD = """
 SELECT fence FROM {table}
- WHERE `key` = :key AND owner = :owner AND fence = :fence AND expires_at > UTC_TIMESTAMP(6)
+ WHERE `key` = :key AND owner = :owner AND fence = :fence AND expires_at > UTC_TIMESTAMP(6) AND NOT released
  LOCK IN SHARE MODE"""
 
 # accept_fence (:resource, :fence) -> nothing; the resource's row locked, its fence raised to :fence
@@ -223,6 +238,7 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "list_all": LIST_ALL,
         "notify_channel": None,  # no LISTEN on MySQL: waiters poll
         "release": RELEASE,
+        "release_keeping": RELEASE_KEEPING,
         "renew": RENEW,
         "renew_many": RENEW_MANY,
         "transfer": LOCK_ROW,

@@ -47,7 +47,7 @@ ACQUIRE = """
 WITH busy AS (
     SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
            has_waiters FROM {table}
-     WHERE key = $1 AND expires_at + interval '0' > now() AND owner <> $2
+     WHERE key = $1 AND expires_at + interval '0' > now() AND (owner <> $2 OR released)
 ), bounded AS (
     SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
 ), serialised AS (
@@ -68,8 +68,9 @@ WITH busy AS (
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                               THEN held.acquired_at ELSE clock_timestamp() END,
-           has_waiters = held.has_waiters AND held.owner = excluded.owner
-     WHERE held.owner = excluded.owner OR held.expires_at <= clock_timestamp()
+           has_waiters = held.has_waiters AND held.owner = excluded.owner,
+           released = false
+     WHERE (held.owner = excluded.owner AND NOT held.released) OR held.expires_at <= clock_timestamp()
     RETURNING held.owner, held.fence, held.expires_at
 )
 SELECT true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8
@@ -82,7 +83,7 @@ ACQUIRE_PINNED = """
 WITH busy AS (
     SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
            has_waiters FROM {table}
-     WHERE key = $1 AND expires_at + interval '0' > now() AND owner <> $2
+     WHERE key = $1 AND expires_at + interval '0' > now() AND (owner <> $2 OR released)
 ), bounded AS (
     SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
 ), serialised AS (
@@ -105,8 +106,9 @@ WITH busy AS (
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                               THEN held.acquired_at ELSE clock_timestamp() END,
-           has_waiters = held.has_waiters AND held.owner = excluded.owner
-     WHERE held.owner = excluded.owner OR held.expires_at <= clock_timestamp()
+           has_waiters = held.has_waiters AND held.owner = excluded.owner,
+           released = false
+     WHERE (held.owner = excluded.owner AND NOT held.released) OR held.expires_at <= clock_timestamp()
     RETURNING held.owner, held.fence, held.expires_at
 )
 SELECT true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8
@@ -120,7 +122,7 @@ ACQUIRE_WAITING = """
 WITH busy AS (
     SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
            has_waiters FROM {table}
-     WHERE key = $1 AND expires_at + interval '0' > now() AND owner <> $2
+     WHERE key = $1 AND expires_at + interval '0' > now() AND (owner <> $2 OR released)
 ), bounded AS (
     SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
 ), serialised AS (
@@ -141,8 +143,9 @@ WITH busy AS (
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                               THEN held.acquired_at ELSE clock_timestamp() END,
-           has_waiters = held.has_waiters AND held.owner = excluded.owner
-     WHERE held.owner = excluded.owner OR held.expires_at <= clock_timestamp()
+           has_waiters = held.has_waiters AND held.owner = excluded.owner,
+           released = false
+     WHERE (held.owner = excluded.owner AND NOT held.released) OR held.expires_at <= clock_timestamp()
     RETURNING held.owner, held.fence, held.expires_at
 ), flag AS (
     SELECT key FROM {table}
@@ -151,13 +154,13 @@ WITH busy AS (
 ), waiting AS (
     UPDATE {table} AS l SET has_waiters = true FROM flag
      WHERE l.key = flag.key
-    RETURNING l.owner, l.fence, l.expires_at
+    RETURNING l.owner, l.fence, l.expires_at, l.released
 )
 SELECT true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8, true
   FROM attempt
 UNION ALL
 SELECT false, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8, true
-  FROM waiting WHERE expires_at > clock_timestamp() AND owner <> $2
+  FROM waiting WHERE expires_at > clock_timestamp() AND (owner <> $2 OR released)
 UNION ALL
 SELECT false, owner, fence, expires_at, remaining, has_waiters FROM busy WHERE NOT EXISTS (SELECT FROM waiting)"""
 
@@ -166,7 +169,7 @@ ACQUIRE_WAITING_PINNED = """
 WITH busy AS (
     SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
            has_waiters FROM {table}
-     WHERE key = $1 AND expires_at + interval '0' > now() AND owner <> $2
+     WHERE key = $1 AND expires_at + interval '0' > now() AND (owner <> $2 OR released)
 ), bounded AS (
     SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
 ), serialised AS (
@@ -189,8 +192,9 @@ WITH busy AS (
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                               THEN held.acquired_at ELSE clock_timestamp() END,
-           has_waiters = held.has_waiters AND held.owner = excluded.owner
-     WHERE held.owner = excluded.owner OR held.expires_at <= clock_timestamp()
+           has_waiters = held.has_waiters AND held.owner = excluded.owner,
+           released = false
+     WHERE (held.owner = excluded.owner AND NOT held.released) OR held.expires_at <= clock_timestamp()
     RETURNING held.owner, held.fence, held.expires_at
 ), flag AS (
     SELECT key FROM {table}
@@ -199,31 +203,32 @@ WITH busy AS (
 ), waiting AS (
     UPDATE {table} AS l SET has_waiters = true FROM flag
      WHERE l.key = flag.key
-    RETURNING l.owner, l.fence, l.expires_at
+    RETURNING l.owner, l.fence, l.expires_at, l.released
 )
 SELECT true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8, true
   FROM attempt
 UNION ALL
 SELECT false, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8, true
-  FROM waiting WHERE expires_at > clock_timestamp() AND owner <> $2
+  FROM waiting WHERE expires_at > clock_timestamp() AND (owner <> $2 OR released)
 UNION ALL
 SELECT false, owner, fence, expires_at, remaining, has_waiters FROM busy WHERE NOT EXISTS (SELECT FROM waiting)"""
 
 # -- reads ----------------------------------------------------------------------------------------
 
-# holder ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at) of the unexpired lease
+# holder ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of the unexpired lease
 HOLDER = """
-SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text, acquired_at
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text, acquired_at,
+       released
   FROM {table} WHERE key = $1 AND expires_at + interval '0' > now()"""
 
 # owner ($1 key) -> (owner,) of the unexpired lease
 OWNER = "SELECT owner FROM {table} WHERE key = $1 AND expires_at + interval '0' > now()"
 
 # list_leases ($1 prefix, $2 include_expired, $3 limit, $4 upper bound of the prefix)
-#   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at) by key
+#   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at, released) by key
 LIST_LEASES = """
 SELECT key, owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text,
-       acquired_at FROM {table}
+       acquired_at, released FROM {table}
  WHERE key COLLATE "C" >= $1::varchar AND key COLLATE "C" < $4::varchar
    AND ($2::boolean OR expires_at + interval '0' > now())
  ORDER BY key
@@ -232,7 +237,7 @@ SELECT key, owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 
 # list_all ($1 include_expired, $2 limit) -> rows as LIST_LEASES, every key
 LIST_ALL = """
 SELECT key, owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text,
-       acquired_at FROM {table}
+       acquired_at, released FROM {table}
  WHERE $1::boolean OR expires_at + interval '0' > now()
  ORDER BY key
  LIMIT $2"""
@@ -242,42 +247,72 @@ NOTIFY_CHANNEL = "SELECT 'sql_lease_' || {table_literal}::regclass::oid"
 
 # -- release --------------------------------------------------------------------------------------
 
-# release, relaxed ($1 key, $2 owner) -> (was_unexpired, notified) if owner's row was deleted
+# release, relaxed ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_ms | NULL) -> (was_unexpired, notified)
+#   if owner's row was deleted: unless released already or (with $4) still to be kept (RELEASE_KEEPING)
 RELEASE_RELAXED = """
 WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone AS (
-    DELETE FROM {table} USING commit_mode WHERE key = $1 AND owner = $2
+    DELETE FROM {table} USING commit_mode WHERE key = $1 AND owner = $2 AND ($3::bigint IS NULL OR fence = $3::bigint)
+       AND (expires_at + interval '0' <= now() OR (NOT released AND ($4::float8 IS NULL
+            OR coalesce(acquired_at, now()) + $4::float8 * interval '1 millisecond' <= now())))
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
   FROM gone"""
 
-# release, durable on a durable session ($1 key, $2 owner) -> as RELEASE_RELAXED
+# release, durable on a durable session: parameters and result as RELEASE_RELAXED
 RELEASE_DURABLE = """
 WITH gone AS (
-    DELETE FROM {table} WHERE key = $1 AND owner = $2
+    DELETE FROM {table} WHERE key = $1 AND owner = $2 AND ($3::bigint IS NULL OR fence = $3::bigint)
+       AND (expires_at + interval '0' <= now() OR (NOT released AND ($4::float8 IS NULL
+            OR coalesce(acquired_at, now()) + $4::float8 * interval '1 millisecond' <= now())))
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
   FROM gone"""
 
-# release, durable, pinned for its own transaction ($1 key, $2 owner) -> as RELEASE_RELAXED
+# release, durable, pinned for its own transaction: parameters and result as RELEASE_RELAXED
 RELEASE_DURABLE_PINNED = """
 WITH commit_mode AS (
     SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
 ), gone AS (
-    DELETE FROM {table} USING commit_mode WHERE key = $1 AND owner = $2
+    DELETE FROM {table} USING commit_mode WHERE key = $1 AND owner = $2 AND ($3::bigint IS NULL OR fence = $3::bigint)
+       AND (expires_at + interval '0' <= now() OR (NOT released AND ($4::float8 IS NULL
+            OR coalesce(acquired_at, now()) + $4::float8 * interval '1 millisecond' <= now())))
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
   FROM gone"""
 
+# release with a minimum hold ($1 key, $2 owner, $3 fence | NULL, $4 min_hold_ms) -> (fence,) if owner's
+#   unexpired tenure began less than min_hold_ms ago: kept, marked released, until then (no NOTIFY)
+RELEASE_KEEPING = """
+UPDATE {table} SET released = true, expires_at = coalesce(acquired_at, now()) + $4::float8 * interval '1 millisecond'
+ WHERE key = $1 AND owner = $2 AND ($3::bigint IS NULL OR fence = $3::bigint) AND NOT released
+   AND expires_at + interval '0' > now()
+   AND coalesce(acquired_at, now()) + $4::float8 * interval '1 millisecond' > now()
+RETURNING fence"""
+
+# release with a minimum hold, pinned durable for its own transaction: parameters and result as RELEASE_KEEPING
+RELEASE_KEEPING_PINNED = """
+WITH durable AS (
+    SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                      WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+)
+UPDATE {table} SET released = true, expires_at = coalesce(acquired_at, now()) + $4::float8 * interval '1 millisecond'
+  FROM durable
+ WHERE key = $1 AND owner = $2 AND ($3::bigint IS NULL OR fence = $3::bigint) AND NOT released
+   AND expires_at + interval '0' > now()
+   AND coalesce(acquired_at, now()) + $4::float8 * interval '1 millisecond' > now()
+RETURNING fence"""
+
 # -- renew ----------------------------------------------------------------------------------------
 
-# renew ($1 key, $2 owner, $3 ttl_ms) -> (owner, fence, expires_at, remaining_ms) if renewed
+# renew ($1 key, $2 owner, $3 ttl_ms, $4 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms) if renewed
 RENEW = """
 UPDATE {table} SET expires_at = now() + $3::float8 * interval '1 millisecond'
- WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now()
+ WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now() AND NOT released
+   AND ($4::bigint IS NULL OR fence = $4::bigint)
 RETURNING owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
 
 # renew, pinned durable for its own transaction: parameters and result as RENEW
@@ -288,15 +323,17 @@ WITH durable AS (
 )
 UPDATE {table} SET expires_at = now() + $3::float8 * interval '1 millisecond'
   FROM durable
- WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now()
+ WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now() AND NOT released
+   AND ($4::bigint IS NULL OR fence = $4::bigint)
 RETURNING owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
 
-# renew_many ($1 keys varchar[], $2 owners varchar[], $3 ttls_ms float8[])
+# renew_many ($1 keys varchar[], $2 owners varchar[], $3 ttls_ms float8[], $4 fences bigint[], NULL: any)
 #   -> rows (key, owner, fence, expires_at, remaining_ms) of the leases renewed
 RENEW_MANY = """
 UPDATE {table} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
-  FROM unnest($1::varchar[], $2::varchar[], $3::float8[]) AS r(key, owner, ttl)
- WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now()
+  FROM unnest($1::varchar[], $2::varchar[], $3::float8[], $4::bigint[]) AS r(key, owner, ttl, fence)
+ WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now() AND NOT l.released
+   AND (r.fence IS NULL OR l.fence = r.fence)
 RETURNING l.key, l.owner, l.fence, l.expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
 
 # renew_many, pinned durable for its own transaction: parameters and result as RENEW_MANY
@@ -306,20 +343,22 @@ WITH durable AS (
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
 )
 UPDATE {table} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
-  FROM durable, unnest($1::varchar[], $2::varchar[], $3::float8[]) AS r(key, owner, ttl)
- WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now()
+  FROM durable, unnest($1::varchar[], $2::varchar[], $3::float8[], $4::bigint[]) AS r(key, owner, ttl, fence)
+ WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now() AND NOT l.released
+   AND (r.fence IS NULL OR l.fence = r.fence)
 RETURNING l.key, l.owner, l.fence, l.expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
 
 # -- transfer -------------------------------------------------------------------------------------
 
-# transfer ($1 key, $2 from_owner, $3 to_owner, $4 ttl_ms, $5 data JSON text | NULL)
+# transfer ($1 key, $2 from_owner, $3 to_owner, $4 ttl_ms, $5 data JSON text | NULL, $6 fence | NULL: any)
 #   -> (owner, fence, expires_at, remaining_ms, notified) if transferred
 TRANSFER = """
 WITH serialised AS (
     SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar))
 ), mine AS (
     SELECT l.key, l.has_waiters, l.expires_at FROM {table} AS l, serialised
-     WHERE l.key = $1 AND l.owner = $2 AND l.expires_at + interval '0' > now()
+     WHERE l.key = $1 AND l.owner = $2 AND l.expires_at + interval '0' > now() AND NOT l.released
+       AND ($6::bigint IS NULL OR l.fence = $6::bigint)
        FOR UPDATE OF l
 ), granted AS (
     SELECT key, has_waiters, at FROM (SELECT key, has_waiters, expires_at, clock_timestamp() AS at FROM mine) AS locked
@@ -348,7 +387,8 @@ WITH serialised AS (
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
 ), mine AS (
     SELECT l.key, l.has_waiters, l.expires_at FROM {table} AS l, serialised
-     WHERE l.key = $1 AND l.owner = $2 AND l.expires_at + interval '0' > now()
+     WHERE l.key = $1 AND l.owner = $2 AND l.expires_at + interval '0' > now() AND NOT l.released
+       AND ($6::bigint IS NULL OR l.fence = $6::bigint)
        FOR UPDATE OF l
 ), granted AS (
     SELECT key, has_waiters, at FROM (SELECT key, has_waiters, expires_at, clock_timestamp() AS at FROM mine) AS locked
@@ -401,6 +441,7 @@ SELECT count(*), count(CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {tab
 CHECK_HELD = """
 SELECT fence FROM {table}
  WHERE key = :key AND owner = :owner AND fence = :fence AND expires_at + interval '0' > statement_timestamp()
+   AND NOT released
    FOR SHARE"""
 
 # accept_fence (:resource, :fence) -> (fence,) iff fence >= the highest one accepted so far
@@ -427,6 +468,7 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "list_all": LIST_ALL,
         "notify_channel": NOTIFY_CHANNEL,
         "release": (RELEASE_DURABLE if s else RELEASE_DURABLE_PINNED) if durable_release else RELEASE_RELAXED,
+        "release_keeping": RELEASE_KEEPING if s else RELEASE_KEEPING_PINNED,
         "renew": RENEW if s else RENEW_PINNED,
         "renew_many": RENEW_MANY if s else RENEW_MANY_PINNED,
         "transfer": TRANSFER if s else TRANSFER_PINNED,

@@ -46,15 +46,16 @@ ON CONFLICT (key) DO UPDATE
                    THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
        acquired_at = CASE WHEN held.owner = excluded.owner
                                AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-                          THEN held.acquired_at ELSE excluded.acquired_at END
- WHERE held.owner = excluded.owner
+                          THEN held.acquired_at ELSE excluded.acquired_at END,
+       released = 0
+ WHERE (held.owner = excluded.owner AND NOT held.released)
     OR held.expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 RETURNING 1, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# holder (?1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at) of the unexpired lease
+# holder (?1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of the unexpired lease
 HOLDER = """
 SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
-       acquired_at FROM {table}
+       acquired_at, released FROM {table}
  WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # owner (?1 key) -> (owner,) of the unexpired lease
@@ -62,10 +63,10 @@ OWNER = """
 SELECT owner FROM {table} WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # list_leases (?1 prefix, ?2 include_expired, ?3 limit, ?4 upper bound of the prefix)
-#   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at) by key (BINARY collation)
+#   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at, released) by key (BINARY collation)
 LIST_LEASES = """
 SELECT key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
-       acquired_at FROM {table}
+       acquired_at, released FROM {table}
  WHERE key >= ?1 AND key < ?4 AND (?2 OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
  ORDER BY key
  LIMIT ?3"""
@@ -73,30 +74,51 @@ SELECT key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440
 # list_all (?1 include_expired, ?2 limit) -> rows as LIST_LEASES, every key
 LIST_ALL = """
 SELECT key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
-       acquired_at FROM {table}
+       acquired_at, released FROM {table}
  WHERE ?1 OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
  ORDER BY key
  LIMIT ?2"""
 
-# release (?1 key, ?2 owner) -> (was_unexpired,) if owner's row was deleted
+# release (?1 key, ?2 owner, ?3 fence | NULL: any, ?4 min_hold_ms | NULL) -> (was_unexpired,) if owner's row
+#   was deleted: unless released already or (with ?4) still to be kept (RELEASE_KEEPING)
 RELEASE = """
-DELETE FROM {table} WHERE key = ?1 AND owner = ?2
+DELETE FROM {table} WHERE key = ?1 AND owner = ?2 AND (?3 IS NULL OR fence = ?3)
+   AND (expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+        OR (NOT released
+            AND (?4 IS NULL
+                 OR coalesce(acquired_at, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)) + ?4
+                    <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))))
 RETURNING expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# renew (?1 key, ?2 owner, ?3 ttl_ms integer) -> (owner, fence, expires_at, remaining_ms) if renewed
+# release with a minimum hold (?1 key, ?2 owner, ?3 fence | NULL, ?4 min_hold_ms integer) -> (fence,) if owner's
+#   unexpired tenure began less than min_hold_ms ago: kept, marked released, until then
+RELEASE_KEEPING = """
+UPDATE {table}
+   SET released = 1, expires_at = coalesce(acquired_at, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)) + ?4
+ WHERE key = ?1 AND owner = ?2 AND (?3 IS NULL OR fence = ?3) AND NOT released
+   AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+   AND coalesce(acquired_at, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)) + ?4
+       > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+RETURNING fence"""
+
+# renew (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms)
+#   if renewed
 RENEW = """
 UPDATE {table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3
  WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+   AND NOT released AND (?4 IS NULL OR fence = ?4)
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# renew_many (?1 JSON array of [key, owner, ttl_ms]) -> rows (key, owner, fence, expires_at, remaining_ms) renewed
+# renew_many (?1 JSON array of [key, owner, ttl_ms] or [key, owner, ttl_ms, fence | NULL: any])
+#   -> rows (key, owner, fence, expires_at, remaining_ms) renewed
 RENEW_MANY = """
 UPDATE {table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + r.ttl
-  FROM (SELECT value ->> 0 AS k, value ->> 1 AS o, value ->> 2 AS ttl FROM json_each(?1)) AS r
+  FROM (SELECT value ->> 0 AS k, value ->> 1 AS o, value ->> 2 AS ttl, value ->> 3 AS f FROM json_each(?1)) AS r
  WHERE key = r.k AND owner = r.o AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+   AND NOT released AND (r.f IS NULL OR fence = r.f)
 RETURNING key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# transfer (?1 key, ?2 from_owner, ?3 to_owner, ?4 ttl_ms integer, ?5 data JSON text | NULL)
+# transfer (?1 key, ?2 from_owner, ?3 to_owner, ?4 ttl_ms integer, ?5 data JSON text | NULL, ?6 fence | NULL: any)
 #   -> (owner, fence, expires_at, remaining_ms) if transferred
 TRANSFER = """
 UPDATE {table}
@@ -107,6 +129,7 @@ UPDATE {table}
        acquired_at = CASE WHEN owner = ?3 THEN acquired_at
                           ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END
  WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+   AND NOT released AND (?6 IS NULL OR fence = ?6)
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # break_lease (?1 key, ?2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, was_unexpired) deleted
@@ -130,7 +153,7 @@ DELETE FROM {table} WHERE key IN (
 CHECK_HELD = """
 UPDATE {table} SET owner = owner
  WHERE key = :key AND owner = :owner AND fence = :fence
-   AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+   AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) AND NOT released
 RETURNING fence"""
 
 # accept_fence (:resource, :fence) -> (fence,) iff fence >= the highest one accepted so far
@@ -157,6 +180,7 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "list_all": LIST_ALL,
         "notify_channel": None,  # no LISTEN on SQLite: waiters poll
         "release": RELEASE,
+        "release_keeping": RELEASE_KEEPING,
         "renew": RENEW,
         "renew_many": RENEW_MANY,
         "transfer": TRANSFER,
