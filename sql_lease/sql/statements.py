@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy.engine.interfaces import Dialect
 
-from ..contract import AcquireResult, LeaseInfo, decode_data
+from ..contract import AcquireResult, LeaseInfo, decode_data, decode_key
 from .dialects import dialect_module
 from .dialects import mysql as mysql_texts
 from .dialects import postgresql as postgresql_texts
@@ -125,17 +125,20 @@ class LeaseStatements:
         return AcquireResult(False, row[0], row[1], self.to_datetime(row[2]), float(row[3]))
 
     def lease_info(self, key: str, row: Sequence[Any]) -> LeaseInfo:
-        """``(owner, fence, expires_at, remaining_ms)`` from renew and transfer (no data read)."""
-        return LeaseInfo(key, row[0], row[1], self.to_datetime(row[2]), float(row[3]))
+        """``(owner, fence, expires_at, remaining_ms)`` from renew and transfer (no data read) of the
+        lease on the stored ``key``."""
+        return LeaseInfo(decode_key(key), row[0], row[1], self.to_datetime(row[2]), float(row[3]))
 
     def lease_data(self, value: str | None) -> dict[str, Any] | None:
         """The lease data of a row: its JSON text decoded (None for a row without data)."""
         return decode_data(value)
 
     def held(self, key: str, row: Sequence[Any]) -> LeaseInfo:
-        """``(owner, fence, expires_at, remaining_ms, data, acquired_at)`` from holder."""
+        """``(owner, fence, expires_at, remaining_ms, data, acquired_at)`` from holder, of the lease
+        on the stored ``key``."""
         expires_at, acquired_at = self.to_datetime(row[2]), self.acquired_at(row[5])
-        return LeaseInfo(key, row[0], row[1], expires_at, float(row[3]), self.lease_data(row[4]), acquired_at)
+        data = self.lease_data(row[4])
+        return LeaseInfo(decode_key(key), row[0], row[1], expires_at, float(row[3]), data, acquired_at)
 
     def swept_count(self, rows: list[Any]) -> int:
         """How many rows ``sweep`` removed, from the rows it returned."""
