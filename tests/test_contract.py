@@ -282,6 +282,29 @@ async def test_any_str_is_a_key_of_its_own_and_reads_back_exactly(provider: Any,
     assert await provider.get_lease_owner(keys[1]) == "o1"
 
 
+async def test_observers_and_errors_name_the_key_as_given(sql_provider: Any, key: str) -> None:
+    from sql_lease import LeaseNotAcquiredError
+    from sql_lease.observe import LeaseObserver, OperationEvent, add_observer
+
+    odd = key + ":resource\x00thread\x01\ud800"
+    seen: list[str] = []
+
+    class Keys(LeaseObserver):
+        def on_operation(self, event: OperationEvent) -> None:
+            if event.key is not None and event.key.startswith(key):
+                seen.append(event.key)
+
+    remove = add_observer(Keys())
+    try:
+        assert (await sql_provider.acquire_lease(odd, "alice", TTL)).acquired
+        with pytest.raises(LeaseNotAcquiredError) as refused:
+            await sql_provider.acquire_lease_wait(odd, "bob", TTL, timeout_s=0)
+    finally:
+        remove()
+    assert seen and set(seen) == {odd}
+    assert refused.value.key == odd and repr(odd) in str(refused.value)
+
+
 @pytest.mark.parametrize("char", ["\x00", "\x01", "\ud800", "\U0010ffff"])
 async def test_key_length_counts_the_key_as_given(provider: Any, key: str, char: str) -> None:
     longest = key + char * (MAX_KEY_LENGTH - len(key))

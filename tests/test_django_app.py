@@ -213,7 +213,7 @@ def test_sqlite_migrate_and_test(tmp_path: Path) -> None:
     manage(tmp_path, databases, "migrate", "-v", "0")
     assert sqlite_schema(real) == alembic_made
     with sqlite3.connect(real) as conn:
-        assert conn.execute("SELECT count(*) FROM django_migrations WHERE app = 'sql_lease'").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM django_migrations WHERE app = 'sql_lease'").fetchone() == (2,)
     # the same DDL, whichever tool ran it
     assert sqlite_schema(other) == alembic_made
     # manage.py migrate first, then sql-lease migrate: nothing to do, and the table works
