@@ -25,7 +25,7 @@ from sql_lease import (
     is_lease_provider,
 )
 from tests.support.counting import StatementCounter
-from tests.support.keys import key_order, look_alike_keys
+from tests.support.keys import KeysSeen, key_order, look_alike_keys
 from tests.test_validation import CASES, SneakyStr
 
 TTL = 10_000
@@ -325,24 +325,18 @@ def test_any_str_is_a_key_of_its_own_and_reads_back_exactly(provider: Any, key: 
 
 def test_observers_and_errors_name_the_key_as_given(sql_provider: Any, key: str) -> None:
     from sql_lease import LeaseNotAcquiredError
-    from sql_lease.observe import LeaseObserver, OperationEvent, add_observer
+    from sql_lease.observe import add_observer
 
     odd = key + ":resource\x00thread\x01\ud800"
-    seen: list[str] = []
-
-    class Keys(LeaseObserver):
-        def on_operation(self, event: OperationEvent) -> None:
-            if event.key is not None and event.key.startswith(key):
-                seen.append(event.key)
-
-    remove = add_observer(Keys())
+    keys = KeysSeen(key)
+    remove = add_observer(keys)
     try:
         assert sql_provider.acquire_lease(odd, "alice", TTL).acquired
         with pytest.raises(LeaseNotAcquiredError) as refused:
             sql_provider.acquire_lease_wait(odd, "bob", TTL, timeout_s=0)
     finally:
         remove()
-    assert seen and set(seen) == {odd}
+    assert keys.seen and set(keys.seen) == {odd}
     assert refused.value.key == odd and repr(odd) in str(refused.value)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sql_lease.observe import LeaseObserver, OperationEvent
+
 LOOK_ALIKE_SUFFIXES = (
     "\x00thread",
     "\x00",
@@ -27,3 +29,15 @@ def look_alike_keys(base: str) -> list[str]:
 def key_order(key: str) -> list[float]:
     """The documented key order: code points, lone surrogates between U+0001 and U+0002."""
     return [1 + (ord(c) - 0xD7FF) / 4096 if 0xD800 <= ord(c) <= 0xDFFF else ord(c) for c in key]
+
+
+class KeysSeen(LeaseObserver):
+    """The keys of the operations reported to observers, of those starting with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.seen: list[str] = []
+
+    def on_operation(self, event: OperationEvent) -> None:
+        if event.key is not None and event.key.startswith(self.prefix):
+            self.seen.append(event.key)
