@@ -9,6 +9,9 @@ caller's transaction); time comes from the database's clock. Parameters are posi
 same order for both dialects (PostgreSQL's acquire takes a fifth, its transaction's
 ``lock_timeout``; ``renew_many`` takes three arrays on PostgreSQL, one JSON array on SQLite).
 
+Keys go in and come out in their stored form (:func:`sql_lease.contract.encode_key`, applied by
+the plans): the decoding functions below take a stored key and give the key back as it was given.
+
 ``data`` goes in as JSON text or NULL (:func:`sql_lease.contract.encode_data`) and comes out as
 text, decoded by :meth:`LeaseStatements.lease_data` for both faces. ``remaining_ms`` is
 ``expires_at`` minus the database's clock: waiters pace themselves by it, never by comparing
