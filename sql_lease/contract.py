@@ -349,6 +349,8 @@ def encode_key(key: str) -> str:
     without NUL, at most two characters and four UTF-8 bytes per character of ``key``; injective,
     and ``encode_key(p)`` starts ``encode_key(k)`` exactly when ``p`` starts ``k``, and it keeps
     code point order (lone surrogates sort between U+0001 and U+0002). docs/statements.md, "Keys"."""
+    if key.isascii() and "\x00" not in key and KEY_ESCAPE not in key:  # the usual key, without a regex
+        return key
     return _TO_STORE.sub(_store, key) if _TO_STORE.search(key) else key
 
 
