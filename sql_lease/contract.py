@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,7 +44,9 @@ __all__ = [
     "SyncReleaseWaiter",
     "UnreadableData",
     "decode_data",
+    "decode_key",
     "encode_data",
+    "encode_key",
     "is_lease_provider",
     "validate_fence",
     "validate_key",
@@ -58,7 +61,7 @@ __all__ = [
 ]
 
 MAX_KEY_LENGTH = 512
-"""Longest accepted key, in characters (Unicode code points)."""
+"""Longest accepted key, in characters (Unicode code points) of the key as given."""
 
 MAX_OWNER_LENGTH = 512
 """Longest accepted owner id, in characters (Unicode code points)."""
@@ -159,8 +162,9 @@ class LeaseProvider(Protocol):
        ``expires_at = T + ttl`` and a larger fence, atomically (the key is never free in between);
        ``to_owner == from_owner`` acts as renew. Otherwise False and nothing changes.
 
-    ``key`` and ``owner`` are non-empty ``str`` without NUL, at most ``MAX_KEY_LENGTH`` and
-    ``MAX_OWNER_LENGTH`` characters. ``ttl_ms`` is a finite ``int`` or ``float`` number of
+    ``key`` is any non-empty ``str`` (NUL and lone surrogates included) of at most
+    ``MAX_KEY_LENGTH`` characters; ``owner`` a non-empty ``str`` without NUL, valid as UTF-8, of at
+    most ``MAX_OWNER_LENGTH`` characters. ``ttl_ms`` is a finite ``int`` or ``float`` number of
     milliseconds, ``1 <= ttl_ms <= MAX_TTL_MS`` (365 days). Invalid input raises ``TypeError`` or
     ``ValueError`` before anything is sent to the database.
 
@@ -313,7 +317,7 @@ def is_lease_provider(obj: object) -> bool:
     return all(callable(getattr(obj, name, None)) for name in LEASE_METHOD_NAMES)
 
 
-def _validate_identifier(value: object, what: str, max_length: int) -> str:
+def _validate_identifier(value: object, what: str, max_length: int, any_text: bool = False) -> str:
     if type(value) is not str:
         if not isinstance(value, str):
             raise TypeError(f"{what} must be a str, not {type(value).__name__}")
@@ -323,6 +327,8 @@ def _validate_identifier(value: object, what: str, max_length: int) -> str:
         raise ValueError(f"{what} must not be empty")
     if len(value) > max_length:
         raise ValueError(f"{what} is {len(value)} characters long; the limit is {max_length}")
+    if any_text:
+        return value
     if "\x00" in value:
         raise ValueError(f"{what} must not contain NUL characters")
     if not value.isascii():
@@ -334,8 +340,45 @@ def _validate_identifier(value: object, what: str, max_length: int) -> str:
 
 
 def validate_key(key: object) -> str:
-    """Return ``key`` if it is a valid lease key, else raise ``TypeError``/``ValueError``."""
-    return _validate_identifier(key, "key", MAX_KEY_LENGTH)
+    """Return ``key`` (as an exact ``str``) if it is a valid lease key: any non-empty ``str`` of at
+    most ``MAX_KEY_LENGTH`` code points, NUL and lone surrogates included; else ``TypeError`` (not
+    a ``str``) or ``ValueError`` (empty, too long)."""
+    return _validate_identifier(key, "key", MAX_KEY_LENGTH, any_text=True)
+
+
+KEY_ESCAPE = "\x01"
+"""The one character the stored form of a key escapes with (:func:`encode_key`)."""
+
+_STORED_SURROGATES = 0x0800  # a lone surrogate U+D800 + i is stored as KEY_ESCAPE + chr(0x0800 + i)
+_TO_STORE = re.compile("[\x00\x01\ud800-\udfff]")
+_STORED = re.compile("\x01([\x01\x02\u0800-\u0fff])")
+
+
+def _store(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return KEY_ESCAPE + (chr(code + 1) if code <= 1 else chr(code - 0xD800 + _STORED_SURROGATES))
+
+
+def _read(match: re.Match[str]) -> str:
+    code = ord(match.group(1))
+    return chr(code - 1) if code <= 2 else chr(code - _STORED_SURROGATES + 0xD800)
+
+
+def encode_key(key: str) -> str:
+    """The stored form of a valid ``key``: NUL as U+0001 U+0001, U+0001 as U+0001 U+0002, a lone
+    surrogate U+D800+i as U+0001 and U+0800+i; every other character as it is. Valid UTF-8
+    without NUL, at most two characters and four UTF-8 bytes per character of ``key``; injective,
+    and ``encode_key(p)`` starts ``encode_key(k)`` exactly when ``p`` starts ``k``, and it keeps
+    code point order (lone surrogates sort between U+0001 and U+0002). docs/statements.md, "Keys"."""
+    if key.isascii() and "\x00" not in key and KEY_ESCAPE not in key:  # the usual key, without a regex
+        return key
+    return _TO_STORE.sub(_store, key) if _TO_STORE.search(key) else key
+
+
+def decode_key(stored: str) -> str:
+    """The key whose stored form is ``stored`` (:func:`encode_key`'s inverse). A U+0001 that
+    starts no escape (a row an older release wrote) is read as it is."""
+    return _STORED.sub(_read, stored) if KEY_ESCAPE in stored else stored
 
 
 MAX_FENCE = 2**63 - 1
@@ -371,12 +414,12 @@ MAX_LIST_LIMIT = 100_000
 
 
 def validate_list(prefix: object, include_expired: object, limit: object) -> tuple[str | None, bool, int]:
-    """Validate ``list_leases`` arguments: ``prefix`` None or a str that could start a key (no NUL,
-    at most ``MAX_KEY_LENGTH`` characters; ``""`` means no prefix), ``include_expired`` a bool,
+    """Validate ``list_leases`` arguments: ``prefix`` None or a str that could start a key (at most
+    ``MAX_KEY_LENGTH`` characters; ``""`` means no prefix), ``include_expired`` a bool,
     ``1 <= limit <= MAX_LIST_LIMIT`` (an int)."""
     if prefix is not None:
         empty = isinstance(prefix, str) and str.__len__(prefix) == 0
-        prefix = None if empty else _validate_identifier(prefix, "prefix", MAX_KEY_LENGTH)
+        prefix = None if empty else _validate_identifier(prefix, "prefix", MAX_KEY_LENGTH, any_text=True)
     if not isinstance(include_expired, bool):
         raise TypeError(f"include_expired must be a bool, not {type(include_expired).__name__}")
     if isinstance(limit, bool) or not isinstance(limit, int):

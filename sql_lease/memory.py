@@ -17,6 +17,7 @@ from .contract import (
     SyncLeaseProviderBase,
     decode_data,
     encode_data,
+    encode_key,
     validate_fence,
     validate_key,
     validate_list,
@@ -245,7 +246,7 @@ class MemoryLeases:
                 for key, t in self._tenures.items()
                 if (prefix is None or key.startswith(prefix)) and (include_expired or t.expires_at_ms > now)
             ]
-        rows.sort(key=lambda info: info.key)  # code point order, as SQLite's
+        rows.sort(key=lambda info: encode_key(info.key))  # the order of the stored keys, as SQLite's
         return rows[:limit]
 
     def break_(self, key: str, fence: object = None) -> LeaseInfo | None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,6 +92,41 @@ def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> Non
     assert lines[1].split()[:2] == [f"{ns}:a", "ann"] and lines[2].split()[:2] == [f"{ns}:b", "bob"]
     assert lines[1].index("ann") == lines[0].index("OWNER")
     assert "no leases" in run_cli(["list", "--prefix", f"{ns}:zz", *db_args], tmp_path).stdout
+
+
+def _sync_provider(db_args: list[str], tmp_path: Path) -> Any:
+    """The database of ``db_args`` (the CLI's options) as a synchronous provider."""
+    from sql_lease import SyncSqlLeaseProvider
+
+    if not db_args:
+        return SyncSqlLeaseProvider(f"sqlite:///{tmp_path}/sql_lease.db")
+    return SyncSqlLeaseProvider(db_args[1], schema=db_args[3])
+
+
+def test_any_str_key_lists_exactly_in_json_and_escaped_in_text(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    keys = [f"{ns}:resource\x00thread", f"{ns}:resource\x01\x01thread", f"{ns}:resource\\x00thread", f"{ns}:\udcff"]
+    with _sync_provider(db_args, tmp_path) as leases:
+        for i, key in enumerate(keys):
+            assert leases.acquire_lease(key, f"o{i}", 60_000).acquired
+    listed = run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert {(row["key"], row["owner"]) for row in json.loads(listed.stdout)} == {
+        (k, f"o{i}") for i, k in enumerate(keys)
+    }
+    narrowed = run_cli(["list", "--prefix", f"{ns}:resource\\", "--json", *db_args], tmp_path)
+    assert [row["key"] for row in json.loads(narrowed.stdout)] == [keys[2]]
+
+    plain = run_cli(["list", "--prefix", ns, *db_args], tmp_path).stdout
+    cells = {line.split()[0]: line.split()[1] for line in plain.splitlines()[1:]}
+    assert cells == {
+        f"{ns}:resource\\x00thread": "o0",
+        f"{ns}:resource\\x01\\x01thread": "o1",
+        f"{ns}:resource\\\\x00thread": "o2",  # a backslash is doubled: the escaping is unambiguous
+        f"{ns}:\\udcff": "o3",
+    }
+    # an argument that is not UTF-8 (the byte 0xff) reaches Python as a lone surrogate: a key like any other
+    status = run_cli(["status", keys[3], *db_args], tmp_path)
+    assert status.returncode == 0 and status.stdout.startswith(f"{ns}:\\udcff: held by"), status.stdout
 
 
 def test_list_watch_prints_one_json_array_per_refresh(db_args: list[str], tmp_path: Path, ns: str) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from sql_lease import MAX_KEY_LENGTH, MAX_OWNER_LENGTH, MAX_TTL_MS, AcquireResult, LeaseProvider, is_lease_provider
+from tests.support.keys import KeysSeen, key_order, look_alike_keys
 
 TTL = 10_000
 SHORT_TTL = 300  # ms; tests wait SHORT_WAIT seconds for it to lapse
@@ -234,6 +236,80 @@ async def test_keys_and_owners_round_trip_exactly(provider: LeaseProvider, key: 
     assert (await provider.acquire_lease(base + "1", "one", TTL)).acquired
     assert (await provider.acquire_lease(base + "2", "two", TTL)).acquired
     assert await provider.get_lease_owner(base + "1") == "one"
+
+
+# 11. any str is a key (issue 24): NUL, U+0001 (the escape of the stored form) and lone surrogates
+async def test_any_str_is_a_key_of_its_own_and_reads_back_exactly(provider: Any, key: str) -> None:
+    keys = look_alike_keys(key + ":")
+    assert len(set(keys)) == len(keys)
+    for i, k in enumerate(keys):
+        assert (await provider.acquire_lease(k, f"o{i}", TTL, data={"i": i})).acquired, repr(k)  # a row of its own
+    for i, k in enumerate(keys):
+        lease = await provider.get_lease(k)
+        assert lease is not None and (lease.key, lease.owner, lease.data) == (k, f"o{i}", {"i": i})
+        assert await provider.get_lease_owner(k) == f"o{i}"
+    in_order = sorted(keys, key=key_order)
+    listed = await provider.list_leases(prefix=key + ":")
+    assert [(lease.key, lease.owner) for lease in listed] == [(k, f"o{keys.index(k)}") for k in in_order]
+    for part in ("\x00", "\x01", "\x01\x01", "\ud800", "\ud83d", "\\"):
+        expected = [k for k in in_order if k.startswith(f"{key}:{part}")]
+        assert expected
+        assert [lease.key for lease in await provider.list_leases(prefix=f"{key}:{part}")] == expected
+
+    nul, escape, surrogate, pair = keys[0], keys[5], keys[7], keys[9]
+    renewed = await provider.renew_lease_info(nul, "o0", TTL)
+    assert renewed is not None and renewed.key == nul
+    batch = await provider.renew_leases([(k, f"o{i}", TTL) for i, k in enumerate(keys)])
+    assert sorted(batch, key=key_order) == in_order and all(info.key == k for k, info in batch.items())
+    assert await provider.transfer_lease(nul, "o0", "next", TTL)
+    assert not await provider.transfer_lease(keys[2], "o0", "next", TTL)  # the look-alike is o2's
+    assert await provider.get_lease_owner(nul) == "next" and await provider.get_lease_owner(keys[2]) == "o2"
+    assert await provider.release_lease(escape, "o5")
+    assert await provider.get_lease_owner(escape) is None and await provider.get_lease_owner(keys[3]) == "o3"
+    broken = await provider.break_lease(surrogate)
+    assert broken is not None and (broken.key, broken.owner) == (surrogate, "o7")
+    assert await provider.get_lease_owner(keys[6]) == "o6" and await provider.get_lease_owner(pair) == "o9"
+
+    expiring = key + ":\x00\ud800gone"
+    assert (await provider.acquire_lease(expiring, "short", SHORT_TTL)).acquired
+    await asyncio.sleep(SHORT_WAIT)
+    expired = await provider.list_leases(prefix=key + ":\x00\ud800", include_expired=True)
+    assert [(lease.key, lease.remaining_ms is not None and lease.remaining_ms <= 0) for lease in expired] == [
+        (expiring, True)
+    ]
+    assert await provider.sweep_expired(batch_size=1_000_000) >= 1
+    assert await provider.list_leases(prefix=key + ":\x00\ud800", include_expired=True) == []
+    assert await provider.get_lease_owner(keys[1]) == "o1"
+
+
+async def test_observers_and_errors_name_the_key_as_given(sql_provider: Any, key: str) -> None:
+    from sql_lease import LeaseNotAcquiredError
+    from sql_lease.observe import add_observer
+
+    odd = key + ":resource\x00thread\x01\ud800"
+    keys = KeysSeen(key)
+    remove = add_observer(keys)
+    try:
+        assert (await sql_provider.acquire_lease(odd, "alice", TTL)).acquired
+        with pytest.raises(LeaseNotAcquiredError) as refused:
+            await sql_provider.acquire_lease_wait(odd, "bob", TTL, timeout_s=0)
+    finally:
+        remove()
+    assert keys.seen and set(keys.seen) == {odd}
+    assert refused.value.key == odd and repr(odd) in str(refused.value)
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x01", "\ud800", "\U0010ffff"])
+async def test_key_length_counts_the_key_as_given(provider: Any, key: str, char: str) -> None:
+    longest = key + char * (MAX_KEY_LENGTH - len(key))
+    assert (await provider.acquire_lease(longest, "alice", TTL)).acquired
+    lease = await provider.get_lease(longest)
+    assert lease is not None and lease.key == longest
+    assert [lease.key for lease in await provider.list_leases(prefix=longest)] == [longest]
+    assert list(await provider.renew_leases([(longest, "alice", TTL)])) == [longest]
+    assert await provider.release_lease(longest, "alice")
+    with pytest.raises(ValueError):
+        await provider.acquire_lease(longest + char, "alice", TTL)
 
 
 # 10. the client's clock and time zone never matter (SQL providers read the database's clock)

@@ -124,7 +124,7 @@ class RecordingConnection:
         ("", "o", 1, ValueError),
         ("k", "", 1, ValueError),
         ("k", None, 1, TypeError),
-        ("k\x00", "o", 1, ValueError),
+        ("k", "o\x00", 1, ValueError),  # a NUL is refused in owners (keys take any str)
     ],
 )
 def test_bad_arguments_raise_before_any_sql(tmp_path: Path, key: Any, owner: Any, fence: Any, error: type) -> None:
@@ -154,7 +154,9 @@ def test_bad_resource_or_connection(tmp_path: Path) -> None:
 # -- check_held: the rules --------------------------------------------------------------------------
 
 
-def test_check_held_accepts_only_the_holder_with_its_fence(db: dict[str, Any], key: str) -> None:
+@pytest.mark.parametrize("suffix", ["", ":resource\x00thread\x01\ud800"])  # any str is a key (issue 24)
+def test_check_held_accepts_only_the_holder_with_its_fence(db: dict[str, Any], key: str, suffix: str) -> None:
+    key += suffix
     engine = sync_engine(db)
     with SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as leases:
         held = leases.acquire_lease(key, "a", 60_000)

@@ -253,10 +253,14 @@ def test_hold_rejects_bad_arguments(kwargs: dict[str, Any], expected: type) -> N
 
 
 @pytest.mark.postgres
-async def test_postgres_waiter_wakes_on_notify_not_on_a_timer(pg_schema: tuple[str, str], key: str) -> None:
+@pytest.mark.parametrize("suffix", ["", ":resource\x00thread\x01\ud800"])  # NOTIFY names the stored form
+async def test_postgres_waiter_wakes_on_notify_not_on_a_timer(
+    pg_schema: tuple[str, str], key: str, suffix: str
+) -> None:
     from sql_lease import SqlLeaseProvider
 
     url, schema = pg_schema
+    key += suffix
     async with SqlLeaseProvider(url, schema=schema) as provider:
         await provider.acquire_lease(key, "holder", 60_000)
         counter = StatementCounter(provider)

@@ -354,7 +354,7 @@ class _PreviousRelease(_OldContractProvider):
         return await self.leases.renew_leases(items)
 
 
-@pytest.mark.parametrize("revision", ["0001", "0002"])
+@pytest.mark.parametrize("revision", ["0001", "0002", "0003"])
 async def test_migrating_under_live_holders_loses_no_lease(old_schema: SqlLeaseProvider, revision: str) -> None:
     await _migrate_to(old_schema, revision)
     previous = _PreviousRelease(old_schema)
@@ -365,7 +365,7 @@ async def test_migrating_under_live_holders_loses_no_lease(old_schema: SqlLeaseP
             for i, key in enumerate(keys)
         ]
         await asyncio.sleep(0.2)
-        assert await old_schema.migrate() == "0004"
+        assert await old_schema.migrate() == "0005"
         migrated = {lease.key: lease.expires_at for lease in held}
         await asyncio.sleep(0.6)  # four renewal intervals after the migration
         for lease in held:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import subprocess
 import sys
+import uuid
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,8 @@ from sqlalchemy.engine import Connection
 from sql_lease import SqlLeaseProvider
 from sql_lease.sql.migrate import offline_sql
 from sql_lease.sql.schema import LeaseTableNames, lease_metadata
+from sql_lease.sql.statements import SQLITE_NOW_MS
+from tests.conftest import MYSQL_URL, mysql_execute
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,8 +76,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
 @pytest.mark.parametrize("table_name", ["sql_leases", "Job_Leases2"])
 async def test_migrations_build_exactly_the_declared_schema(target: dict[str, Any], table_name: str) -> None:
     async with SqlLeaseProvider(target["url"], schema=target["schema"], table_name=table_name) as provider:
-        assert await provider.migrate() == "0004"
-        assert await provider.migrate() == "0004"  # idempotent
+        assert await provider.migrate() == "0005"
+        assert await provider.migrate() == "0005"  # idempotent
         facts = await _schema_facts(provider)
         names = provider.names
         assert facts["drift"] == []
@@ -100,10 +105,85 @@ async def test_custom_version_table(target: dict[str, Any]) -> None:
 async def test_concurrent_migrations_agree(target: dict[str, Any]) -> None:
     providers = [SqlLeaseProvider(target["url"], schema=target["schema"]) for _ in range(4)]
     try:
-        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0004"] * 4
+        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0005"] * 4
     finally:
         for p in providers:
             await p.close()
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
+def any_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """As ``target``, MySQL too (a database of its own, dropped afterwards)."""
+    if request.param == "sqlite":
+        sqlite3.connect(tmp_path / "m.db").close()  # the provider's engine opens only a file that exists
+        yield {"url": f"sqlite:///{tmp_path}/m.db", "schema": None}
+        return
+    if request.param == "postgres":
+        yield {"url": request.getfixturevalue("pg_url"), "schema": request.getfixturevalue("fresh_pg_schema")}
+        return
+    database = f"sql_lease_m_{uuid.uuid4().hex[:10]}"
+    mysql_execute(MYSQL_URL, f"CREATE DATABASE `{database}`")
+    yield {"url": MYSQL_URL, "schema": database}
+    mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{database}`")
+
+
+async def _alembic(provider: SqlLeaseProvider, step: str, revision: str) -> None:
+    from alembic import command
+
+    from sql_lease.sql.migrate import alembic_config
+
+    async with provider.engine.begin() as conn:
+        await conn.run_sync(lambda c: getattr(command, step)(alembic_config(provider.names, connection=c), revision))
+
+
+_IN_AN_HOUR = {
+    "postgresql": "now() + interval '1 hour'",
+    "sqlite": f"{SQLITE_NOW_MS} + 3600000",
+    "mysql": "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
+}
+
+
+async def _stored_keys(provider: SqlLeaseProvider) -> list[str]:
+    quote = provider.engine.dialect.identifier_preparer.quote
+    table = ".".join(quote(part) for part in (provider.names.schema, provider.names.table) if part)
+    async with provider.engine.connect() as conn:
+        rows = (await conn.execute(text(f"SELECT {quote('key')} FROM {table}"))).all()
+    return sorted(row[0].decode() if isinstance(row[0], bytes) else row[0] for row in rows)
+
+
+async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_name(
+    any_target: dict[str, Any],
+) -> None:
+    async with SqlLeaseProvider(any_target["url"], schema=any_target["schema"]) as provider:
+        await _alembic(provider, "upgrade", "0004")
+        quote = provider.engine.dialect.identifier_preparer.quote
+        table = ".".join(quote(part) for part in (provider.names.schema, provider.names.table) if part)
+        async with provider.engine.begin() as conn:  # an earlier release stored a U+0001 as it is
+            await conn.execute(
+                text(
+                    f"INSERT INTO {table} ({quote('key')}, owner, fence, expires_at) "
+                    f"VALUES (:key, 'earlier', 7, {_IN_AN_HOUR[provider.dialect_name]})"
+                ),
+                {"key": "old\x01key"},
+            )
+        assert await provider.migrate() == "0005"
+        assert await _stored_keys(provider) == ["old\x01\x02key"]
+        lease = await provider.get_lease("old\x01key")
+        assert lease is not None and (lease.key, lease.owner, lease.fence) == ("old\x01key", "earlier", 7)
+        assert await provider.get_lease("old\x01\x02key") is None
+        for key in ("new\x00key", "new\x01key", "new\ud800key"):
+            assert (await provider.acquire_lease(key, "new", 60_000)).acquired
+
+        await _alembic(provider, "downgrade", "0004")  # the keys 0004 cannot name go with their leases
+        assert await _stored_keys(provider) == ["new\x01key", "old\x01key"]
+        assert await provider.migrate() == "0005"
+        assert [lease.key for lease in await provider.list_leases()] == ["new\x01key", "old\x01key"]
 
 
 def test_the_head_revision_constant_is_alembics_head() -> None:
@@ -144,7 +224,7 @@ def test_concurrent_migrations_of_a_new_sqlite_file_in_separate_processes(tmp_pa
     ]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "0004", err
+        assert proc.returncode == 0 and out.strip() == "0005", err
     assert {p.name for p in tmp_path.iterdir()} <= {"race.db", "race.db-wal", "race.db-shm"}
 
 
@@ -172,7 +252,7 @@ def test_alembic_upgrade_head_from_a_checkout(target: dict[str, Any]) -> None:
     done = _run([alembic, *x_args, "upgrade", "head"], REPO)
     assert done.returncode == 0, done.stderr
     done = _run([alembic, *x_args, "current"], REPO)
-    assert "0004 (head)" in done.stdout, done.stdout + done.stderr
+    assert "0005 (head)" in done.stdout, done.stdout + done.stderr
 
 
 def test_alembic_reads_the_url_from_the_environment(tmp_path: Path) -> None:
@@ -195,6 +275,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     assert "sql_lease/_migrations/versions/0002_fence_table.py" in names
     assert "sql_lease/_migrations/versions/0003_lease_data.py" in names
     assert "sql_lease/_migrations/versions/0004_released.py" in names
+    assert "sql_lease/_migrations/versions/0005_any_str_keys.py" in names
     site = tmp_path / "site"
     done = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(wheel)], tmp_path)
     assert done.returncode == 0, done.stderr
@@ -204,7 +285,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     db = tmp_path / "installed.db"
     done = _run([sys.executable, "-m", "sql_lease", "migrate", "--url", f"sqlite:///{db}"], tmp_path, env)
     assert done.returncode == 0, done.stderr
-    assert "revision 0004" in done.stdout
+    assert "revision 0005" in done.stdout
 
 
 @pytest.mark.postgres
@@ -240,7 +321,7 @@ async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path
             migrate._PROCESS_LOCK.release()
         await asyncio.sleep(0.2)
         assert not migrate._PROCESS_LOCK.locked()
-        assert await asyncio.wait_for(provider.migrate(), 10) == "0004"
+        assert await asyncio.wait_for(provider.migrate(), 10) == "0005"
 
 
 # -- configuration errors are configuration errors, on both faces (issue 21, item 3) -------------------

@@ -19,9 +19,7 @@ TTL = 60_000
 BAD_LIST_ARGS = [
     ({"prefix": 1}, TypeError),
     ({"prefix": b"job"}, TypeError),
-    ({"prefix": "a\x00b"}, ValueError),
     ({"prefix": "x" * 513}, ValueError),
-    ({"prefix": "\ud800"}, ValueError),
     ({"include_expired": "yes"}, TypeError),
     ({"include_expired": 1}, TypeError),
     ({"limit": 0}, ValueError),
@@ -30,7 +28,7 @@ BAD_LIST_ARGS = [
     ({"limit": 1.5}, TypeError),
     ({"limit": "10"}, TypeError),
 ]
-BAD_BREAK_ARGS = [("", ValueError), (None, TypeError), ("a\x00", ValueError), ("k" * 513, ValueError)]
+BAD_BREAK_ARGS = [("", ValueError), (None, TypeError), ("k" * 513, ValueError)]
 
 
 async def _acquire(provider: Any, key: str, owner: str, ttl_ms: float = TTL) -> int:

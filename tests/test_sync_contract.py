@@ -25,6 +25,7 @@ from sql_lease import (
     is_lease_provider,
 )
 from tests.support.counting import StatementCounter
+from tests.support.keys import KeysSeen, key_order, look_alike_keys
 from tests.test_validation import CASES, KW_CASES, SneakyStr
 
 TTL = 10_000
@@ -281,6 +282,76 @@ def test_keys_and_owners_round_trip_exactly(provider: Any, key: str) -> None:
     assert provider.get_lease_owner(base + "1") == "one"
 
 
+# 11. any str is a key (issue 24): the cases of tests/test_contract.py on this face
+def test_any_str_is_a_key_of_its_own_and_reads_back_exactly(provider: Any, key: str) -> None:
+    keys = look_alike_keys(key + ":")
+    for i, k in enumerate(keys):
+        assert provider.acquire_lease(k, f"o{i}", TTL, data={"i": i}).acquired, repr(k)
+    for i, k in enumerate(keys):
+        lease = provider.get_lease(k)
+        assert lease is not None and (lease.key, lease.owner, lease.data) == (k, f"o{i}", {"i": i})
+        assert provider.get_lease_owner(k) == f"o{i}"
+    in_order = sorted(keys, key=key_order)
+    listed = provider.list_leases(prefix=key + ":")
+    assert [(lease.key, lease.owner) for lease in listed] == [(k, f"o{keys.index(k)}") for k in in_order]
+    for part in ("\x00", "\x01", "\x01\x01", "\ud800", "\ud83d", "\\"):
+        expected = [k for k in in_order if k.startswith(f"{key}:{part}")]
+        assert expected
+        assert [lease.key for lease in provider.list_leases(prefix=f"{key}:{part}")] == expected
+
+    nul, escape, surrogate = keys[0], keys[5], keys[7]
+    renewed = provider.renew_lease_info(nul, "o0", TTL)
+    assert renewed is not None and renewed.key == nul
+    assert provider.transfer_lease(nul, "o0", "next", TTL)
+    assert not provider.transfer_lease(keys[2], "o0", "next", TTL)
+    assert provider.get_lease_owner(nul) == "next" and provider.get_lease_owner(keys[2]) == "o2"
+    assert provider.release_lease(escape, "o5")
+    assert provider.get_lease_owner(escape) is None and provider.get_lease_owner(keys[3]) == "o3"
+    broken = provider.break_lease(surrogate)
+    assert broken is not None and (broken.key, broken.owner) == (surrogate, "o7")
+    assert provider.get_lease_owner(keys[6]) == "o6" and provider.get_lease_owner(keys[9]) == "o9"
+
+    expiring = key + ":\x00\ud800gone"
+    assert provider.acquire_lease(expiring, "short", SHORT_TTL).acquired
+    time.sleep(SHORT_WAIT)
+    expired = provider.list_leases(prefix=key + ":\x00\ud800", include_expired=True)
+    assert [(lease.key, lease.remaining_ms is not None and lease.remaining_ms <= 0) for lease in expired] == [
+        (expiring, True)
+    ]
+    assert provider.sweep_expired(batch_size=1_000_000) >= 1
+    assert provider.list_leases(prefix=key + ":\x00\ud800", include_expired=True) == []
+    assert provider.get_lease_owner(keys[1]) == "o1"
+
+
+def test_observers_and_errors_name_the_key_as_given(sql_provider: Any, key: str) -> None:
+    from sql_lease import LeaseNotAcquiredError
+    from sql_lease.observe import add_observer
+
+    odd = key + ":resource\x00thread\x01\ud800"
+    keys = KeysSeen(key)
+    remove = add_observer(keys)
+    try:
+        assert sql_provider.acquire_lease(odd, "alice", TTL).acquired
+        with pytest.raises(LeaseNotAcquiredError) as refused:
+            sql_provider.acquire_lease_wait(odd, "bob", TTL, timeout_s=0)
+    finally:
+        remove()
+    assert keys.seen and set(keys.seen) == {odd}
+    assert refused.value.key == odd and repr(odd) in str(refused.value)
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x01", "\ud800", "\U0010ffff"])
+def test_key_length_counts_the_key_as_given(provider: Any, key: str, char: str) -> None:
+    longest = key + char * (MAX_KEY_LENGTH - len(key))
+    assert provider.acquire_lease(longest, "alice", TTL).acquired
+    lease = provider.get_lease(longest)
+    assert lease is not None and lease.key == longest
+    assert [lease.key for lease in provider.list_leases(prefix=longest)] == [longest]
+    assert provider.release_lease(longest, "alice")
+    with pytest.raises(ValueError):
+        provider.acquire_lease(longest + char, "alice", TTL)
+
+
 # 10. the client's clock and time zone never matter (SQL providers read the database's clock)
 def test_client_clock_and_timezone_do_not_matter(sql_provider: Any, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
     provider = sql_provider
@@ -354,14 +425,15 @@ def test_bad_fences_and_minimum_holds_are_rejected_before_any_sql(
 
 
 @pytest.mark.parametrize(
-    "value",
-    [SneakyStr("k" * (MAX_KEY_LENGTH + 1)), SneakyStr("a\x00b"), SneakyStr("a\ud800")],
+    ("value", "bad_key"),
+    [(SneakyStr("k" * (MAX_KEY_LENGTH + 1)), True), (SneakyStr("a\x00b"), False), (SneakyStr("a\ud800"), False)],
     ids=["long", "nul", "surrogate"],
 )
-def test_str_subclasses_cannot_slip_past(provider: Any, value: str) -> None:
+def test_str_subclasses_cannot_slip_past(provider: Any, value: str, bad_key: bool) -> None:
     counter = StatementCounter(provider)
-    with pytest.raises(ValueError):
-        provider.acquire_lease(value, GOOD_OWNER, GOOD_TTL)
+    if bad_key:
+        with pytest.raises(ValueError):
+            provider.acquire_lease(value, GOOD_OWNER, GOOD_TTL)
     with pytest.raises(ValueError):
         provider.acquire_lease(GOOD_KEY, value, GOOD_TTL)
     assert counter.count == 0

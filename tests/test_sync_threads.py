@@ -280,8 +280,10 @@ def test_hold_validates_like_the_async_one(sync_provider: Any) -> None:
 
 
 @pytest.mark.postgres
-def test_postgres_waiters_wake_on_notify(pg_schema: tuple[str, str], key: str) -> None:
+@pytest.mark.parametrize("suffix", ["", ":resource\x00thread\x01\ud800"])  # NOTIFY names the stored form
+def test_postgres_waiters_wake_on_notify(pg_schema: tuple[str, str], key: str, suffix: str) -> None:
     url, schema = pg_schema
+    key += suffix
     with SyncSqlLeaseProvider(url, schema=schema) as holder, SyncSqlLeaseProvider(url, schema=schema) as waiter:
         holder.acquire_lease(key, "holder", 30_000)
         got: list[float] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import uuid
 from typing import Any
 
 import pytest
@@ -22,6 +23,9 @@ BAD_TEXT: list[tuple[str, Any, type[Exception]]] = [
     ("oversize", "k" * (MAX_KEY_LENGTH + 1), ValueError),
     ("lone surrogate", "a\ud800b", ValueError),
 ]
+# Any str is a key (issue 24): NUL and lone surrogates are refused in owners only.
+OWNER_ONLY = ("NUL", "lone surrogate")
+BAD_KEY = [case for case in BAD_TEXT if case[0] not in OWNER_ONLY]
 BAD_TTL: list[tuple[str, Any, type[Exception]]] = [
     ("zero", 0, ValueError),
     ("negative", -1, ValueError),
@@ -39,12 +43,15 @@ BAD_TTL: list[tuple[str, Any, type[Exception]]] = [
 
 # (method, args with one bad value, expected exception)
 CASES: list[Any] = []
-for label, bad, exc in BAD_TEXT:
+for label, bad, exc in BAD_KEY:
     CASES += [
         pytest.param("acquire_lease", (bad, GOOD_OWNER, GOOD_TTL), exc, id=f"acquire-key-{label}"),
-        pytest.param("acquire_lease", (GOOD_KEY, bad, GOOD_TTL), exc, id=f"acquire-owner-{label}"),
         pytest.param("get_lease_owner", (bad,), exc, id=f"owner-key-{label}"),
         pytest.param("release_lease", (bad, GOOD_OWNER), exc, id=f"release-key-{label}"),
+    ]
+for label, bad, exc in BAD_TEXT:
+    CASES += [
+        pytest.param("acquire_lease", (GOOD_KEY, bad, GOOD_TTL), exc, id=f"acquire-owner-{label}"),
         pytest.param("release_lease", (GOOD_KEY, bad), exc, id=f"release-owner-{label}"),
         pytest.param("renew_lease", (GOOD_KEY, bad, GOOD_TTL), exc, id=f"renew-owner-{label}"),
         pytest.param("transfer_lease", (GOOD_KEY, bad, "next", GOOD_TTL), exc, id=f"transfer-from-{label}"),
@@ -204,20 +211,29 @@ class SneakyStr(str):
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"),
+    ("value", "bad_key"),
     [
-        (SneakyStr("k" * (MAX_KEY_LENGTH + 1)), ValueError),
-        (SneakyStr("a\x00b"), ValueError),
-        (SneakyStr("a\ud800"), ValueError),
+        (SneakyStr("k" * (MAX_KEY_LENGTH + 1)), True),
+        (SneakyStr("a\x00b"), False),  # a good key (issue 24), a bad owner
+        (SneakyStr("a\ud800"), False),
     ],
 )
-async def test_str_subclasses_cannot_slip_past(provider: Any, value: str, expected: type) -> None:
+async def test_str_subclasses_cannot_slip_past(provider: Any, value: str, bad_key: bool) -> None:
     counter = StatementCounter(provider)
-    with pytest.raises(expected):
-        await provider.acquire_lease(value, GOOD_OWNER, GOOD_TTL)
-    with pytest.raises(expected):
+    if bad_key:
+        with pytest.raises(ValueError):
+            await provider.acquire_lease(value, GOOD_OWNER, GOOD_TTL)
+    with pytest.raises(ValueError):
         await provider.acquire_lease(GOOD_KEY, value, GOOD_TTL)
     assert counter.count == 0
+
+
+async def test_a_str_subclass_key_is_escaped_as_the_plain_str(provider: Any) -> None:
+    plain = f"sneaky:{uuid.uuid4().hex}:\x01\x00"  # SneakyStr hides both from `in`
+    assert (await provider.acquire_lease(SneakyStr(plain), GOOD_OWNER, GOOD_TTL)).acquired
+    assert (await provider.acquire_lease(plain[:-2] + "\x01\x02\x01\x01", "other", GOOD_TTL)).acquired
+    lease = await provider.get_lease(plain)
+    assert lease is not None and (type(lease.key), lease.key, lease.owner) == (str, plain, GOOD_OWNER)
 
 
 async def test_str_subclass_keys_are_stored_as_plain_text(provider: Any) -> None:

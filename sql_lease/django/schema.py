@@ -127,9 +127,11 @@ def upgrade_connection(connection: Any, target: str) -> str:
     return f"lease table migrated from {start or 'nothing'} to {target}"
 
 
-def downgrade_connection(connection: Any) -> str:
-    """Drop the default lease table and what belongs to it (Alembic's downgrade to base), for
-    ``manage.py migrate sql_lease zero``. Nothing to do when the table is missing."""
+def downgrade_connection(connection: Any, target: str = "base") -> str:
+    """Bring the default lease table back to Alembic revision ``target``: ``"base"`` drops it and
+    what belongs to it (``manage.py migrate sql_lease zero``), a revision undoes the later ones
+    (``"0003"``: ``manage.py migrate sql_lease 0001``). Nothing to do when the table is missing or
+    not past ``target``."""
     vendor = connection.vendor
     names = LeaseTableNames()
     with connection.cursor() as cursor:
@@ -138,6 +140,10 @@ def downgrade_connection(connection: Any) -> str:
         table_exists, versions = _state(cursor, vendor, names)
         if not table_exists or not versions or len(versions) != 1:
             return "no lease table to drop"
-        for statement in alembic_statements(vendor, names, f"{versions[0]}:base", downgrade=True):
+        if target != "base" and _revision_number(versions[0]) <= _revision_number(target):
+            return f"lease table already at {versions[0]}"
+        for statement in alembic_statements(vendor, names, f"{versions[0]}:{target}", downgrade=True):
             cursor.execute(statement)
-    return f"lease table dropped (was at {versions[0]})"
+    if target == "base":
+        return f"lease table dropped (was at {versions[0]})"
+    return f"lease table migrated back from {versions[0]} to {target}"

@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..contract import MAX_FENCE, validate_fence, validate_key, validate_owner
+from ..contract import MAX_FENCE, validate_fence, validate_owner
 from ..errors import LeaseConfigError, LeaseLostError, StaleFenceError
+from .operations import stored_key
 from .schema import LeaseTableNames
 from .statements import filled_texts
 
@@ -114,7 +115,7 @@ def validate_resource(resource: object) -> str:
 
 def validate_check(key: object, owner: object, fence: object) -> dict[str, Any]:
     """The bind parameters of ``check_held``, validated (before any SQL)."""
-    return {"key": validate_key(key), "owner": validate_owner(owner), "fence": validate_fence(fence)}
+    return {"key": stored_key(key), "owner": validate_owner(owner), "fence": validate_fence(fence)}
 
 
 def connection_dialect(conn: object) -> str:

@@ -2,7 +2,7 @@
 
 One LISTEN connection per provider, opened when the first waiter arrives and shared by all of
 them. Releases, transfers and sweeps of rows whose ``has_waiters`` flag is set send
-``NOTIFY <channel>, <key>``; the listener wakes the waiters of that key. If the LISTEN connection
+``NOTIFY <channel>, <stored key>``; the listener wakes the waiters of that key. If the LISTEN connection
 cannot be opened or dies, waiters fall back to polling (they are woken so they re-check at once).
 """
 
@@ -84,8 +84,8 @@ class NotifyListener(ListenerBase[OpenDedicated, asyncio.Event]):
                 return False
             return True
 
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, key: str) -> None:
-        for event in self._waiters.of(key):
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        for event in self._waiters.notified(payload):
             event.set()
 
     def _on_terminated(self, _conn: Any) -> None:

@@ -18,6 +18,7 @@ from ..contract import (
     LeaseInfo,
     RenewItem,
     encode_data,
+    encode_key,
     validate_fence,
     validate_key,
     validate_list,
@@ -46,6 +47,7 @@ __all__ = [
     "renew_many",
     "run_async",
     "run_sync",
+    "stored_key",
     "sweep",
     "transfer",
     "validate_renew_items",
@@ -53,6 +55,12 @@ __all__ = [
 
 T = TypeVar("T")
 Row = Sequence[Any]
+
+
+def stored_key(key: object) -> str:
+    """``key`` validated, in its stored form (:func:`~sql_lease.contract.encode_key`): what every
+    plan binds and carries; the statements' decoding gives the key back as it was given."""
+    return encode_key(validate_key(key))
 
 
 async def run_async(
@@ -121,7 +129,7 @@ def acquire(
     release sends NOTIFY (PostgreSQL). ``lock_wait_ms``: how long the statement may wait for a
     lock (a caller's ``check_held`` transaction guarding an expired lease) before it answers
     "not acquired" (PostgreSQL; None: no bound of its own)."""
-    key, owner = validate_key(key), validate_owner(owner)
+    key, owner = stored_key(key), validate_owner(owner)
     if s.transactional:
         ttl = s.ttl_param(validate_ttl_ms(ttl_ms))
         return transactional.acquire(s, key, owner, ttl, encode_data(data), lock_wait_ms)
@@ -202,12 +210,12 @@ def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], 
 
 
 def get_owner(s: LeaseStatements, key: str) -> Plan[str | None]:
-    key = validate_key(key)
+    key = stored_key(key)
     return _single(Query(s.owner, (key,)), lambda row: row[0])
 
 
 def get_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
-    key = validate_key(key)
+    key = stored_key(key)
     return _single(Query(s.holder, (key,)), lambda row: s.held(key, row))
 
 
@@ -215,7 +223,7 @@ def release(s: LeaseStatements, key: str, owner: str, fence: object = None, min_
     """Release ``owner``'s lease (of tenure ``fence`` if given); with ``min_hold_ms``, keep it,
     marked released, until that long after its tenure began (``release_keeping``), freeing it at
     once (``release``) if that moment has passed. True iff the owner's unexpired lease was released."""
-    key, owner = validate_key(key), validate_owner(owner)
+    key, owner = stored_key(key), validate_owner(owner)
     checked_fence, min_hold = validate_tenure_options(fence, min_hold_ms)
     params = (key, owner, checked_fence, None if min_hold is None else s.ttl_param(min_hold))
     if s.transactional:
@@ -235,7 +243,7 @@ def _release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
 
 
 def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object, fence: object = None) -> Plan[LeaseInfo | None]:
-    key, owner = validate_key(key), validate_owner(owner)
+    key, owner = stored_key(key), validate_owner(owner)
     checked_fence = validate_tenure_options(fence)[0]
     params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), checked_fence)
     if s.transactional:
@@ -253,6 +261,7 @@ def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
 
 def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, LeaseInfo]]:
     """``renew_many`` for items :func:`validate_renew_items` returned (not checked again)."""
+    items = [(encode_key(key), owner, ttl, fence) for key, owner, ttl, fence in items]
     if s.transactional:
         return (yield from transactional.renew_checked(s, items))
     renewed: dict[str, LeaseInfo] = {}
@@ -260,7 +269,8 @@ def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, 
         chunk = items[start : start + RENEW_BATCH_SIZE]
         rows = yield Query(s.renew_many, s.renew_many_params(chunk), many=True)
         for row in rows:
-            renewed[row[0]] = s.lease_info(row[0], row[1:])
+            lease = s.lease_info(row[0], row[1:])
+            renewed[lease.key] = lease
     return renewed
 
 
@@ -273,7 +283,7 @@ def transfer(
     data: object = None,
     fence: object = None,
 ) -> Plan[bool]:
-    key, from_owner = validate_key(key), validate_owner(from_owner, "from_owner")
+    key, from_owner = stored_key(key), validate_owner(from_owner, "from_owner")
     to_owner = validate_owner(to_owner, "to_owner")
     ttl, text, checked_fence = (
         s.ttl_param(validate_ttl_ms(ttl_ms)),
@@ -313,7 +323,8 @@ def list_leases(
     if prefix is None:
         query = Query(s.list_all, (include_expired, limit), many=True)
     else:
-        query = Query(s.list_leases, (prefix, include_expired, limit, prefix_upper_bound(prefix)), many=True)
+        stored = encode_key(prefix)
+        query = Query(s.list_leases, (stored, include_expired, limit, prefix_upper_bound(stored)), many=True)
     return _list(s, query)
 
 
@@ -342,7 +353,7 @@ def break_lease(s: LeaseStatements, key: str, fence: object = None) -> Plan[Leas
     """Delete the lease on ``key`` whoever holds it, or (``fence`` given) only the tenure with that
     fence; the lease it broke, or None if there was no such unexpired one (a matching expired row
     is deleted all the same)."""
-    key = validate_key(key)
+    key = stored_key(key)
     fence = None if fence is None else validate_fence(fence)
     if s.transactional:
         return transactional.break_lease(s, key, fence)

@@ -2,7 +2,8 @@
 
 One row per held (or expired, not yet swept) lease::
 
-    key         varchar(512)  primary key
+    key         varchar(1024) primary key  the stored form of the key (``encode_key``, migration 0005;
+                                         SQLite: declared varchar(512), a length it does not enforce)
     owner       varchar(512)  not null
     fence       bigint        not null   fencing token; see below
     expires_at  timestamptz   not null   PostgreSQL: by now() of the database
@@ -69,6 +70,9 @@ VERSION_TABLE_SUFFIX = "_alembic_version"
 # "<version_table>_pkc" (version table + 4). (SQLite's triggers and check constraint are longer,
 # but SQLite has no limit.)
 POSTGRES_MAX_NAME = 63
+
+STORED_KEY_LENGTH = 2 * MAX_KEY_LENGTH
+"""Longest stored form of a key, in characters (``encode_key``: at most two per character)."""
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_VERSION_TABLE_NAME = POSTGRES_MAX_NAME - len("_pkc")
 MAX_TABLE_NAME = POSTGRES_MAX_NAME - len("ix__expires_at")
@@ -154,12 +158,13 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
     ``"mysql"``)."""
     metadata = MetaData(schema=names.schema)
     text_type: Any = String(MAX_KEY_LENGTH)
+    key_type: Any = String(STORED_KEY_LENGTH if dialect_name == "postgresql" else MAX_KEY_LENGTH)
     expires_at_type: Any
     data_type: Any
     if dialect_name in ("mysql", "mariadb"):
         from sqlalchemy.dialects import mysql
 
-        text_type = mysql.VARBINARY(4 * MAX_KEY_LENGTH)
+        text_type = key_type = mysql.VARBINARY(4 * MAX_KEY_LENGTH)  # stored keys too: at most 4 bytes per character
         expires_at_type, data_type = mysql.DATETIME(fsp=6), mysql.LONGTEXT()
         Table(names.fence_counter, metadata, Column("id", BigInteger, primary_key=True, autoincrement=True))
     elif dialect_name == "postgresql":
@@ -179,7 +184,7 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
     Table(
         names.table,
         metadata,
-        Column("key", text_type, primary_key=True),
+        Column("key", key_type, primary_key=True),
         Column(
             "owner", text_type if dialect_name in ("mysql", "mariadb") else String(MAX_OWNER_LENGTH), nullable=False
         ),

@@ -9,6 +9,9 @@ caller's transaction); time comes from the database's clock. Parameters are posi
 same order for both dialects (PostgreSQL's acquire takes a fifth, its transaction's
 ``lock_timeout``; ``renew_many`` takes three arrays on PostgreSQL, one JSON array on SQLite).
 
+Keys go in and come out in their stored form (:func:`sql_lease.contract.encode_key`, applied by
+the plans): the decoding functions below take a stored key and give the key back as it was given.
+
 ``data`` goes in as JSON text or NULL (:func:`sql_lease.contract.encode_data`) and comes out as
 text, decoded by :meth:`LeaseStatements.lease_data` for both faces. ``remaining_ms`` is
 ``expires_at`` minus the database's clock: waiters pace themselves by it, never by comparing
@@ -28,7 +31,7 @@ from typing import Any
 
 from sqlalchemy.engine.interfaces import Dialect
 
-from ..contract import AcquireResult, LeaseInfo, RenewItem, decode_data
+from ..contract import AcquireResult, LeaseInfo, RenewItem, decode_data, decode_key
 from .dialects import dialect_module
 from .dialects import mysql as mysql_texts
 from .dialects import postgresql as postgresql_texts
@@ -140,18 +143,20 @@ class LeaseStatements:
         return AcquireResult(False, row[0], row[1], self.to_datetime(row[2]), float(row[3]))
 
     def lease_info(self, key: str, row: Sequence[Any]) -> LeaseInfo:
-        """``(owner, fence, expires_at, remaining_ms)`` from renew and transfer (no data read)."""
-        return LeaseInfo(key, row[0], row[1], self.to_datetime(row[2]), float(row[3]))
+        """``(owner, fence, expires_at, remaining_ms)`` from renew and transfer (no data read) of the
+        lease on the stored ``key``."""
+        return LeaseInfo(decode_key(key), row[0], row[1], self.to_datetime(row[2]), float(row[3]))
 
     def lease_data(self, value: str | None) -> dict[str, Any] | None:
         """The lease data of a row: its JSON text decoded (None for a row without data)."""
         return decode_data(value)
 
     def held(self, key: str, row: Sequence[Any]) -> LeaseInfo:
-        """``(owner, fence, expires_at, remaining_ms, data, acquired_at, released)`` from holder."""
+        """``(owner, fence, expires_at, remaining_ms, data, acquired_at, released)`` from holder, of
+        the lease on the stored ``key``."""
         expires_at, acquired_at = self.to_datetime(row[2]), self.acquired_at(row[5])
         data = self.lease_data(row[4])
-        return LeaseInfo(key, row[0], row[1], expires_at, float(row[3]), data, acquired_at, bool(row[6]))
+        return LeaseInfo(decode_key(key), row[0], row[1], expires_at, float(row[3]), data, acquired_at, bool(row[6]))
 
     @staticmethod
     def refuses(holder: Sequence[Any] | None, owner: str) -> bool:

@@ -1,7 +1,7 @@
 """PostgreSQL LISTEN/NOTIFY wake-ups for waiting threads (the sync provider's ``release_waiter``).
 
 One LISTEN connection per provider, opened when the first waiter arrives, read by one listener
-thread with psycopg's ``notifies(timeout=...)``; each notification (payload: the key) sets the
+thread with psycopg's ``notifies(timeout=...)``; each notification (payload: the stored key) sets the
 ``threading.Event`` of that key's waiters. Releases, transfers and sweeps of rows whose
 ``has_waiters`` flag is set send the NOTIFY (the statements do). If the connection cannot be
 opened or dies, waiters are woken and poll until a later attempt listens again.
@@ -90,9 +90,9 @@ class SyncNotifyListener(ListenerBase[OpenConnection, threading.Event]):
         with self._lock:
             self._waiters.unregister(key, event)
 
-    def _wake(self, key: str | None) -> None:
+    def _wake(self, payload: str | None) -> None:
         with self._lock:
-            events = self._waiters.of(key)
+            events = self._waiters.of(None) if payload is None else self._waiters.notified(payload)
         for event in events:
             event.set()
 

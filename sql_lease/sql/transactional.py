@@ -127,7 +127,7 @@ def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, 
     def body(params: tuple[Any, ...]) -> Plan[dict[str, LeaseInfo]]:
         yield Query(s.renew_many, params)
         rows = yield Query(s.steps["renewed_many"], params, many=True)
-        return {row[0]: s.lease_info(row[0], row[1:]) for row in rows}
+        return {lease.key: lease for lease in (s.lease_info(row[0], row[1:]) for row in rows)}
 
     renewed: dict[str, LeaseInfo] = {}
     for start in range(0, len(items), RENEW_BATCH_SIZE):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from ..contract import decode_key
+
 __all__ = ["Acquire", "KeyedEvents", "ListenerBase", "ReleaseWaiterBase"]
 
 R_co = TypeVar("R_co", covariant=True)
@@ -67,6 +69,10 @@ class KeyedEvents(Generic[E]):
         if key is None:
             return [event for events in self._by_key.values() for event in events]
         return list(self._by_key.get(key, ()))
+
+    def notified(self, payload: str) -> list[E]:
+        """The events of the waiters of the key a NOTIFY names (its payload: the stored key)."""
+        return self.of(decode_key(payload))
 
 
 class ListenerBase(Generic[O, E]):

@@ -120,11 +120,11 @@ RENEW = """
 UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
  WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6) AND NOT released AND ($4 IS NULL OR fence = $4)"""
 
-# renew_many ($1 JSON array of [key, owner, ttl_us] or [key, owner, ttl_us, fence]) -> row count: the owners'
-#   unexpired leases (of that fence, if given) renewed
+# renew_many ($1 JSON array of [stored key (up to 1024 characters), owner, ttl_us] or [..., fence]) -> row
+#   count: the owners' unexpired leases (of that fence, if given) renewed
 RENEW_MANY = """
 UPDATE {table} AS held
-  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[0]',
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
                                       o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
                                       ttl BIGINT PATH '$[2]',
                                       f BIGINT PATH '$[3]')) AS r
@@ -138,7 +138,7 @@ RENEWED_MANY = """
 SELECT held.`key`, held.owner, held.fence, held.expires_at,
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
   FROM {table} AS held
-  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[0]',
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
                                       o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
                                       f BIGINT PATH '$[3]')) AS r
     ON held.`key` = r.k AND held.owner = r.o
