@@ -26,7 +26,6 @@ import contextlib
 import functools
 import itertools
 import os
-import re
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -40,6 +39,7 @@ from ..errors import ProviderClosedError
 from .operations import run_async
 from .plans import LockRetry, Plan
 from .retry import DeadBeforeSending, DeadConnectionRetry, SqliteLockWait
+from .rows import mysql_row, named, pyformat
 from .translate import connection_survives
 
 __all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "EngineExecutor", "LentPoolExecutor"]
@@ -665,25 +665,6 @@ async def _checkin(conn: Any) -> None:
 async def _rows(conn: Any, sql: str, params: tuple[Any, ...]) -> list[Row]:
     result = await conn.exec_driver_sql(sql, params)
     return list(result.fetchall()) if result.returns_rows else []
-
-
-_PLACEHOLDER = re.compile(r"\$(\d+)")
-
-
-@functools.lru_cache(maxsize=256)
-def pyformat(sql: str) -> str:
-    """``$n`` placeholders as psycopg's ``%(pn)s`` (the statements hold no other ``%``)."""
-    return _PLACEHOLDER.sub(r"%(p\1)s", sql)
-
-
-def named(params: tuple[Any, ...]) -> dict[str, Any]:
-    """Positional ``params`` by the names :func:`pyformat` gives their placeholders."""
-    return {f"p{number}": value for number, value in enumerate(params, 1)}
-
-
-def mysql_row(row: Sequence[Any]) -> Row:
-    """A MySQL row with its ``VARBINARY`` values (keys, owners) as text."""
-    return tuple(value.decode() if isinstance(value, bytes) else value for value in row)
 
 
 def _mysql_rows(conn: Any) -> Fetch:

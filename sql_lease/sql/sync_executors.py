@@ -46,6 +46,7 @@ from .retry import (
     SqliteLockWait,
     readable_while_idle,
 )
+from .rows import mysql_row, named, pyformat
 from .setup import sqlite_pragmas, utc_timestamptz_loader
 from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
@@ -632,8 +633,6 @@ def _sqlite_fetch_all(conn: sqlite3.Connection) -> Callable[[str, tuple[Any, ...
 def _mysql_fetch(conn: Any) -> tuple[Fetch, Fetch]:
     """Fetch functions on a PyMySQL/mysqlclient connection: ``$n`` as ``%(pn)s``, ``VARBINARY``
     values as text, and a statement without a result answering one row, its row count."""
-    from .executors import mysql_row, named, pyformat
-
     def fetch_all(sql: str, params: tuple[Any, ...]) -> list[Row]:
         cursor = conn.cursor()
         try:
