@@ -55,6 +55,7 @@ from .urls import psycopg_conninfo
 __all__ = [
     "EngineExecutor",
     "PsycopgPoolExecutor",
+    "PyMysqlPoolExecutor",
     "SqliteFileExecutor",
     "StalledError",
     "SyncExecutor",
@@ -632,14 +633,20 @@ def _sqlite_fetch_all(conn: sqlite3.Connection) -> Callable[[str, tuple[Any, ...
 
 def _mysql_fetch(conn: Any) -> tuple[Fetch, Fetch]:
     """Fetch functions on a PyMySQL/mysqlclient connection: ``$n`` as ``%(pn)s``, ``VARBINARY``
-    values as text, and a statement without a result answering one row, its row count."""
+    values as text, a statement without a result answering one row, its row count, and a
+    multi-statement packet the rows of its last result with columns."""
+
     def fetch_all(sql: str, params: tuple[Any, ...]) -> list[Row]:
         cursor = conn.cursor()
         try:
             cursor.execute(pyformat(sql), named(params))
-            if cursor.description is None:
-                return [(cursor.rowcount,)]
-            return [mysql_row(row) for row in cursor.fetchall()]
+            count, rows = cursor.rowcount, None
+            while True:  # a multi-statement packet answers its last result with columns
+                if cursor.description is not None:
+                    rows = cursor.fetchall()
+                if not cursor.nextset():
+                    break
+            return [(count,)] if rows is None else [mysql_row(row) for row in rows]
         finally:
             cursor.close()
 
@@ -656,6 +663,81 @@ def _shut_mysql_socket(conn: Any) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+class PyMysqlPoolExecutor(SyncExecutor):
+    """MySQL/MariaDB from a URL: up to ``pool_size`` PyMySQL connections the provider owns
+    (``connect_kwargs`` as for ``pymysql.connect``, taken from SQLAlchemy's dialect for the URL),
+    autocommit, multi-statement packets; the ``setup`` statements run once on each new connection.
+    A statement past its deadline is ended by the watchdog (the socket shut) and its connection
+    discarded."""
+
+    dialect_name = "mysql"
+
+    def __init__(
+        self, connect_kwargs: dict[str, Any], pool_size: int, *, setup: Sequence[str], watchdog: Watchdog
+    ) -> None:
+        self.hooks = []
+        self.retry = DeadConnectionRetry(pool_size)
+        self._connect_kwargs = connect_kwargs
+        self._setup = tuple(setup)
+        self._watchdog = watchdog
+        self._pool_size = pool_size
+        self._pool = _SlotPool(pool_size, self._connect)
+        self._fetchers: dict[int, tuple[Fetch, Fetch]] = {}
+        forks.on_fork_in_child(self, PyMysqlPoolExecutor._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's connections stay the parent's (closing one would end its session): new ones.
+        old = self._pool
+        forks.abandon(old, self._fetchers)
+        self._pool = _SlotPool(self._pool_size, self._connect)
+        self._fetchers = {}
+        if old._closed:
+            self._pool.close()
+
+    def _connect(self) -> Any:
+        import pymysql
+
+        conn = pymysql.connect(**self._connect_kwargs)
+        try:
+            fetch_one, fetch_all = _mysql_fetch(conn)
+            for statement in self._setup:
+                fetch_all(statement, ())
+        except BaseException:
+            conn.close()
+            raise
+        self._fetchers[id(conn)] = (fetch_one, fetch_all)
+        return conn
+
+    def _run_once(self, plan: Plan[T], deadline: float) -> T:
+        conn = self._pool.take(deadline)
+        healthy = False
+        try:
+            sock = conn._sock
+            if sock is None or readable_while_idle(sock.fileno()):
+                # the server ended it while idle (a restart, wait_timeout): nothing was sent
+                raise DeadBeforeSending(ConnectionError("the server ended an idle pooled connection"))
+            fetch_one, fetch_all = self._fetchers[id(conn)]
+            result, spoiled = _guarded(
+                self._watchdog,
+                deadline,
+                lambda: _shut_mysql_socket(conn),
+                lambda: self._run_plan(plan, fetch_one, fetch_all),
+            )
+            healthy = not spoiled
+            return result
+        except BaseException as exc:
+            healthy = not isinstance(exc, (StalledError, DeadBeforeSending)) and connection_survives(exc)
+            raise
+        finally:
+            if not healthy:
+                self._fetchers.pop(id(conn), None)
+            self._pool.give_back(conn, healthy)
+
+    def close(self, timeout_s: float) -> None:
+        self._pool.close()
+        self._fetchers.clear()
 
 
 class SqliteFileExecutor(SyncExecutor):

@@ -150,6 +150,62 @@ SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ex
 DELETE_ROW = """
 DELETE FROM {table} WHERE `key` = $1"""
 
+# -- one packet per acquire, on the provider's own connections (multi-statement packets) ------------
+
+# acquire_packet ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL) -> (refused_by_holder, holder
+#   owner, fence, expires_at, remaining_ms, then the row's owner, fence, expires_at, remaining_ms after
+#   the transaction); the steps of the acquire transaction in one round trip, decided in user
+#   variables: the holder read without a lock first (a lease held by another refuses it: every
+#   later statement then touches no row, `key` = NULL), then the row locked, inserted (new key) or
+#   taken over (expired) with a fence drawn only after that lock, or extended (the owner's own)
+ACQUIRE_PACKET = """
+SELECT MAX(owner), MAX(fence), MAX(expires_at), MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000),
+       IF(MAX(owner) <> $2, NULL, $1)
+  INTO @sl_owner, @sl_fence, @sl_expires_at, @sl_remaining_ms, @sl_key
+  FROM {table} WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6);
+START TRANSACTION;
+SELECT COUNT(*), MAX(owner), MAX(expires_at > UTC_TIMESTAMP(6)) INTO @sl_rows, @sl_locked_owner, @sl_live
+  FROM {table} WHERE `key` = @sl_key FOR UPDATE;
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+SELECT $1, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE FROM DUAL
+ WHERE @sl_key IS NOT NULL AND @sl_rows = 0;
+INSERT INTO {fence_counter} (id) SELECT NULL FROM DUAL WHERE @sl_key IS NOT NULL AND (@sl_rows = 0 OR NOT @sl_live);
+UPDATE {table}
+   SET owner = $2, fence = LAST_INSERT_ID(), expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND,
+       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE
+ WHERE `key` = @sl_key AND (@sl_rows = 0 OR NOT @sl_live);
+UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
+ WHERE `key` = @sl_key AND @sl_live AND @sl_locked_owner = $2;
+SELECT @sl_key IS NULL, @sl_owner, @sl_fence, CAST(@sl_expires_at AS DATETIME(6)), @sl_remaining_ms,
+       held.owner, held.fence, held.expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
+  FROM (SELECT 1) AS one LEFT JOIN {table} AS held ON held.`key` = @sl_key;
+COMMIT"""
+
+# acquire_packet_nowait ($1 .. $4 as ACQUIRE_PACKET) -> as ACQUIRE_PACKET; its row lock fails at once
+#   (1205 on MariaDB, 3572 on MySQL) if another transaction locks the row, as LOCK_ROW_NOWAIT
+ACQUIRE_PACKET_NOWAIT = """
+SELECT MAX(owner), MAX(fence), MAX(expires_at), MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000),
+       IF(MAX(owner) <> $2, NULL, $1)
+  INTO @sl_owner, @sl_fence, @sl_expires_at, @sl_remaining_ms, @sl_key
+  FROM {table} WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6);
+START TRANSACTION;
+SELECT COUNT(*), MAX(owner), MAX(expires_at > UTC_TIMESTAMP(6)) INTO @sl_rows, @sl_locked_owner, @sl_live
+  FROM {table} WHERE `key` = @sl_key FOR UPDATE NOWAIT;
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+SELECT $1, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE FROM DUAL
+ WHERE @sl_key IS NOT NULL AND @sl_rows = 0;
+INSERT INTO {fence_counter} (id) SELECT NULL FROM DUAL WHERE @sl_key IS NOT NULL AND (@sl_rows = 0 OR NOT @sl_live);
+UPDATE {table}
+   SET owner = $2, fence = LAST_INSERT_ID(), expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND,
+       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE
+ WHERE `key` = @sl_key AND (@sl_rows = 0 OR NOT @sl_live);
+UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
+ WHERE `key` = @sl_key AND @sl_live AND @sl_locked_owner = $2;
+SELECT @sl_key IS NULL, @sl_owner, @sl_fence, CAST(@sl_expires_at AS DATETIME(6)), @sl_remaining_ms,
+       held.owner, held.fence, held.expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
+  FROM (SELECT 1) AS one LEFT JOIN {table} AS held ON held.`key` = @sl_key;
+COMMIT"""
+
 # -- single statements ----------------------------------------------------------------------------
 
 # release ($1 key, $2 owner) -> row count: 1 if owner's unexpired lease was deleted
@@ -206,6 +262,8 @@ STEP_NAMES = (
     "release_expired",
     "renewed_many",
     "prune_fences",
+    "acquire_packet",
+    "acquire_packet_nowait",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -252,4 +310,6 @@ def steps() -> dict[str, str]:
         "release_expired": RELEASE_EXPIRED,
         "renewed_many": RENEWED_MANY,
         "prune_fences": PRUNE_FENCES,
+        "acquire_packet": ACQUIRE_PACKET,
+        "acquire_packet_nowait": ACQUIRE_PACKET_NOWAIT,
     }

@@ -1,0 +1,132 @@
+"""MySQL/MariaDB from a URL: the provider's own driver connections (asyncmy, PyMySQL; no SQLAlchemy
+engine), where an uncontended acquire, re-acquire, takeover, refusal or release is one round trip
+(a multi-statement packet), a stalled statement ends at the operation's deadline, and the fence of
+a new tenure is still drawn only after the key's row is locked."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from sql_lease import LeaseBackendError, SqlLeaseProvider, SyncSqlLeaseProvider
+from sql_lease.sql.dialects import mysql
+from tests.conftest import MYSQL_URL
+
+pytestmark = pytest.mark.mysql
+
+
+def _blocker() -> Any:
+    import pymysql
+    import sqlalchemy as sa
+
+    parsed = sa.make_url(MYSQL_URL)
+    return pymysql.connect(
+        host=parsed.host,
+        port=parsed.port or 3306,
+        user=parsed.username,
+        password=parsed.password or "",
+        autocommit=True,
+    )
+
+
+def test_sync_uncontended_operations_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    key = f"trips:{uuid.uuid4().hex}"
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(sql))
+        first = provider.acquire_lease(key, "a", 10_000)
+        again = provider.acquire_lease(key, "a", 10_000)  # the holder's re-acquire: same tenure
+        refused = provider.acquire_lease(key, "b", 10_000)
+        assert first.acquired and again.acquired and again.fence == first.fence
+        assert not refused.acquired and refused.owner == "a" and refused.fence == first.fence
+        assert provider.release_lease(key, "a")
+        assert len(sent) == 4, sent
+        sent.clear()
+        assert provider.acquire_lease(key, "a", 1).acquired
+        time.sleep(0.05)
+        taken = provider.acquire_lease(key, "b", 10_000)  # an expired lease taken over
+        assert taken.acquired and taken.fence > first.fence
+        assert len(sent) == 2, sent
+
+
+async def test_async_uncontended_operations_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    key = f"trips:{uuid.uuid4().hex}"
+    async with SqlLeaseProvider(url, schema=schema) as provider:
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(sql))
+        first = await provider.acquire_lease(key, "a", 10_000)
+        again = await provider.acquire_lease(key, "a", 10_000)
+        refused = await provider.acquire_lease(key, "b", 10_000)
+        assert first.acquired and again.acquired and again.fence == first.fence
+        assert not refused.acquired and refused.owner == "a" and refused.fence == first.fence
+        assert await provider.release_lease(key, "a")
+        assert len(sent) == 4, sent
+        sent.clear()
+        assert (await provider.acquire_lease(key, "a", 1)).acquired
+        await asyncio.sleep(0.05)
+        taken = await provider.acquire_lease(key, "b", 10_000)
+        assert taken.acquired and taken.fence > first.fence
+        assert len(sent) == 2, sent
+
+
+def test_the_acquire_packet_locks_the_row_before_it_draws_a_fence() -> None:
+    """The text (no database): the holder is read without a lock first, the row is locked (or
+    inserted) before the fence is drawn, and the fence is set after it was drawn."""
+    for packet in (mysql.ACQUIRE_PACKET, mysql.ACQUIRE_PACKET_NOWAIT):
+        order = [
+            packet.index("INTO @sl_owner"),
+            packet.index("START TRANSACTION"),
+            packet.index("FOR UPDATE"),
+            packet.index("INSERT INTO {table}"),
+            packet.index("INSERT INTO {fence_counter}"),
+            packet.index("fence = LAST_INSERT_ID()"),
+            packet.index("COMMIT"),
+        ]
+        assert order == sorted(order), order
+        assert "FOR UPDATE" not in packet[: packet.index("START TRANSACTION")]
+
+
+def _lock_table(schema: str) -> Any:
+    """A connection holding ``LOCK TABLES ... WRITE`` on the lease table: every statement on it waits."""
+    blocker = _blocker()
+    blocker.cursor().execute(f"LOCK TABLES `{schema}`.sql_leases WRITE")
+    return blocker
+
+
+def test_a_stalled_sync_statement_ends_at_the_deadline(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    key = f"stall:{uuid.uuid4().hex}"
+    with SyncSqlLeaseProvider(url, schema=schema, operation_timeout_s=0.5) as provider:
+        assert provider.acquire_lease(key, "a", 10_000).acquired
+        blocker = _lock_table(schema)
+        try:
+            started = time.monotonic()
+            with pytest.raises(LeaseBackendError, match=r"within 0\.5 s") as info:
+                provider.get_lease_owner(key)
+            assert time.monotonic() - started < 1.5
+            assert info.value.__cause__ is not None
+        finally:
+            blocker.close()
+        assert provider.get_lease_owner(key) == "a"  # a fresh connection
+
+
+async def test_a_stalled_async_statement_ends_at_the_deadline(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    key = f"stall:{uuid.uuid4().hex}"
+    async with SqlLeaseProvider(url, schema=schema, operation_timeout_s=0.5) as provider:
+        assert (await provider.acquire_lease(key, "a", 10_000)).acquired
+        blocker = _lock_table(schema)
+        try:
+            started = time.monotonic()
+            with pytest.raises(LeaseBackendError, match=r"within 0\.5 s"):
+                await provider.get_lease_owner(key)
+            assert time.monotonic() - started < 1.5
+        finally:
+            blocker.close()
+        assert await provider.get_lease_owner(key) == "a"
