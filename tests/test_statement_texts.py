@@ -354,6 +354,14 @@ def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> Non
         with engine.begin() as conn:  # an expired lease whose row another transaction locks
             conn.exec_driver_sql(f"SELECT * FROM `{schema}`.sql_leases WHERE `key` = %s FOR UPDATE", (key,))
             assert not provider.acquire_lease(key, "b", 10_000, timeout_s=1).acquired  # NOWAIT, rolled back
+        # an application's engine runs the acquire step by step (no multi-statement packets)
+        with SyncSqlLeaseProvider(engine, schema=schema) as on_engine:
+            on_engine.on_statement(synced.statement)
+            key = f"texts:{uuid.uuid4().hex}"
+            assert on_engine.acquire_lease(key, "a", 50).acquired  # a new row, its fence set after the insert
+            time.sleep(0.1)
+            assert on_engine.acquire_lease(key, "b", 10_000).acquired  # an expired lease taken over
+            assert on_engine.acquire_lease(key, "b", 10_000).acquired  # the owner's tenure extended
     engine.dispose()
     assert synced.strays == []
     setup = set(mysql.SESSION_SETUP)
