@@ -75,6 +75,36 @@ async def test_async_uncontended_operations_are_one_round_trip_each(mysql_db: tu
         assert len(sent) == 2, sent
 
 
+def test_sync_renewal_is_one_round_trip(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    keys = [f"renew:{uuid.uuid4().hex}"]
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        fences = [provider.acquire_lease(key, "a", 10_000).fence for key in keys]
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(sql))
+        renewed = provider.renew_lease_info(keys[0], "a", 20_000)
+        assert renewed is not None and renewed.fence == fences[0] and renewed.remaining_ms > 15_000
+        assert provider.renew_lease_info(keys[0], "b", 20_000) is None  # not the owner's
+        assert len(sent) == 2, sent
+
+
+async def test_async_renewal_and_a_batch_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    keys = [f"renew:{uuid.uuid4().hex}" for _ in range(3)]
+    async with SqlLeaseProvider(url, schema=schema) as provider:
+        fences = [(await provider.acquire_lease(key, "a", 10_000)).fence for key in keys]
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(sql))
+        renewed = await provider.renew_lease_info(keys[0], "a", 20_000)
+        assert renewed is not None and renewed.fence == fences[0] and renewed.remaining_ms > 15_000
+        assert await provider.renew_lease_info(keys[0], "b", 20_000) is None
+        assert len(sent) == 2, sent
+        sent.clear()
+        batch = await provider.renew_leases([(key, "a", 30_000) for key in keys] + [("renew:none", "a", 30_000)])
+        assert sorted(batch) == sorted(keys) and [batch[key].fence for key in keys] == fences
+        assert len(sent) == 1, sent
+
+
 def test_the_acquire_packet_locks_the_row_before_it_draws_a_fence() -> None:
     """The text (no database): the holder is read without a lock first, the row is locked (or
     inserted) before the fence is drawn, and the fence is set after it was drawn."""

@@ -335,6 +335,12 @@ def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> Non
         async with SqlLeaseProvider(url, schema=schema) as provider:
             provider.on_statement(seen.statement)
             await exercise_async(provider, engine, f"texts:{uuid.uuid4().hex}")
+        async with SqlLeaseProvider(engine, schema=schema) as on_engine:  # step by step, no packets
+            on_engine.on_statement(seen.statement)
+            key = f"texts:{uuid.uuid4().hex}"
+            assert (await on_engine.acquire_lease(key, "a", 10_000)).acquired
+            assert await on_engine.renew_lease_info(key, "a", 10_000) is not None
+            assert key in await on_engine.renew_leases([(key, "a", 10_000)])
         await engine.dispose()
 
     run_in_own_loop(run)

@@ -129,23 +129,34 @@ def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any) -> Plan[LeaseIn
     return s.lease_info(key, row)
 
 
+def _renewed_packed(s: LeaseStatements, key: str, owner: str, ttl: Any) -> Plan[LeaseInfo | None]:
+    row = yield Query(s.steps["renew_packet"], (key, owner, ttl))
+    return None if row is None else s.lease_info(key, row)
+
+
 def renew(s: LeaseStatements, key: str, owner: str, ttl: Any) -> Plan[LeaseInfo | None]:
+    if s.packed:
+        return (yield from _transaction(s, lambda: _renewed_packed(s, key, owner, ttl), packed=True))
     return (yield from _transaction(s, lambda: _renewed(s, key, owner, ttl)))
 
 
 def renew_checked(s: LeaseStatements, items: list[tuple[str, str, float]]) -> Plan[dict[str, LeaseInfo]]:
     """Renew the items, ``RENEW_BATCH_SIZE`` per transaction (one ``UPDATE`` joined to the items
-    as JSON, then the renewed rows read back); the renewed leases by key."""
+    as JSON, then the renewed rows read back; one packet when ``s.packed``); the renewed leases by key."""
 
     def body(params: tuple[Any, ...]) -> Plan[dict[str, LeaseInfo]]:
-        yield Query(s.renew_many, params)
-        rows = yield Query(s.steps["renewed_many"], params, many=True)
+        if s.packed:
+            rows = yield Query(s.steps["renew_many_packet"], params, many=True)
+        else:
+            yield Query(s.renew_many, params)
+            rows = yield Query(s.steps["renewed_many"], params, many=True)
         return {row[0]: s.lease_info(row[0], row[1:]) for row in rows}
 
     renewed: dict[str, LeaseInfo] = {}
     for start in range(0, len(items), RENEW_BATCH_SIZE):
         params = s.renew_many_params(items[start : start + RENEW_BATCH_SIZE])
-        renewed.update((yield from _transaction(s, lambda params=params: body(params))))  # type: ignore[misc]
+        batch = _transaction(s, lambda params=params: body(params), packed=s.packed)  # type: ignore[misc]
+        renewed.update((yield from batch))
     return renewed
 
 

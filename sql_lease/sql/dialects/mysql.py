@@ -206,6 +206,36 @@ SELECT @sl_key IS NULL, @sl_owner, @sl_fence, CAST(@sl_expires_at AS DATETIME(6)
   FROM (SELECT 1) AS one LEFT JOIN {table} AS held ON held.`key` = @sl_key;
 COMMIT"""
 
+# renew_packet ($1 key, $2 owner, $3 ttl_us) -> (owner, fence, expires_at, remaining_ms) of the owner's
+#   unexpired lease, renewed, read back under the lock the UPDATE took; no row if none was renewed
+RENEW_PACKET = """
+START TRANSACTION;
+UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
+ WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6);
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000 FROM {table}
+ WHERE `key` = $1 AND ROW_COUNT() > 0;
+COMMIT"""
+
+# renew_many_packet ($1 JSON array of [key, owner, ttl_us]) -> rows (key, owner, fence, expires_at,
+#   remaining_ms) of the owners' unexpired leases, renewed and read back in one transaction
+RENEW_MANY_PACKET = """
+START TRANSACTION;
+UPDATE {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[0]',
+                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
+                                      ttl BIGINT PATH '$[2]')) AS r
+    ON held.`key` = r.k AND held.owner = r.o
+   SET held.expires_at = UTC_TIMESTAMP(6) + INTERVAL r.ttl MICROSECOND
+ WHERE held.expires_at > UTC_TIMESTAMP(6);
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
+  FROM {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[0]',
+                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]')) AS r
+    ON held.`key` = r.k AND held.owner = r.o
+ WHERE held.expires_at > UTC_TIMESTAMP(6);
+COMMIT"""
+
 # -- single statements ----------------------------------------------------------------------------
 
 # release ($1 key, $2 owner) -> row count: 1 if owner's unexpired lease was deleted
@@ -264,6 +294,8 @@ STEP_NAMES = (
     "prune_fences",
     "acquire_packet",
     "acquire_packet_nowait",
+    "renew_packet",
+    "renew_many_packet",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -312,4 +344,6 @@ def steps() -> dict[str, str]:
         "prune_fences": PRUNE_FENCES,
         "acquire_packet": ACQUIRE_PACKET,
         "acquire_packet_nowait": ACQUIRE_PACKET_NOWAIT,
+        "renew_packet": RENEW_PACKET,
+        "renew_many_packet": RENEW_MANY_PACKET,
     }
