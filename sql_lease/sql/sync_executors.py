@@ -665,7 +665,37 @@ def _shut_mysql_socket(conn: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-class PyMysqlPoolExecutor(SyncExecutor):
+class _SlotPoolExecutor(SyncExecutor):
+    """Connections the provider owns in a :class:`_SlotPool` of ``pool_size``, each with its fetch
+    functions; a forked child starts a pool of its own and never closes (or uses) the parent's."""
+
+    def __init__(self, pool_size: int, watchdog: Watchdog) -> None:
+        self.hooks = []
+        self._watchdog = watchdog
+        self._pool_size = pool_size
+        self._pool = _SlotPool(pool_size, self._connect)
+        self._fetchers: dict[int, tuple[Any, Any]] = {}
+        forks.on_fork_in_child(self, _SlotPoolExecutor._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # Closing a parent's connection in the child would end its session (MySQL) or drop the
+        # child's own POSIX locks on the file (SQLite): the child opens its own.
+        old = self._pool
+        forks.abandon(old, self._fetchers)
+        self._pool = _SlotPool(self._pool_size, self._connect)
+        self._fetchers = {}
+        if old._closed:
+            self._pool.close()
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def close(self, timeout_s: float) -> None:
+        self._pool.close()
+        self._fetchers.clear()
+
+
+class PyMysqlPoolExecutor(_SlotPoolExecutor):
     """MySQL/MariaDB from a URL: up to ``pool_size`` PyMySQL connections the provider owns
     (``connect_kwargs`` as for ``pymysql.connect``, taken from SQLAlchemy's dialect for the URL),
     autocommit, multi-statement packets; the ``setup`` statements run once on each new connection.
@@ -677,24 +707,10 @@ class PyMysqlPoolExecutor(SyncExecutor):
     def __init__(
         self, connect_kwargs: dict[str, Any], pool_size: int, *, setup: Sequence[str], watchdog: Watchdog
     ) -> None:
-        self.hooks = []
         self.retry = DeadConnectionRetry(pool_size)
         self._connect_kwargs = connect_kwargs
         self._setup = tuple(setup)
-        self._watchdog = watchdog
-        self._pool_size = pool_size
-        self._pool = _SlotPool(pool_size, self._connect)
-        self._fetchers: dict[int, tuple[Fetch, Fetch]] = {}
-        forks.on_fork_in_child(self, PyMysqlPoolExecutor._after_fork_in_child)
-
-    def _after_fork_in_child(self) -> None:
-        # The parent's connections stay the parent's (closing one would end its session): new ones.
-        old = self._pool
-        forks.abandon(old, self._fetchers)
-        self._pool = _SlotPool(self._pool_size, self._connect)
-        self._fetchers = {}
-        if old._closed:
-            self._pool.close()
+        super().__init__(pool_size, watchdog)
 
     def _connect(self) -> Any:
         import pymysql
@@ -735,12 +751,8 @@ class PyMysqlPoolExecutor(SyncExecutor):
                 self._fetchers.pop(id(conn), None)
             self._pool.give_back(conn, healthy)
 
-    def close(self, timeout_s: float) -> None:
-        self._pool.close()
-        self._fetchers.clear()
 
-
-class SqliteFileExecutor(SyncExecutor):
+class SqliteFileExecutor(_SlotPoolExecutor):
     """SQLite from a URL: ``sqlite3`` connections in autocommit (``isolation_level=None``), WAL,
     ``busy_timeout`` and ``synchronous`` set when each is opened; the file is opened with
     ``mode=rw``, so a missing file raises ``SchemaMissingError`` and is never created here."""
@@ -757,27 +769,12 @@ class SqliteFileExecutor(SyncExecutor):
         missing: Callable[[], SchemaMissingError],
         watchdog: Watchdog,
     ) -> None:
-        self.hooks = []
         self._path = path
         self._uri = "file:" + quote(str(path), safe="/") + "?mode=rw"
         self._busy_timeout_ms = busy_timeout_ms
         self._pragmas = sqlite_pragmas(busy_timeout_ms, synchronous, retried=True)
         self._missing = missing
-        self._watchdog = watchdog
-        self._pool_size = pool_size
-        self._pool = _SlotPool(pool_size, self._connect)
-        self._fetchers: dict[int, tuple[Any, Any]] = {}
-        forks.on_fork_in_child(self, SqliteFileExecutor._after_fork_in_child)
-
-    def _after_fork_in_child(self) -> None:
-        # SQLite connections must not cross a fork (nor be closed in the child: that would drop
-        # the child's own POSIX locks on the file): the child opens its own.
-        old = self._pool
-        forks.abandon(old, self._fetchers)
-        self._pool = _SlotPool(self._pool_size, self._connect)
-        self._fetchers = {}
-        if old._closed:
-            self._pool.close()
+        super().__init__(pool_size, watchdog)
 
     def _connect(self) -> sqlite3.Connection:
         if not self._path.exists():
@@ -823,10 +820,6 @@ class SqliteFileExecutor(SyncExecutor):
             if not healthy:
                 self._fetchers.pop(id(conn), None)
             self._pool.give_back(conn, healthy)
-
-    def close(self, timeout_s: float) -> None:
-        self._pool.close()
-        self._fetchers.clear()
 
 
 # -- the application's Engine ---------------------------------------------------------------------
