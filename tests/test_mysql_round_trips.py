@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -160,3 +161,59 @@ async def test_a_stalled_async_statement_ends_at_the_deadline(mysql_db: tuple[st
         finally:
             blocker.close()
         assert await provider.get_lease_owner(key) == "a"
+
+
+def _packed_run(failures: list[BaseException], answers: dict[str, Any]) -> tuple[list[str], object]:
+    """The packed acquire plan (no database), its packet failing with ``failures`` in turn."""
+    from sql_lease.sql.operations import acquire
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import MysqlStatements
+
+    s = MysqlStatements(LeaseTableNames(), lock_wait_s=5, packed=True)
+    name = {text: step for step, text in s.steps.items()}
+    plan = acquire(s, "k", "o", 1000)
+    sent: list[str] = []
+    query = next(plan)
+    try:
+        while True:
+            step = name.get(query.sql, "holder")
+            sent.append(step)
+            if step == "acquire_packet" and failures:
+                query = plan.throw(failures.pop(0))
+                continue
+            query = plan.send(answers.get(step, (0,)))
+    except StopIteration as done:
+        return sent, done.value
+    except Exception as exc:
+        return sent, exc
+
+
+def test_a_deadlocked_packet_is_rolled_back_and_sent_again() -> None:
+    """A deadlock (1213) or a duplicate key (1062) in the packet: ROLLBACK, then the whole packet
+    again (its holder read included); past CONFLICT_RETRIES the error is raised, never a false answer."""
+    import pymysql
+
+    from sql_lease.sql.transactional import CONFLICT_RETRIES
+
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+    duplicate = pymysql.err.IntegrityError(1062, "Duplicate entry 'k' for key 'PRIMARY'")
+    granted = (0, None, None, None, None, "o", 7, datetime(2026, 1, 1), 1000.0)
+    sent, result = _packed_run([deadlock, duplicate], {"acquire_packet": granted})
+    assert sent == ["acquire_packet", "rollback", "acquire_packet", "rollback", "acquire_packet"], sent
+    assert getattr(result, "acquired", None) is True and result.fence == 7  # type: ignore[attr-defined]
+    sent, result = _packed_run([deadlock] * (CONFLICT_RETRIES + 1), {"acquire_packet": granted})
+    assert result is deadlock and sent.count("acquire_packet") == CONFLICT_RETRIES + 1
+
+
+def test_a_packet_whose_lock_wait_ran_out_answers_from_a_fresh_holder_read() -> None:
+    """A lock wait timeout (1205) at the packet's row lock (an expired lease guarded by a caller's
+    transaction): ROLLBACK, then the holder read answers "not acquired" (or names a new holder)."""
+    import pymysql
+
+    timeout = pymysql.err.OperationalError(1205, "Lock wait timeout exceeded; try restarting transaction")
+    sent, result = _packed_run([timeout], {"holder": None})
+    assert sent == ["acquire_packet", "rollback", "holder"], sent
+    assert getattr(result, "acquired", None) is False and result.owner is None  # type: ignore[attr-defined]
+    holder = ("b", 9, datetime(2026, 1, 1), 500.0)
+    sent, result = _packed_run([timeout], {"holder": holder})
+    assert getattr(result, "owner", None) == "b" and not result.acquired  # type: ignore[attr-defined]
