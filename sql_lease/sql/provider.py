@@ -247,7 +247,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             durable_session=own_postgres and not pgbouncer,
             sqlite_quick_first=self._owns_engine and database_file is not None,
             mysql_lock_wait_s=setup.mysql_lock_wait_s(self.operation_timeout_s) if self._owns_engine else None,
-            mysql_packed=self._owns_engine,
+            mysql_packed=self._owns_engine and base_engine.dialect.driver in setup.MYSQL_OWN_DRIVERS,
         )
         self.safe_url = safe_url(base_engine.url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
@@ -264,6 +264,13 @@ class SqlLeaseProvider(LeaseProviderBase):
         elif backend == "postgresql":
             connect_kwargs = _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer)
             self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
+        elif backend == "mysql" and base_engine.dialect.driver not in setup.MYSQL_OWN_DRIVERS:
+            own = create_async_engine(
+                base_engine.url, pool_size=size, max_overflow=0, pool_recycle=3600, **setup.autocommit_engine_options()
+            )
+            setup.run_at_connect(own.sync_engine, setup.mysql_session_setup(self.operation_timeout_s))
+            self._executor = EngineExecutor(own, owned=True)
+            self._uri_engine = own
         elif backend == "mysql":
             self._executor = AsyncmyPoolExecutor(
                 setup.mysql_connect_kwargs(base_engine.sync_engine, self.operation_timeout_s),

@@ -31,12 +31,14 @@ __all__ = [
     "ASYNC_ENGINE_DRIVERS",
     "SYNC_ENGINE_DRIVERS",
     "SyncProviderOptions",
+    "autocommit_engine_options",
     "checked_sync_options",
     "database_file_missing",
     "engine_backend",
     "migrate_command_options",
     "mysql_connect_kwargs",
     "mysql_driver_checked",
+    "mysql_engine",
     "mysql_lock_wait_s",
     "mysql_session_setup",
     "psycopg_conninfo_checked",
@@ -210,7 +212,45 @@ def mysql_session_setup(operation_timeout_s: float) -> tuple[str, ...]:
     return (*MYSQL_SESSION_SETUP, f"SET SESSION innodb_lock_wait_timeout = {mysql_lock_wait_s(operation_timeout_s)}")
 
 
+def autocommit_engine_options() -> dict[str, Any]:
+    """The ``create_engine`` options of an engine the provider makes for itself: AUTOCOMMIT, and no
+    ``ROLLBACK`` at each check-in (PyMySQL and asyncmy send one even in autocommit) where the
+    installed SQLAlchemy offers ``skip_autocommit_rollback`` (2.0.43 and later)."""
+    import sqlalchemy as sa
+
+    options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+    release = tuple(int(part) for part in sa.__version__.split(".")[:3] if part.isdigit())
+    if release >= (2, 0, 43):
+        options["skip_autocommit_rollback"] = True
+    return options
+
+
+def mysql_engine(url: URL, pool_size: int, operation_timeout_s: float) -> Any:
+    """The sync face's own engine for a MySQL URL: ``pool_size`` connections in autocommit, each set
+    up by :func:`mysql_session_setup`, with the driver's socket timeouts as a backstop (the
+    watchdog ends a statement at its deadline)."""
+    import sqlalchemy as sa
+
+    statements = mysql_session_setup(operation_timeout_s)
+    timeout_s = max(1, math.ceil(operation_timeout_s))
+    engine = sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_recycle=3600,
+        connect_args={"connect_timeout": timeout_s, "read_timeout": timeout_s + 5, "write_timeout": timeout_s + 5},
+        **autocommit_engine_options(),
+    )
+
+    return run_at_connect(engine, statements)
+
+
 MYSQL_MULTI_STATEMENTS = 1 << 16  # the protocol's CLIENT_MULTI_STATEMENTS capability flag
+
+
+MYSQL_OWN_DRIVERS = ("asyncmy", "pymysql")
+"""The drivers of a MySQL URL whose connections the provider runs itself (multi-statement packets);
+a URL naming another (aiomysql, mysqlclient) runs on a SQLAlchemy engine of its own, step by step."""
 
 
 def mysql_connect_kwargs(engine: Any, operation_timeout_s: float) -> dict[str, Any]:

@@ -145,6 +145,13 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                     name="sql_lease",
                     connect_timeout_s=self.operation_timeout_s,
                 )
+            elif backend == "mysql" and url.get_driver_name() not in setup.MYSQL_OWN_DRIVERS:
+                executor = EngineExecutor(
+                    setup.mysql_engine(setup.mysql_driver_checked(url), pool_size or 10, self.operation_timeout_s),
+                    pool_size or 10,
+                    watchdog=self._watchdog,
+                    owned=True,
+                )
             elif backend == "mysql":
                 executor = PyMysqlPoolExecutor(
                     setup.mysql_connect_kwargs(
@@ -184,7 +191,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             durable_session=own_postgres,
             sqlite_quick_first=isinstance(executor, SqliteFileExecutor),
             mysql_lock_wait_s=setup.mysql_lock_wait_s(self.operation_timeout_s) if self._engine is None else None,
-            mysql_packed=self._engine is None,
+            mysql_packed=isinstance(executor, PyMysqlPoolExecutor),
         )
         self.safe_url = safe_url(self._url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
