@@ -177,8 +177,8 @@ UPDATE {table}
 UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
  WHERE `key` = @sl_key AND @sl_live AND @sl_locked_owner = $2;
 SELECT @sl_key IS NULL, @sl_owner, @sl_fence, CAST(@sl_expires_at AS DATETIME(6)), @sl_remaining_ms,
-       held.owner, held.fence, held.expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
-  FROM (SELECT 1) AS one LEFT JOIN {table} AS held ON held.`key` = @sl_key;
+       MAX(owner), MAX(fence), MAX(expires_at), MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000)
+  FROM {table} WHERE `key` = @sl_key;
 COMMIT"""
 
 # acquire_packet_nowait ($1 .. $4 as ACQUIRE_PACKET) -> as ACQUIRE_PACKET; its row lock fails at once
@@ -202,8 +202,8 @@ UPDATE {table}
 UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
  WHERE `key` = @sl_key AND @sl_live AND @sl_locked_owner = $2;
 SELECT @sl_key IS NULL, @sl_owner, @sl_fence, CAST(@sl_expires_at AS DATETIME(6)), @sl_remaining_ms,
-       held.owner, held.fence, held.expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
-  FROM (SELECT 1) AS one LEFT JOIN {table} AS held ON held.`key` = @sl_key;
+       MAX(owner), MAX(fence), MAX(expires_at), MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000)
+  FROM {table} WHERE `key` = @sl_key;
 COMMIT"""
 
 # renew_packet ($1 key, $2 owner, $3 ttl_us) -> (owner, fence, expires_at, remaining_ms) of the owner's
