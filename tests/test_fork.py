@@ -65,7 +65,13 @@ def in_child(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
 def provider_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., SyncSqlLeaseProvider]]:
     """Makes providers of one database (SQLite file or the session's PostgreSQL schema)."""
     made: list[SyncSqlLeaseProvider] = []
@@ -77,7 +83,7 @@ def provider_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Call
                 shutil.copyfile(request.getfixturevalue("sync_sqlite_template"), path)
             provider = SyncSqlLeaseProvider(f"sqlite:///{path}", **options)
         else:
-            url, schema = request.getfixturevalue("pg_schema")
+            url, schema = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_schema")
             provider = SyncSqlLeaseProvider(url, schema=schema, **options)
         made.append(provider)
         return provider

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "sql_lease.sql.translate",
             "sql_lease.sql.setup",
             "sql_lease.sql.retry",
+            "sql_lease.sql.rows",
             "sql_lease.sql.waiters",
             "sql_lease.sql.forks",
             "sql_lease.sql.deadlines",

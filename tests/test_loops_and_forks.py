@@ -20,7 +20,12 @@ import pytest
 from sql_lease import SqlLeaseProvider, acquire_lease_wait, hold
 from tests.conftest import run_in_own_loop
 
-KINDS = [pytest.param("postgres", marks=pytest.mark.postgres), "sqlite", "sqlite-uri"]
+KINDS = [
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("mysql", marks=pytest.mark.mysql),
+    "sqlite",
+    "sqlite-uri",
+]
 
 
 def make(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> SqlLeaseProvider:
@@ -36,7 +41,7 @@ def make(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> SqlLeaseP
 
         run_in_own_loop(migrate)
         return SqlLeaseProvider(url, operation_timeout_s=5)
-    url, schema = request.getfixturevalue("pg_schema")
+    url, schema = request.getfixturevalue("mysql_db" if kind == "mysql" else "pg_schema")
     return SqlLeaseProvider(url, schema=schema, operation_timeout_s=5)
 
 

@@ -112,6 +112,29 @@ def test_the_applications_engines_on_both_faces(mysql_db: tuple[str, str]) -> No
         asyncio.run(run(driver))
 
 
+def test_a_url_naming_another_driver_runs_on_that_driver(
+    mysql_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mysql+aiomysql://`` (async face): the provider's own connections are aiomysql's, through a
+    SQLAlchemy engine, step by step (the raw-driver executors are asyncmy's and PyMySQL's), so it
+    works where asyncmy is not installed."""
+    monkeypatch.setitem(sys.modules, "asyncmy", None)  # import asyncmy: ImportError
+    url, schema = mysql_db
+    key = f"driver:{uuid.uuid4().hex}"
+    aiomysql_url = to_async_url(url).set(drivername="mysql+aiomysql").render_as_string(hide_password=False)
+
+    async def run() -> None:
+        async with SqlLeaseProvider(aiomysql_url, schema=schema) as provider:
+            first = await provider.acquire_lease(key, "a", 60_000)
+            assert first.acquired and not (await provider.acquire_lease(key, "b", 60_000)).acquired
+            assert await provider.renew_lease(key, "a", 60_000)
+            assert await provider.release_lease(key, "a")
+            assert (await provider.acquire_lease(key, "b", 60_000)).fence > first.fence
+            assert provider.engine.dialect.driver == "aiomysql"
+
+    asyncio.run(run())
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sql_lease", *args], cwd=REPO, capture_output=True, text=True, timeout=60

@@ -339,6 +339,12 @@ def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> Non
         async with SqlLeaseProvider(url, schema=schema) as provider:
             provider.on_statement(seen.statement)
             await exercise_async(provider, engine, f"texts:{uuid.uuid4().hex}")
+        async with SqlLeaseProvider(engine, schema=schema) as on_engine:  # step by step, no packets
+            on_engine.on_statement(seen.statement)
+            key = f"texts:{uuid.uuid4().hex}"
+            assert (await on_engine.acquire_lease(key, "a", 10_000)).acquired
+            assert await on_engine.renew_lease_info(key, "a", 10_000) is not None
+            assert key in await on_engine.renew_leases([(key, "a", 10_000)])
         await engine.dispose()
 
     run_in_own_loop(run)
@@ -358,6 +364,14 @@ def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> Non
         with engine.begin() as conn:  # an expired lease whose row another transaction locks
             conn.exec_driver_sql(f"SELECT * FROM `{schema}`.sql_leases WHERE `key` = %s FOR UPDATE", (key,))
             assert not provider.acquire_lease(key, "b", 10_000, timeout_s=1).acquired  # NOWAIT, rolled back
+        # an application's engine runs the acquire step by step (no multi-statement packets)
+        with SyncSqlLeaseProvider(engine, schema=schema) as on_engine:
+            on_engine.on_statement(synced.statement)
+            key = f"texts:{uuid.uuid4().hex}"
+            assert on_engine.acquire_lease(key, "a", 50).acquired  # a new row, its fence set after the insert
+            time.sleep(0.1)
+            assert on_engine.acquire_lease(key, "b", 10_000).acquired  # an expired lease taken over
+            assert on_engine.acquire_lease(key, "b", 10_000).acquired  # the owner's tenure extended
     engine.dispose()
     assert synced.strays == []
     setup = set(mysql.SESSION_SETUP)

@@ -56,7 +56,8 @@ def test_on_statement_sees_every_statement(sql_provider: Any, key: str) -> None:
     remove = sql_provider.on_statement(lambda sql, params: seen.append((sql, params)))
     sql_provider.acquire_lease(key, "alice", TTL)
     s = sql_provider.statements  # SQLite may read first; MySQL's acquire is a transaction (grant_new names the owner)
-    acquires = [params for sql, params in seen if sql in (s.acquire, s.steps.get("grant_new")) and len(params) > 1]
+    named_owner = (s.acquire, s.steps.get("grant_new"), s.steps.get("acquire_packet"))
+    acquires = [params for sql, params in seen if sql in named_owner and len(params) > 1]
     assert acquires and acquires[0][:2] == (key, "alice")
     count = len(seen)
     remove()

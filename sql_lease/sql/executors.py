@@ -26,7 +26,6 @@ import contextlib
 import functools
 import itertools
 import os
-import re
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -40,9 +39,17 @@ from ..errors import ProviderClosedError
 from .operations import run_async
 from .plans import LockRetry, Plan
 from .retry import DeadBeforeSending, DeadConnectionRetry, SqliteLockWait
+from .rows import mysql_row, named, pyformat
 from .translate import connection_survives
 
-__all__ = ["AiosqlitePoolExecutor", "AsyncExecutor", "AsyncpgPoolExecutor", "EngineExecutor", "LentPoolExecutor"]
+__all__ = [
+    "AiosqlitePoolExecutor",
+    "AsyncExecutor",
+    "AsyncmyPoolExecutor",
+    "AsyncpgPoolExecutor",
+    "EngineExecutor",
+    "LentPoolExecutor",
+]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -445,6 +452,70 @@ class AsyncpgPoolExecutor(LentPoolExecutor):
         return conn, drop
 
 
+class _AsyncmyConnection:
+    """An asyncmy connection as :class:`_Connections` lends it (``is_closed``, ``terminate``,
+    ``close``), with its statement runner."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def is_closed(self) -> bool:
+        return not self.conn.connected
+
+    def ended_while_idle(self) -> bool:
+        """The server ended the idle connection (its end of stream arrived): nothing was sent."""
+        return bool(getattr(self.conn, "_stream_broken", False))
+
+    def terminate(self) -> None:
+        self.conn.close()  # the transport closed at once, no QUIT
+
+    async def close(self) -> None:
+        await self.conn.ensure_closed()
+
+    async def fetch(self, sql: str, params: tuple[Any, ...]) -> list[Row]:
+        """The rows of the packet's last result with columns, else one row: the first row count."""
+        cursor = self.conn.cursor()
+        await cursor.execute(pyformat(sql), named(params))
+        count, rows = cursor.rowcount, None
+        while True:
+            if cursor.description is not None:
+                rows = await cursor.fetchall()
+            if not await cursor.nextset():
+                break
+        return [(count,)] if rows is None else [mysql_row(row) for row in rows]
+
+
+class AsyncmyPoolExecutor(LentPoolExecutor):
+    """The provider's own asyncmy connections for a MySQL/MariaDB URL (``connect_kwargs`` as for
+    ``asyncmy.connect``, taken from SQLAlchemy's dialect for the URL): autocommit, multi-statement
+    packets; the ``setup`` statements run once on each new connection."""
+
+    def __init__(self, connect_kwargs: dict[str, Any], size: int, setup: Sequence[str]) -> None:
+        super().__init__(size)
+        self._connect_kwargs = connect_kwargs
+        self._setup = tuple(setup)
+
+    async def _new_connection(self) -> Any:
+        import asyncmy
+
+        conn = _AsyncmyConnection(await asyncmy.connect(**self._connect_kwargs))
+        try:
+            for statement in self._setup:
+                await conn.fetch(statement, ())
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
+
+    def _fetch(self, conn: Any) -> Fetch:
+        return conn.fetch  # type: ignore[no-any-return]
+
+    def _dead_before_sending(self, conn: Any, exc: BaseException | None) -> bool:
+        return exc is None and conn.ended_while_idle()
+
+
 class _SqlitePool:
     """One event loop's aiosqlite connections: idle ones, the slots, the closes in flight."""
 
@@ -665,25 +736,6 @@ async def _checkin(conn: Any) -> None:
 async def _rows(conn: Any, sql: str, params: tuple[Any, ...]) -> list[Row]:
     result = await conn.exec_driver_sql(sql, params)
     return list(result.fetchall()) if result.returns_rows else []
-
-
-_PLACEHOLDER = re.compile(r"\$(\d+)")
-
-
-@functools.lru_cache(maxsize=256)
-def pyformat(sql: str) -> str:
-    """``$n`` placeholders as psycopg's ``%(pn)s`` (the statements hold no other ``%``)."""
-    return _PLACEHOLDER.sub(r"%(p\1)s", sql)
-
-
-def named(params: tuple[Any, ...]) -> dict[str, Any]:
-    """Positional ``params`` by the names :func:`pyformat` gives their placeholders."""
-    return {f"p{number}": value for number, value in enumerate(params, 1)}
-
-
-def mysql_row(row: Sequence[Any]) -> Row:
-    """A MySQL row with its ``VARBINARY`` values (keys, owners) as text."""
-    return tuple(value.decode() if isinstance(value, bytes) else value for value in row)
 
 
 def _mysql_rows(conn: Any) -> Fetch:

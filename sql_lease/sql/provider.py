@@ -35,7 +35,14 @@ from ..errors import (
 )
 from . import operations, setup
 from .deadlines import DeadlineWatch
-from .executors import AiosqlitePoolExecutor, AsyncExecutor, AsyncpgPoolExecutor, EngineExecutor, LoopLocal
+from .executors import (
+    AiosqlitePoolExecutor,
+    AsyncExecutor,
+    AsyncmyPoolExecutor,
+    AsyncpgPoolExecutor,
+    EngineExecutor,
+    LoopLocal,
+)
 from .operations import LOCK_WAIT_SHARE, Plan
 from .options import validate_provider_options
 from .schema import DEFAULT_TABLE_NAME, LeaseTableNames
@@ -240,6 +247,7 @@ class SqlLeaseProvider(LeaseProviderBase):
             durable_session=own_postgres and not pgbouncer,
             sqlite_quick_first=self._owns_engine and database_file is not None,
             mysql_lock_wait_s=setup.mysql_lock_wait_s(self.operation_timeout_s) if self._owns_engine else None,
+            mysql_packed=self._owns_engine and base_engine.dialect.driver in setup.MYSQL_OWN_DRIVERS,
         )
         self.safe_url = safe_url(base_engine.url)
         self.listen_notify = bool(listen_notify) and not pgbouncer
@@ -256,13 +264,19 @@ class SqlLeaseProvider(LeaseProviderBase):
         elif backend == "postgresql":
             connect_kwargs = _asyncpg_connect_kwargs(base_engine, connect_args, pgbouncer)
             self._executor = AsyncpgPoolExecutor(connect_kwargs, size, () if pgbouncer else OWN_CONNECTION_SETUP)
-        elif backend == "mysql":
+        elif backend == "mysql" and base_engine.dialect.driver not in setup.MYSQL_OWN_DRIVERS:
             own = create_async_engine(
                 base_engine.url, pool_size=size, max_overflow=0, pool_recycle=3600, **setup.autocommit_engine_options()
             )
             setup.run_at_connect(own.sync_engine, setup.mysql_session_setup(self.operation_timeout_s))
             self._executor = EngineExecutor(own, owned=True)
             self._uri_engine = own
+        elif backend == "mysql":
+            self._executor = AsyncmyPoolExecutor(
+                setup.mysql_connect_kwargs(base_engine.sync_engine, self.operation_timeout_s),
+                size,
+                setup.mysql_session_setup(self.operation_timeout_s),
+            )
         elif database_file is not None:
             retried = setup.sqlite_pragmas(busy_timeout_ms, sqlite_synchronous, retried=True)
             self._executor = AiosqlitePoolExecutor(database_file, size, retried, self._missing_file, busy_timeout_ms)

@@ -36,6 +36,7 @@ __all__ = [
     "database_file_missing",
     "engine_backend",
     "migrate_command_options",
+    "mysql_connect_kwargs",
     "mysql_driver_checked",
     "mysql_engine",
     "mysql_lock_wait_s",
@@ -242,6 +243,27 @@ def mysql_engine(url: URL, pool_size: int, operation_timeout_s: float) -> Any:
     )
 
     return run_at_connect(engine, statements)
+
+
+MYSQL_MULTI_STATEMENTS = 1 << 16  # the protocol's CLIENT_MULTI_STATEMENTS capability flag
+
+
+MYSQL_OWN_DRIVERS = ("asyncmy", "pymysql")
+"""The drivers of a MySQL URL whose connections the provider runs itself (multi-statement packets);
+a URL naming another (aiomysql, mysqlclient) runs on a SQLAlchemy engine of its own, step by step."""
+
+
+def mysql_connect_kwargs(engine: Any, operation_timeout_s: float) -> dict[str, Any]:
+    """The driver's ``connect()`` arguments for the provider's own MySQL connections: what
+    SQLAlchemy's dialect makes of ``engine``'s URL (host, credentials, TLS, charset, its client
+    flags), in autocommit, with multi-statement packets (one round trip per acquire) and a connect
+    timeout (whole seconds) within the operation timeout. ``engine``: a sync ``Engine`` (an
+    ``AsyncEngine``'s ``sync_engine``) that only migrates."""
+    _, kwargs = engine.dialect.create_connect_args(engine.url)
+    kwargs["client_flag"] = kwargs.get("client_flag", 0) | MYSQL_MULTI_STATEMENTS
+    kwargs["autocommit"] = True
+    kwargs.setdefault("connect_timeout", max(1, math.ceil(operation_timeout_s)))
+    return dict(kwargs)
 
 
 def run_at_connect(engine: Any, statements: Sequence[str]) -> Any:

@@ -80,6 +80,9 @@ class LeaseStatements:
     lock_wait_ms: float | None = None
     """MySQL: the lock wait timeout of the provider's own sessions (None on an application's engine,
     whose setting is unknown: a takeover then does not wait for a locked row)."""
+    packed: bool = False
+    """MySQL on a provider's own connections (multi-statement packets): an acquire is one packet
+    (``steps["acquire_packet"]``) instead of a statement per step."""
     acquire_tries_quick: bool = False
     """Try ``acquire`` first as a quick query, then read ``holder`` if it met a lock (SQLite on a
     provider's own connections, whose lock waits the executor bounds: one statement when nothing
@@ -313,7 +316,7 @@ class MysqlStatements(LeaseStatements):
     the transactions of :mod:`.transactional`. ``DATETIME(6)`` in UTC from ``UTC_TIMESTAMP(6)``, TTLs
     in integer microseconds, fences from a one-row counter."""
 
-    def __init__(self, names: LeaseTableNames, *, lock_wait_s: int | None = None) -> None:
+    def __init__(self, names: LeaseTableNames, *, lock_wait_s: int | None = None, packed: bool = False) -> None:
         values = placeholder_values("mysql", names)
         steps = {name: text.format_map(values) for name, text in mysql_texts.steps().items()}
         super().__init__(
@@ -321,6 +324,7 @@ class MysqlStatements(LeaseStatements):
             transactional=True,
             steps=steps,
             lock_wait_ms=None if lock_wait_s is None else lock_wait_s * 1000,
+            packed=packed,
         )
 
     def ttl_param(self, ttl_ms: float) -> int:
@@ -351,6 +355,7 @@ def statements_for(
     durable_session: bool = False,
     sqlite_quick_first: bool = False,
     mysql_lock_wait_s: int | None = None,
+    mysql_packed: bool = False,
 ) -> LeaseStatements:
     """The statements of ``dialect_name``; ``ValueError`` for a database sql_lease does not support.
     ``durable_release``: PostgreSQL releases wait for the WAL flush as the other writes do (SQLite's
@@ -358,11 +363,12 @@ def statements_for(
     connections set up with :data:`OWN_CONNECTION_SETUP`, so they need no durability pin of their own.
     ``sqlite_quick_first``: the statements run on a provider's own SQLite connections, whose lock
     waits the executor bounds (:class:`.retry.SqliteLockWait`). ``mysql_lock_wait_s``: the lock wait
-    timeout the provider's own MySQL sessions were given (:func:`.setup.mysql_session_setup`)."""
+    timeout the provider's own MySQL sessions were given (:func:`.setup.mysql_session_setup`);
+    ``mysql_packed``: they take multi-statement packets (one round trip per acquire)."""
     if dialect_name == "postgresql":
         return PostgresStatements(names, durable_release=durable_release, durable_session=durable_session)
     if dialect_name == "sqlite":
         return SqliteStatements(names, quick_first=sqlite_quick_first)
     if dialect_name in ("mysql", "mariadb"):
-        return MysqlStatements(names, lock_wait_s=mysql_lock_wait_s)
+        return MysqlStatements(names, lock_wait_s=mysql_lock_wait_s, packed=mysql_packed)
     raise ValueError(f"sql_lease supports postgresql, sqlite and mysql, not {dialect_name!r}")

@@ -46,6 +46,7 @@ from .retry import (
     SqliteLockWait,
     readable_while_idle,
 )
+from .rows import mysql_row, named, pyformat
 from .setup import sqlite_pragmas, utc_timestamptz_loader
 from .statements import OWN_CONNECTION_SETUP
 from .translate import connection_survives
@@ -54,6 +55,7 @@ from .urls import psycopg_conninfo
 __all__ = [
     "EngineExecutor",
     "PsycopgPoolExecutor",
+    "PyMysqlPoolExecutor",
     "SqliteFileExecutor",
     "StalledError",
     "SyncExecutor",
@@ -631,16 +633,20 @@ def _sqlite_fetch_all(conn: sqlite3.Connection) -> Callable[[str, tuple[Any, ...
 
 def _mysql_fetch(conn: Any) -> tuple[Fetch, Fetch]:
     """Fetch functions on a PyMySQL/mysqlclient connection: ``$n`` as ``%(pn)s``, ``VARBINARY``
-    values as text, and a statement without a result answering one row, its row count."""
-    from .executors import mysql_row, named, pyformat
+    values as text, a statement without a result answering one row, its row count, and a
+    multi-statement packet the rows of its last result with columns."""
 
     def fetch_all(sql: str, params: tuple[Any, ...]) -> list[Row]:
         cursor = conn.cursor()
         try:
             cursor.execute(pyformat(sql), named(params))
-            if cursor.description is None:
-                return [(cursor.rowcount,)]
-            return [mysql_row(row) for row in cursor.fetchall()]
+            count, rows = cursor.rowcount, None
+            while True:  # a multi-statement packet answers its last result with columns
+                if cursor.description is not None:
+                    rows = cursor.fetchall()
+                if not cursor.nextset():
+                    break
+            return [(count,)] if rows is None else [mysql_row(row) for row in rows]
         finally:
             cursor.close()
 
@@ -659,7 +665,94 @@ def _shut_mysql_socket(conn: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-class SqliteFileExecutor(SyncExecutor):
+class _SlotPoolExecutor(SyncExecutor):
+    """Connections the provider owns in a :class:`_SlotPool` of ``pool_size``, each with its fetch
+    functions; a forked child starts a pool of its own and never closes (or uses) the parent's."""
+
+    def __init__(self, pool_size: int, watchdog: Watchdog) -> None:
+        self.hooks = []
+        self._watchdog = watchdog
+        self._pool_size = pool_size
+        self._pool = _SlotPool(pool_size, self._connect)
+        self._fetchers: dict[int, tuple[Any, Any]] = {}
+        forks.on_fork_in_child(self, _SlotPoolExecutor._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        # Closing a parent's connection in the child would end its session (MySQL) or drop the
+        # child's own POSIX locks on the file (SQLite): the child opens its own.
+        old = self._pool
+        forks.abandon(old, self._fetchers)
+        self._pool = _SlotPool(self._pool_size, self._connect)
+        self._fetchers = {}
+        if old._closed:
+            self._pool.close()
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def close(self, timeout_s: float) -> None:
+        self._pool.close()
+        self._fetchers.clear()
+
+
+class PyMysqlPoolExecutor(_SlotPoolExecutor):
+    """MySQL/MariaDB from a URL: up to ``pool_size`` PyMySQL connections the provider owns
+    (``connect_kwargs`` as for ``pymysql.connect``, taken from SQLAlchemy's dialect for the URL),
+    autocommit, multi-statement packets; the ``setup`` statements run once on each new connection.
+    A statement past its deadline is ended by the watchdog (the socket shut) and its connection
+    discarded."""
+
+    dialect_name = "mysql"
+
+    def __init__(
+        self, connect_kwargs: dict[str, Any], pool_size: int, *, setup: Sequence[str], watchdog: Watchdog
+    ) -> None:
+        self.retry = DeadConnectionRetry(pool_size)
+        self._connect_kwargs = connect_kwargs
+        self._setup = tuple(setup)
+        super().__init__(pool_size, watchdog)
+
+    def _connect(self) -> Any:
+        import pymysql
+
+        conn = pymysql.connect(**self._connect_kwargs)
+        try:
+            fetch_one, fetch_all = _mysql_fetch(conn)
+            for statement in self._setup:
+                fetch_all(statement, ())
+        except BaseException:
+            conn.close()
+            raise
+        self._fetchers[id(conn)] = (fetch_one, fetch_all)
+        return conn
+
+    def _run_once(self, plan: Plan[T], deadline: float) -> T:
+        conn = self._pool.take(deadline)
+        healthy = False
+        try:
+            sock = conn._sock
+            if sock is None or readable_while_idle(sock.fileno()):
+                # the server ended it while idle (a restart, wait_timeout): nothing was sent
+                raise DeadBeforeSending(ConnectionError("the server ended an idle pooled connection"))
+            fetch_one, fetch_all = self._fetchers[id(conn)]
+            result, spoiled = _guarded(
+                self._watchdog,
+                deadline,
+                lambda: _shut_mysql_socket(conn),
+                lambda: self._run_plan(plan, fetch_one, fetch_all),
+            )
+            healthy = not spoiled
+            return result
+        except BaseException as exc:
+            healthy = not isinstance(exc, (StalledError, DeadBeforeSending)) and connection_survives(exc)
+            raise
+        finally:
+            if not healthy:
+                self._fetchers.pop(id(conn), None)
+            self._pool.give_back(conn, healthy)
+
+
+class SqliteFileExecutor(_SlotPoolExecutor):
     """SQLite from a URL: ``sqlite3`` connections in autocommit (``isolation_level=None``), WAL,
     ``busy_timeout`` and ``synchronous`` set when each is opened; the file is opened with
     ``mode=rw``, so a missing file raises ``SchemaMissingError`` and is never created here."""
@@ -676,27 +769,12 @@ class SqliteFileExecutor(SyncExecutor):
         missing: Callable[[], SchemaMissingError],
         watchdog: Watchdog,
     ) -> None:
-        self.hooks = []
         self._path = path
         self._uri = "file:" + quote(str(path), safe="/") + "?mode=rw"
         self._busy_timeout_ms = busy_timeout_ms
         self._pragmas = sqlite_pragmas(busy_timeout_ms, synchronous, retried=True)
         self._missing = missing
-        self._watchdog = watchdog
-        self._pool_size = pool_size
-        self._pool = _SlotPool(pool_size, self._connect)
-        self._fetchers: dict[int, tuple[Any, Any]] = {}
-        forks.on_fork_in_child(self, SqliteFileExecutor._after_fork_in_child)
-
-    def _after_fork_in_child(self) -> None:
-        # SQLite connections must not cross a fork (nor be closed in the child: that would drop
-        # the child's own POSIX locks on the file): the child opens its own.
-        old = self._pool
-        forks.abandon(old, self._fetchers)
-        self._pool = _SlotPool(self._pool_size, self._connect)
-        self._fetchers = {}
-        if old._closed:
-            self._pool.close()
+        super().__init__(pool_size, watchdog)
 
     def _connect(self) -> sqlite3.Connection:
         if not self._path.exists():
@@ -742,10 +820,6 @@ class SqliteFileExecutor(SyncExecutor):
             if not healthy:
                 self._fetchers.pop(id(conn), None)
             self._pool.give_back(conn, healthy)
-
-    def close(self, timeout_s: float) -> None:
-        self._pool.close()
-        self._fetchers.clear()
 
 
 # -- the application's Engine ---------------------------------------------------------------------

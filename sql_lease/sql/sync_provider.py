@@ -19,8 +19,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import NullPool
 
 from .. import observe
 from ..contract import AcquireResult, LeaseInfo, SyncLeaseProviderBase, validate_key, validate_seconds
@@ -33,6 +35,7 @@ from .statements import LeaseStatements, statements_for
 from .sync_executors import (
     EngineExecutor,
     PsycopgPoolExecutor,
+    PyMysqlPoolExecutor,
     SqliteFileExecutor,
     SyncExecutor,
     Watchdog,
@@ -146,12 +149,21 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
                     name="sql_lease",
                     connect_timeout_s=self.operation_timeout_s,
                 )
-            elif backend == "mysql":
+            elif backend == "mysql" and url.get_driver_name() not in setup.MYSQL_OWN_DRIVERS:
                 executor = EngineExecutor(
                     setup.mysql_engine(setup.mysql_driver_checked(url), pool_size or 10, self.operation_timeout_s),
                     pool_size or 10,
                     watchdog=self._watchdog,
                     owned=True,
+                )
+            elif backend == "mysql":
+                executor = PyMysqlPoolExecutor(
+                    setup.mysql_connect_kwargs(
+                        create_engine(setup.mysql_driver_checked(url), poolclass=NullPool), self.operation_timeout_s
+                    ),
+                    pool_size or 10,
+                    setup=setup.mysql_session_setup(self.operation_timeout_s),
+                    watchdog=self._watchdog,
                 )
             else:
                 path = sqlite_file(url)
@@ -183,6 +195,7 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             durable_session=own_postgres,
             sqlite_quick_first=isinstance(executor, SqliteFileExecutor),
             mysql_lock_wait_s=setup.mysql_lock_wait_s(self.operation_timeout_s) if self._engine is None else None,
+            mysql_packed=isinstance(executor, PyMysqlPoolExecutor),
         )
         self.safe_url = safe_url(self._url)
         self.listen_notify = bool(listen_notify) and not pgbouncer

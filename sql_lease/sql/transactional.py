@@ -28,13 +28,15 @@ CONFLICT_RETRIES = 20
 """How many times a transaction that met a deadlock or a duplicate key runs again."""
 
 
-def _transaction(s: LeaseStatements, body: Callable[[], Plan[T]]) -> Plan[T]:
-    """``body()`` between ``BEGIN`` and ``COMMIT``; rolled back when a statement fails, and run again
-    after a deadlock or a duplicate key (``s.conflicted``)."""
+def _transaction(s: LeaseStatements, body: Callable[[], Plan[T]], *, packed: bool = False) -> Plan[T]:
+    """``body()`` between ``BEGIN`` and ``COMMIT`` (``packed``: a packet that begins and commits
+    itself); rolled back when a statement fails, and run again after a deadlock or a duplicate key
+    (``s.conflicted``)."""
     steps = s.steps
     attempt = 0
     while True:
-        yield Query(steps["begin"], ())
+        if not packed:
+            yield Query(steps["begin"], ())
         try:
             result = yield from body()
         except Exception as exc:
@@ -44,7 +46,8 @@ def _transaction(s: LeaseStatements, body: Callable[[], Plan[T]]) -> Plan[T]:
                 attempt += 1
                 continue
             raise
-        yield Query(steps["commit"], ())
+        if not packed:
+            yield Query(steps["commit"], ())
         return result
 
 
@@ -72,6 +75,17 @@ def _acquire_locked(
     return (yield from _granted(s, key))
 
 
+def _acquire_packed(s: LeaseStatements, packet: str, params: tuple[Any, ...]) -> Plan[AcquireResult]:
+    row = yield Query(packet, params)
+    if row[0]:  # refused by the holder read: no row was locked or changed
+        return s.refusal(row[1:5])
+    if row[5] is None:
+        return AcquireResult(False, None)
+    if row[5] != params[1] or row[9]:  # taken by another acquirer between the read and the lock, or kept
+        return s.refusal(row[5:9])
+    return AcquireResult(True, row[5], row[6], s.to_datetime(row[7]), float(row[8]))
+
+
 def acquire(
     s: LeaseStatements, key: str, owner: str, ttl: Any, data: str | None, lock_wait_ms: float | None
 ) -> Plan[AcquireResult]:
@@ -80,12 +94,16 @@ def acquire(
     lease goes on to the transaction, which waits for the row lock (a caller's ``check_held``
     guarding an expired lease) for the session's lock wait timeout if ``lock_wait_ms`` (the call's
     share of its time limit) allows it, else not at all (``NOWAIT``), then answers "not acquired"."""
-    holder = yield Query(s.holder, (key,))
-    if s.refuses(holder, owner):
-        return s.refusal(holder)
     waits = s.lock_wait_ms is not None and (lock_wait_ms is None or lock_wait_ms >= s.lock_wait_ms)
-    lock = "lock_row" if waits else "lock_row_nowait"
     try:
+        if s.packed:  # the holder read, the lock and the steps in one packet
+            packet = s.steps["acquire_packet" if waits else "acquire_packet_nowait"]
+            params = (key, owner, ttl, data)
+            return (yield from _transaction(s, lambda: _acquire_packed(s, packet, params), packed=True))
+        holder = yield Query(s.holder, (key,))
+        if s.refuses(holder, owner):
+            return s.refusal(holder)
+        lock = "lock_row" if waits else "lock_row_nowait"
         return (yield from _transaction(s, lambda: _acquire_locked(s, key, owner, ttl, data, lock)))
     except Exception as exc:
         if not s.lock_timed_out(exc):
@@ -116,23 +134,34 @@ def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | No
     return s.lease_info(key, row)
 
 
+def _renewed_packed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
+    row = yield Query(s.steps["renew_packet"], (key, owner, ttl, fence))
+    return None if row is None else s.lease_info(key, row)
+
+
 def renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
+    if s.packed:
+        return (yield from _transaction(s, lambda: _renewed_packed(s, key, owner, ttl, fence), packed=True))
     return (yield from _transaction(s, lambda: _renewed(s, key, owner, ttl, fence)))
 
 
 def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, LeaseInfo]]:
     """Renew the items, ``RENEW_BATCH_SIZE`` per transaction (one ``UPDATE`` joined to the items
-    as JSON, then the renewed rows read back); the renewed leases by key."""
+    as JSON, then the renewed rows read back; one packet when ``s.packed``); the renewed leases by key."""
 
     def body(params: tuple[Any, ...]) -> Plan[dict[str, LeaseInfo]]:
-        yield Query(s.renew_many, params)
-        rows = yield Query(s.steps["renewed_many"], params, many=True)
+        if s.packed:
+            rows = yield Query(s.steps["renew_many_packet"], params, many=True)
+        else:
+            yield Query(s.renew_many, params)
+            rows = yield Query(s.steps["renewed_many"], params, many=True)
         return {lease.key: lease for lease in (s.lease_info(row[0], row[1:]) for row in rows)}
 
     renewed: dict[str, LeaseInfo] = {}
     for start in range(0, len(items), RENEW_BATCH_SIZE):
         params = s.renew_many_params(items[start : start + RENEW_BATCH_SIZE])
-        renewed.update((yield from _transaction(s, lambda params=params: body(params))))  # type: ignore[misc]
+        batch = _transaction(s, lambda params=params: body(params), packed=s.packed)  # type: ignore[misc]
+        renewed.update((yield from batch))
     return renewed
 
 

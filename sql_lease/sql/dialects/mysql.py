@@ -153,6 +153,100 @@ SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ex
 DELETE_ROW = """
 DELETE FROM {table} WHERE `key` = $1"""
 
+# -- one packet per acquire, on the provider's own connections (multi-statement packets) ------------
+
+# acquire_packet ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL) -> (refused_by_holder, holder
+#   owner, fence, expires_at, remaining_ms, then the row's owner, fence, expires_at, remaining_ms,
+#   released after the transaction); the steps of the acquire transaction in one round trip, decided
+#   in user variables: the holder read without a lock first (a lease held by another, or the owner's
+#   own released one kept for its minimum hold, refuses it: every later statement then touches no
+#   row, `key` = NULL), then the row locked, inserted (new key) or taken over (expired) with a fence
+#   drawn only after that lock, or extended (the owner's own, not released)
+ACQUIRE_PACKET = """
+SELECT MAX(owner), MAX(fence), MAX(expires_at), MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000),
+       IF(MAX(owner) <> $2 OR MAX(released), NULL, $1)
+  INTO @sl_owner, @sl_fence, @sl_expires_at, @sl_remaining_ms, @sl_key
+  FROM {table} WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6);
+START TRANSACTION;
+SELECT COUNT(*), MAX(owner), MAX(expires_at > UTC_TIMESTAMP(6)), MAX(released)
+  INTO @sl_rows, @sl_locked_owner, @sl_live, @sl_released
+  FROM {table} WHERE `key` = @sl_key FOR UPDATE;
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+SELECT $1, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE FROM DUAL
+ WHERE @sl_key IS NOT NULL AND @sl_rows = 0;
+INSERT INTO {fence_counter} (id) SELECT NULL FROM DUAL WHERE @sl_key IS NOT NULL AND (@sl_rows = 0 OR NOT @sl_live);
+UPDATE {table}
+   SET owner = $2, fence = LAST_INSERT_ID(), expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND,
+       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE, released = FALSE
+ WHERE `key` = @sl_key AND (@sl_rows = 0 OR NOT @sl_live);
+UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
+ WHERE `key` = @sl_key AND @sl_live AND @sl_locked_owner = $2 AND NOT @sl_released;
+SELECT @sl_key IS NULL, @sl_owner, @sl_fence, CAST(@sl_expires_at AS DATETIME(6)), @sl_remaining_ms,
+       MAX(owner), MAX(fence), MAX(expires_at), MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000),
+       MAX(released)
+  FROM {table} WHERE `key` = @sl_key;
+COMMIT"""
+
+# acquire_packet_nowait ($1 .. $4 as ACQUIRE_PACKET) -> as ACQUIRE_PACKET; its row lock fails at once
+#   (1205 on MariaDB, 3572 on MySQL) if another transaction locks the row, as LOCK_ROW_NOWAIT
+ACQUIRE_PACKET_NOWAIT = """
+SELECT MAX(owner), MAX(fence), MAX(expires_at), MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000),
+       IF(MAX(owner) <> $2 OR MAX(released), NULL, $1)
+  INTO @sl_owner, @sl_fence, @sl_expires_at, @sl_remaining_ms, @sl_key
+  FROM {table} WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6);
+START TRANSACTION;
+SELECT COUNT(*), MAX(owner), MAX(expires_at > UTC_TIMESTAMP(6)), MAX(released)
+  INTO @sl_rows, @sl_locked_owner, @sl_live, @sl_released
+  FROM {table} WHERE `key` = @sl_key FOR UPDATE NOWAIT;
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+SELECT $1, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE FROM DUAL
+ WHERE @sl_key IS NOT NULL AND @sl_rows = 0;
+INSERT INTO {fence_counter} (id) SELECT NULL FROM DUAL WHERE @sl_key IS NOT NULL AND (@sl_rows = 0 OR NOT @sl_live);
+UPDATE {table}
+   SET owner = $2, fence = LAST_INSERT_ID(), expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND,
+       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE, released = FALSE
+ WHERE `key` = @sl_key AND (@sl_rows = 0 OR NOT @sl_live);
+UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
+ WHERE `key` = @sl_key AND @sl_live AND @sl_locked_owner = $2 AND NOT @sl_released;
+SELECT @sl_key IS NULL, @sl_owner, @sl_fence, CAST(@sl_expires_at AS DATETIME(6)), @sl_remaining_ms,
+       MAX(owner), MAX(fence), MAX(expires_at), MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000),
+       MAX(released)
+  FROM {table} WHERE `key` = @sl_key;
+COMMIT"""
+
+# renew_packet ($1 key, $2 owner, $3 ttl_us, $4 fence | NULL: any) -> (owner, fence, expires_at,
+#   remaining_ms) of the owner's unexpired lease (of that fence, not released), renewed, read back
+#   under the lock the UPDATE took; no row if none was renewed
+RENEW_PACKET = """
+START TRANSACTION;
+UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
+ WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6) AND NOT released AND ($4 IS NULL OR fence = $4);
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000 FROM {table}
+ WHERE `key` = $1 AND ROW_COUNT() > 0;
+COMMIT"""
+
+# renew_many_packet ($1 JSON array as RENEW_MANY) -> rows (key, owner, fence, expires_at, remaining_ms)
+#   of the owners' unexpired leases (of that fence, if given), renewed and read back in one transaction
+RENEW_MANY_PACKET = """
+START TRANSACTION;
+UPDATE {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
+                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
+                                      ttl BIGINT PATH '$[2]',
+                                      f BIGINT PATH '$[3]')) AS r
+    ON held.`key` = r.k AND held.owner = r.o
+   SET held.expires_at = UTC_TIMESTAMP(6) + INTERVAL r.ttl MICROSECOND
+ WHERE held.expires_at > UTC_TIMESTAMP(6) AND NOT held.released AND (r.f IS NULL OR held.fence = r.f);
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
+  FROM {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
+                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
+                                      f BIGINT PATH '$[3]')) AS r
+    ON held.`key` = r.k AND held.owner = r.o
+ WHERE held.expires_at > UTC_TIMESTAMP(6) AND NOT held.released AND (r.f IS NULL OR held.fence = r.f);
+COMMIT"""
+
 # -- single statements ----------------------------------------------------------------------------
 
 # release ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_us | NULL) -> row count: 1 if owner's unexpired
@@ -221,6 +315,10 @@ STEP_NAMES = (
     "release_expired",
     "renewed_many",
     "prune_fences",
+    "acquire_packet",
+    "acquire_packet_nowait",
+    "renew_packet",
+    "renew_many_packet",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -268,4 +366,8 @@ def steps() -> dict[str, str]:
         "release_expired": RELEASE_EXPIRED,
         "renewed_many": RENEWED_MANY,
         "prune_fences": PRUNE_FENCES,
+        "acquire_packet": ACQUIRE_PACKET,
+        "acquire_packet_nowait": ACQUIRE_PACKET_NOWAIT,
+        "renew_packet": RENEW_PACKET,
+        "renew_many_packet": RENEW_MANY_PACKET,
     }
