@@ -19,8 +19,9 @@ GitHub and on the site)::
     <!-- example: KIND [prelude=NAME] [expect="TEXT"] [reason="WHY"] -->
 
 KIND is ``run`` (the default), ``postgres`` (run against ``SQL_LEASE_TEST_POSTGRES_URL``: the
-test server), ``import`` (compiled, and its absolute imports executed against the real packages:
-for framework code that needs a server process or a project around it), ``skip`` (not run;
+test server), ``mysql`` (``DATABASE_URL`` names a database of its own on the test MySQL/MariaDB),
+``import`` (compiled, and its absolute imports executed against the real packages: for framework
+code that needs a server process or a project around it), ``skip`` (not run;
 ``reason`` required: an install command, an illustration). ``prelude=async`` / ``prelude=sync``
 wraps the block in a provider ``leases`` on ``DATABASE_URL`` (migrated, closed afterwards), so
 a page can show a fragment; the page's text says what ``leases`` is. ``expect`` is text the
@@ -50,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN_LANGS = {"python", "sh", "toml"}
 CHECKED_LANGS = RUN_LANGS | {"py", "bash", "shell", "console", "pycon"}  # these must use a RUN_LANGS name
-KINDS = {"run", "postgres", "import", "skip"}
+KINDS = {"run", "postgres", "mysql", "import", "skip"}
 MARKER = re.compile(r"^<!--\s*example:\s*(?P<body>.*?)\s*-->$")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
 
@@ -205,11 +206,21 @@ def docs_pg_url(pg_url: str) -> str:
     return pg_url
 
 
+@pytest.fixture(scope="session")
+def docs_mysql_url(mysql_db: tuple[str, str]) -> str:
+    """A URL naming the session's migrated database on the test MySQL/MariaDB (conftest's
+    ``mysql_db``: no server is a failure, never a skip)."""
+    import sqlalchemy as sa
+
+    url, database = mysql_db
+    return sa.make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
 @pytest.mark.parametrize("block", unique([b for b in BLOCKS if b.kind != "skip"]), ids=lambda b: b.id)
 def test_example(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     url = f"sqlite:///{tmp_path}/app.db"
-    if block.kind == "postgres":
-        url = request.getfixturevalue("docs_pg_url")
+    if block.kind in ("postgres", "mysql"):
+        url = request.getfixturevalue(f"docs_{'pg' if block.kind == 'postgres' else block.kind}_url")
     if block.lang == "toml":
         tomllib.loads(block.source)
         return
