@@ -7,6 +7,9 @@ Measures acquire + release cycles per second (async, 1 task and 8 tasks on disti
 - the floor: raw asyncmy doing the least a correct lease needs per cycle on MySQL, an atomic
   ``INSERT ... ON DUPLICATE KEY UPDATE`` and a ``DELETE``, each its own durable commit (no
   fence, no holder reported: what a lock without those guarantees costs);
+- the same floor driver sending sql_lease's own statements per cycle (its acquire packet and its
+  release ``DELETE``, on a multi-statement connection): what the statements cost without the provider,
+  so ``sql_lease / own statements`` is the provider's overhead;
 - sql_lease on PostgreSQL (its session schema), for scale.
 The measures alternate, ``--rounds`` times each; the medians are printed with the ratios.
 """
@@ -38,6 +41,24 @@ async def _floor_cycles(pool: Any, count: int, tag: str, table: str) -> None:
             await cur.execute(f"DELETE FROM {table} WHERE k = %s AND owner = %s", (key, tag))
 
 
+async def _statement_cycles(pool: Any, count: int, tag: str, statements: Any) -> None:
+    from sql_lease.sql.rows import named, pyformat
+
+    acquire, release = pyformat(statements.steps["acquire_packet"]), pyformat(statements.release)
+    ttl = statements.ttl_param(15_000.0)
+    async with pool.acquire() as conn, conn.cursor() as cur:
+        for i in range(count):
+            key = f"{tag}:{i}"
+            await cur.execute(acquire, named((key, tag, ttl, None)))
+            while True:
+                if cur.description is not None:
+                    granted = await cur.fetchall()
+                if not await cur.nextset():
+                    break
+            assert granted[0][5] is not None and granted[0][5].decode() == tag, granted
+            await cur.execute(release, named((key, tag, None, None)))
+
+
 async def _rate(run: Any, cycles: int, workers: int) -> float:
     per = max(1, cycles // workers)
     started = time.perf_counter()
@@ -55,8 +76,11 @@ async def main() -> None:
 
     import asyncmy
     import sqlalchemy as sa
+    from asyncmy.constants import CLIENT
 
     from sql_lease import SqlLeaseProvider
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import statements_for
 
     database = f"bench_{uuid.uuid4().hex[:10]}"
     url = sa.make_url(args.mysql)
@@ -77,6 +101,17 @@ async def main() -> None:
         autocommit=True,
         maxsize=10,
     )
+    packet_pool = await asyncmy.create_pool(
+        host=url.host,
+        port=url.port or 3306,
+        user=url.username,
+        password=url.password or "",
+        autocommit=True,
+        maxsize=10,
+        client_flag=CLIENT.MULTI_STATEMENTS,
+        init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    )
+    statements = statements_for("mysql", LeaseTableNames(schema=database), mysql_lock_wait_s=5, mysql_packed=True)
     mysql = SqlLeaseProvider(args.mysql, schema=database)
     await mysql.migrate()
     pg_schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -89,6 +124,7 @@ async def main() -> None:
                 for name, run in (
                     ("sql_lease mysql", lambda n, tag: _cycles(mysql, n, tag)),
                     ("raw asyncmy floor", lambda n, tag: _floor_cycles(pool, n, tag, floor_table)),
+                    ("raw asyncmy, own statements", lambda n, tag: _statement_cycles(packet_pool, n, tag, statements)),
                     ("sql_lease postgresql", lambda n, tag: _cycles(pg, n, tag)),
                 ):
                     rows.setdefault(f"{name}, {workers} worker(s)", []).append(await _rate(run, args.cycles, workers))
@@ -97,8 +133,9 @@ async def main() -> None:
         async with pg.engine.begin() as conn:
             await conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{pg_schema}" CASCADE')
         await pg.close()
-        pool.close()
-        await pool.wait_closed()
+        for made in (pool, packet_pool):
+            made.close()
+            await made.wait_closed()
         async with admin.cursor() as cur:
             await cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
         admin.close()
@@ -109,7 +146,11 @@ async def main() -> None:
     for workers in (1, 8):
         lease = medians[f"sql_lease mysql, {workers} worker(s)"]
         floor = medians[f"raw asyncmy floor, {workers} worker(s)"]
-        print(f"  {workers} worker(s): sql_lease on MySQL = {lease / floor:.2f} x the raw floor")
+        own = medians[f"raw asyncmy, own statements, {workers} worker(s)"]
+        print(
+            f"  {workers} worker(s): sql_lease on MySQL = {lease / floor:.2f} x the raw floor, "
+            f"{lease / own:.2f} x its own statements on the raw driver"
+        )
 
 
 if __name__ == "__main__":
