@@ -14,6 +14,7 @@ __all__ = [
     "connection_survives",
     "describe",
     "mysql_errno",
+    "mysql_not_sent",
     "operation_label",
     "schema_outdated",
     "sqlite_busy",
@@ -50,6 +51,7 @@ _MYSQL_AS_SQLSTATE = {
     1054: "42703",
 }
 _MYSQL_CLIENT_ERRORS = 2000
+_MYSQL_SERVER_GONE = 2006  # CR_SERVER_GONE_ERROR: the client could not send the statement
 
 
 def sqlstate(exc: BaseException) -> str | None:
@@ -82,6 +84,13 @@ def mysql_errno(exc: BaseException) -> int | None:
             return seen.args[0]
         seen = getattr(seen, "orig", None) or seen.__cause__
     return None
+
+
+def mysql_not_sent(exc: BaseException) -> bool:
+    """True if ``exc`` is MySQL's client error 2006 (CR_SERVER_GONE_ERROR, "server has gone away"):
+    the connection was found closed when the statement was to be written, so it was not sent
+    (2013, CR_SERVER_LOST, is a statement sent whose answer never came)."""
+    return mysql_errno(exc) == _MYSQL_SERVER_GONE
 
 
 def sqlite_error(exc: BaseException) -> sqlite3.Error | None:
