@@ -437,6 +437,17 @@ async def test_database_restart_mid_run(restartable: Restartable, mode: str) -> 
         assert "duplicate key" not in log, [line for line in log.splitlines() if "duplicate key" in line][:5]
 
 
+def restart_of_module_server(
+    backend: str, request: pytest.FixtureRequest
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(stop, start) of the module's throwaway server: a clean shutdown, then a start."""
+    if backend == "mysql":
+        server: MariadbServer = request.getfixturevalue("mariadb")
+        return server.stop, server.start
+    executor = request.getfixturevalue("cluster")[1]
+    return executor.stop, executor.start
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_restart_with_idle_connections_in_a_given_engines_pool(
@@ -449,12 +460,8 @@ async def test_restart_with_idle_connections_in_a_given_engines_pool(
     from sqlalchemy.ext.asyncio import create_async_engine
 
     url, schema = fault_schema(backend, request)
-    if backend == "mysql":
-        server: MariadbServer = request.getfixturevalue("mariadb")
-        stop, start, driver = server.stop, server.start, "mysql+asyncmy"
-    else:
-        executor = request.getfixturevalue("cluster")[1]
-        stop, start, driver = executor.stop, executor.start, "postgresql+asyncpg"
+    stop, start = restart_of_module_server(backend, request)
+    driver = "mysql+asyncmy" if backend == "mysql" else "postgresql+asyncpg"
     engine = create_async_engine(make_url(url).set(drivername=driver), pool_size=5)
     operations, errors, messages = 0, 0, []
     try:
@@ -479,6 +486,55 @@ async def test_restart_with_idle_connections_in_a_given_engines_pool(
         await engine.dispose()
     report("restart-given-engine-pool", operations, errors, 0)
     assert errors == 0, messages
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", ["url", "engine"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sync_restart_with_idle_connections_in_the_pool(
+    backend: str, given: str, request: pytest.FixtureRequest, key: str
+) -> None:
+    """The synchronous face: a provider's pool (its own, or the application's engine's) holds idle
+    connections when the database restarts; once it is back, no lease operation fails on them."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from sql_lease import SyncSqlLeaseProvider
+
+    url, schema = fault_schema(backend, request)
+    stop, start = restart_of_module_server(backend, request)
+    driver = "mysql+pymysql" if backend == "mysql" else "postgresql+psycopg"
+    engine = sa.create_engine(make_url(url).set(drivername=driver), pool_size=3) if given == "engine" else None
+    errors: list[str] = []
+    try:
+        with SyncSqlLeaseProvider(engine or url, schema=schema, pool_size=3, operation_timeout_s=2) as leases:
+            assert leases.acquire_lease(key, "app", 60_000).acquired
+            barrier = threading.Barrier(3)
+
+            def read_at_once() -> None:  # three connections in the pool
+                barrier.wait(5)
+                leases.get_lease_owner(key)
+
+            threads = [threading.Thread(target=read_at_once) for _ in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            try:
+                stop()
+            finally:
+                start()
+            for _ in range(6):
+                try:
+                    assert leases.get_lease_owner(key) == "app"
+                except LeaseBackendError as exc:
+                    errors.append(str(exc))
+    finally:
+        if engine is not None:
+            engine.dispose()
+    report(f"sync-restart-idle-pool/{given}", 7, len(errors), 0)
+    assert errors == []
 
 
 # -- c. a cut or stalled network -----------------------------------------------------------------
