@@ -15,14 +15,20 @@ import pytest
 from tests.test_cli import CLI, run_cli
 
 
-@pytest.fixture(params=["sqlite-default", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "sqlite-default",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
 def db_args(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
-    """None (the embedded SQLite default in the working directory, migrated here) or a PostgreSQL
-    URL and the test session's schema."""
+    """None (the embedded SQLite default in the working directory, migrated here), or a PostgreSQL
+    or MySQL URL and the test session's schema (MySQL: database)."""
     if request.param == "sqlite-default":
         assert run_cli(["migrate"], tmp_path).returncode == 0
         return []
-    url, schema = request.getfixturevalue("pg_schema")
+    url, schema = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_schema")
     return ["--url", url, "--schema", schema]
 
 

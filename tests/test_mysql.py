@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from sql_lease import LeaseConfigError, MissingDriverError, SqlLeaseProvider, SyncSqlLeaseProvider
+from sql_lease import LeaseConfigError, LeaseError, MissingDriverError, SqlLeaseProvider, SyncSqlLeaseProvider
 from sql_lease.sql.urls import to_async_url, to_sync_url
 from tests.conftest import MYSQL_URL, mysql_execute
 
@@ -253,3 +253,40 @@ def test_a_deadlock_runs_the_transaction_again_and_never_answers_falsely() -> No
     assert getattr(result, "acquired", None) is True and result.fence == 7  # type: ignore[attr-defined]
     sent, result = run(CONFLICT_RETRIES + 1)
     assert result is deadlock and sent.count("begin") == CONFLICT_RETRIES + 1
+
+
+def test_bad_urls_raise_config_or_backend_errors_with_the_password_masked(mysql_user: tuple[str, str]) -> None:
+    """Both faces: a refused password, an unknown database or host raise LeaseConfigError; a server
+    that does not answer, LeaseBackendError; the password masked, the driver's error on __cause__."""
+    import socket
+
+    from sql_lease import LeaseBackendError
+
+    user, password = mysql_user
+    base = sa.make_url(MYSQL_URL).set(username=user, password=password)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free_port = s.getsockname()[1]
+    cases = [
+        (base.set(password="hunter2"), LeaseConfigError, "hunter2"),
+        (base.set(database=f"{user}_nope"), LeaseConfigError, password),
+        (base.set(host="sql-lease-no-such-host.invalid"), LeaseConfigError, password),
+        (base.set(port=free_port), LeaseBackendError, password),
+    ]
+
+    async def read_async(url: str) -> None:
+        async with SqlLeaseProvider(url, operation_timeout_s=5) as provider:
+            await provider.get_lease_owner("k")
+
+    def read_sync(url: str) -> None:
+        with SyncSqlLeaseProvider(url, operation_timeout_s=5) as provider:
+            provider.get_lease_owner("k")
+
+    for url, error, secret in cases:
+        given = url.render_as_string(hide_password=False)
+        for read in (lambda url: asyncio.run(read_async(url)), read_sync):
+            with pytest.raises(LeaseError) as raised:
+                read(given)
+            assert type(raised.value) is error, (given, raised.value)
+            assert secret not in str(raised.value) and ":***@" in str(raised.value), raised.value
+            assert raised.value.__cause__ is not None

@@ -199,7 +199,7 @@ def migrate_error(exc: BaseException, url: URL | str, what: str = "migrating") -
     at ``url``: ``LeaseConfigError`` for a missing database or role, a refused password, a missing
     privilege or an SQLite file that cannot be opened; else ``LeaseBackendError``. One line, the
     URL and the driver's text with the password masked; the original goes on ``__cause__``."""
-    from .translate import sqlstate
+    from .translate import UNKNOWN_HOST_HINT, sqlstate, unknown_host
     from .urls import safe_url
 
     url = sa.engine.make_url(url) if isinstance(url, str) else url
@@ -211,6 +211,8 @@ def migrate_error(exc: BaseException, url: URL | str, what: str = "migrating") -
     hint = _CONFIG_STATES.get(state or "") or (_AUTHORIZATION if state and state.startswith("28") else None)
     if hint is None and _sqlite_error(exc) is not None:
         hint = next((h for text, h in _SQLITE_CONFIG.items() if text in str(_sqlite_error(exc))), None)
+    if hint is None and unknown_host(exc):
+        hint = UNKNOWN_HOST_HINT
     if hint is not None:
         return LeaseConfigError(f"{what} {where}: {hint} ({message})")
     inner = getattr(exc, "orig", None) or exc
