@@ -281,3 +281,60 @@ async def test_async_a_guarded_expired_lease_is_answered_not_acquired_within_the
             assert time.monotonic() - started < 2.0
             conn.commit()
         assert (await b.acquire_lease(key, "b", 10_000)).acquired
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_mysql_a_guarded_expired_lease_on_an_applications_engine_is_not_acquired_at_once(
+    mysql_db: tuple[str, str], face: str, key: str
+) -> None:
+    """The application's engine keeps its own lock wait (50 s here, the server's default): a takeover
+    of an expired lease whose row a ``check_held`` transaction locks does not wait for it (``FOR
+    UPDATE NOWAIT``) but answers "not acquired" at once, on both faces; once the guard commits, the
+    same engine takes the lease over."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from sql_lease.sql.urls import to_async_url
+
+    url, schema = mysql_db
+    timeout_s = 8.0
+    settings = {"init_command": "SET SESSION innodb_lock_wait_timeout = 50"}
+    guard_engine = sa.create_engine(to_sync_url(url))
+    app_sync = sa.create_engine(to_sync_url(url), connect_args=settings)
+
+    def acquire_through_the_app() -> tuple[Any, float]:
+        started = time.monotonic()
+        if face == "sync":
+            with SyncSqlLeaseProvider(app_sync, schema=schema, operation_timeout_s=timeout_s) as leases:
+                result = leases.acquire_lease(key, "b", 10_000)
+        else:
+
+            async def acquire() -> Any:
+                app_async = create_async_engine(to_async_url(url), connect_args=settings)  # on this loop
+                try:
+                    async with SqlLeaseProvider(app_async, schema=schema, operation_timeout_s=timeout_s) as leases:
+                        return await leases.acquire_lease(key, "b", 10_000)
+                finally:
+                    await app_async.dispose()
+
+            result = asyncio.run(acquire())
+        return result, time.monotonic() - started
+
+    try:
+        with app_sync.connect() as conn:  # the engine's sessions wait 50 s for a row lock
+            assert conn.exec_driver_sql("SELECT @@SESSION.innodb_lock_wait_timeout").scalar_one() == 50
+        with SyncSqlLeaseProvider(url, schema=schema) as holder:
+            held = holder.acquire_lease(key, "a", 300)
+            with guard_engine.connect() as guard:
+                guard.begin()
+                holder.check_held(guard, key, "a", held.fence)
+                time.sleep(0.4)  # expired, still guarded
+                refused, took = acquire_through_the_app()
+                assert not refused.acquired, refused
+                assert took < timeout_s / 4, took  # not the session's 50 s, nor the operation's limit
+                guard.commit()
+        taken, _took = acquire_through_the_app()
+        assert taken.acquired and taken.fence > held.fence, taken
+    finally:
+        guard_engine.dispose()
+        app_sync.dispose()
