@@ -290,3 +290,50 @@ def test_bad_urls_raise_config_or_backend_errors_with_the_password_masked(mysql_
             assert type(raised.value) is error, (given, raised.value)
             assert secret not in str(raised.value) and ":***@" in str(raised.value), raised.value
             assert raised.value.__cause__ is not None
+
+
+def test_a_session_without_strict_mode_is_refused_before_anything_is_created(fresh_db: str) -> None:
+    """An application's engine whose sessions run without STRICT_TRANS_TABLES (set on its own
+    connections, never on the server): migrate refuses with a message naming it, and creates nothing."""
+
+    async def migrate_on_a_lax_engine() -> None:
+        engine = create_async_engine(
+            to_async_url(url_of(fresh_db)),
+            connect_args={"init_command": "SET SESSION sql_mode = 'NO_ENGINE_SUBSTITUTION'"},
+        )
+        try:
+            async with SqlLeaseProvider(engine) as provider:
+                await provider.migrate()
+        finally:
+            await engine.dispose()
+
+    with pytest.raises(LeaseConfigError, match=r"sql_mode .*lacks STRICT_TRANS_TABLES"):
+        asyncio.run(migrate_on_a_lax_engine())
+    created = sa.create_engine(to_sync_url(url_of(fresh_db)))
+    try:
+        with created.connect() as conn:
+            assert sa.inspect(conn).get_table_names() == []
+    finally:
+        created.dispose()
+
+
+def test_a_lease_table_not_on_innodb_is_refused(fresh_db: str) -> None:
+    """A lease table on another storage engine (no row locks, no transactions) is refused with a
+    message by migrate (both faces and the CLI, exit 78) and failed by ``sql-lease check``."""
+    url = url_of(fresh_db)
+    assert run_cli("migrate", "--url", url).returncode == 0
+    mysql_execute(MYSQL_URL, f"ALTER TABLE `{fresh_db}`.`sql_leases_fence` ENGINE=MyISAM")
+    words = "sql_leases_fence is MyISAM"
+    with pytest.raises(LeaseConfigError, match=words), SyncSqlLeaseProvider(url) as sync_provider:
+        sync_provider.migrate()
+
+    async def migrate_async() -> None:
+        async with SqlLeaseProvider(url) as provider:
+            await provider.migrate()
+
+    with pytest.raises(LeaseConfigError, match=words):
+        asyncio.run(migrate_async())
+    migrated = run_cli("migrate", "--url", url)
+    assert migrated.returncode == 78 and words in migrated.stderr and "InnoDB" in migrated.stderr, migrated
+    checked = run_cli("check", "--url", url)
+    assert checked.returncode == 78 and "FAIL  setup" in checked.stdout and words in checked.stdout, checked

@@ -113,7 +113,7 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
 
     import sqlalchemy as sa
 
-    from ..sql.migrate import HEAD_REVISION, migrate_error, read_state
+    from ..sql.migrate import HEAD_REVISION, migrate_error, mysql_setup_problems, read_state
     from ..sql.urls import safe_url
 
     checks: list[_Check] = [_Check("url", None, describe_source(url), warning=uses_default())]
@@ -167,6 +167,10 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
                 checks.append(await _grants(conn, names, sa))
             elif provider.dialect_name == "mysql" and table_exists:
                 checks.append(await _mysql_grants(conn, names))
+            if provider.dialect_name == "mysql":
+                problems = await conn.run_sync(mysql_setup_problems, names)
+                fit = "the session's sql_mode has STRICT_TRANS_TABLES; the lease tables found are InnoDB"
+                checks.append(_Check("setup", not problems, "; ".join(problems) or fit))
             elif provider.dialect_name == "sqlite":
                 checks.append(_sqlite_access(provider))
     except LeaseError as exc:
