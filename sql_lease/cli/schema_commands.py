@@ -240,33 +240,14 @@ def _mysql_quoted(names: Any, name: str) -> str:
     return f"{quote(names.schema)}.{quote(name)}" if names.schema else quote(name)
 
 
-async def _mysql_denied(conn: Any, explained: str) -> bool:
-    """True if the server refuses ``EXPLAIN explained`` for a missing privilege (1142, 1143): it
-    checks the statement's privileges without running it."""
-    from ..sql.translate import mysql_errno
-
-    try:
-        await conn.exec_driver_sql(f"EXPLAIN {explained}")
-    except Exception as exc:
-        if mysql_errno(exc) in (1142, 1143):
-            return True
-        raise
-    return False
-
-
 async def _mysql_version_table_readable(conn: Any, names: Any) -> tuple[bool, str] | None:
     """As :func:`_version_table_readable`, on MySQL: None if this user may read the version table
     (or it is missing), else (does the lease table exist, why its revision cannot be checked)."""
-    from ..sql.translate import mysql_errno
+    from ..sql.migrate import mysql_denied
 
     version_table = _mysql_quoted(names, names.version_table)
-    try:
-        if not await _mysql_denied(conn, f"SELECT 1 FROM {version_table} WHERE 1 = 0"):
-            return None
-    except Exception as exc:
-        if mysql_errno(exc) == 1146:  # no such table: read_state says what is missing
-            return None
-        raise
+    if not await conn.run_sync(mysql_denied, f"SELECT 1 FROM {version_table} WHERE 1 = 0"):
+        return None  # readable, or missing (read_state says what is missing)
     found = await conn.exec_driver_sql(
         "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) "
         "AND TABLE_NAME = %(table)s",
@@ -286,13 +267,17 @@ async def _mysql_grants(conn: Any, names: Any) -> _Check:
     probes = [
         ("SELECT", table, f"SELECT 1 FROM {table} WHERE 1 = 0"),
         ("INSERT", table, f"INSERT INTO {table} () VALUES ()"),
-        ("UPDATE", table, f"UPDATE {table} SET has_waiters = FALSE WHERE 1 = 0"),
+        ("UPDATE", table, f"UPDATE {table} SET fence = 0 WHERE 1 = 0"),
         ("DELETE", table, f"DELETE FROM {table} WHERE 1 = 0"),
         ("SELECT", counter, f"SELECT 1 FROM {counter} WHERE 1 = 0"),
         ("INSERT", counter, f"INSERT INTO {counter} () VALUES ()"),
         ("DELETE", counter, f"DELETE FROM {counter} WHERE 1 = 0"),
     ]
-    missing = [f"{privilege} on {on}" for privilege, on, explained in probes if await _mysql_denied(conn, explained)]
+    from ..sql.migrate import mysql_denied
+
+    missing = [
+        f"{privilege} on {on}" for privilege, on, explained in probes if await conn.run_sync(mysql_denied, explained)
+    ]
     user = (await conn.exec_driver_sql("SELECT CURRENT_USER()")).scalar_one()
     if not missing:
         return _Check(

@@ -170,6 +170,21 @@ def mysql_setup_problems(connection: Connection, names: LeaseTableNames) -> list
     return problems
 
 
+def mysql_denied(connection: Connection, explained: str) -> bool | None:
+    """Whether MySQL refuses ``EXPLAIN explained`` for a missing privilege (1142, 1143): it checks
+    the statement's privileges without running it. None if a table it names does not exist (1146)."""
+    from .translate import mysql_errno
+
+    try:
+        connection.exec_driver_sql(f"EXPLAIN {explained}")
+    except sa.exc.DBAPIError as exc:
+        errno = mysql_errno(exc)
+        if errno in (1142, 1143, 1146):
+            return None if errno == 1146 else True
+        raise
+    return False
+
+
 def _refuse(problems: list[str], engine: AsyncEngine) -> None:
     """``LeaseConfigError`` naming ``problems`` (see :func:`mysql_setup_problems`), if any."""
     from .urls import safe_url
