@@ -848,8 +848,9 @@ class EngineExecutor(SyncExecutor):
                         _shut_mysql_socket(raw)
 
                     def restore() -> None:
-                        if not before:
-                            raw.autocommit(False)
+                        # a statement too: under the watchdog (aborted, the connection is dropped)
+                        if not before and _guarded(self._watchdog, deadline, abort, lambda: raw.autocommit(False))[1]:
+                            raise StalledError("the operation passed its deadline and was aborted")
                 else:
                     before = raw.isolation_level
                     raw.isolation_level = None
@@ -877,8 +878,7 @@ class EngineExecutor(SyncExecutor):
                         connection.invalidate()
                     else:
                         try:
-                            if _guarded(self._watchdog, deadline, abort, restore)[1]:  # MySQL's is a statement
-                                connection.invalidate()  # aborted as it ended: the socket is shut
+                            restore()
                         except Exception:
                             connection.invalidate()
                             raise
