@@ -131,6 +131,9 @@ def test_cli_migrates_checks_and_runs_a_job(fresh_db: str) -> None:
     job = run_cli("exec", "--url", url, "nightly", "--", sys.executable, "-c", "print('ran')")
     assert job.returncode == 0 and "ran" in job.stdout, job
     assert run_cli("list", "--url", url).returncode == 0
+    assert run_cli("acquire", "--url", url, "gone", "--owner", "o", "--ttl", "1ms").returncode == 0
+    swept = run_cli("sweep", "--url", url)
+    assert swept.returncode == 0 and swept.stdout.strip() == "removed 1 expired lease(s)", swept
 
 
 def test_cli_configuration_errors_exit_78(fresh_db: str) -> None:
