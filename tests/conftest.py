@@ -62,6 +62,21 @@ def mysql_db() -> Iterator[tuple[str, str]]:
     mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{database}`")
 
 
+@pytest.fixture
+def mysql_user() -> Iterator[tuple[str, str]]:
+    """A MySQL user ``lease_pw_<hex>`` with the password ``right-<hex>``, allowed everything on the
+    databases ``lease_pw_<hex>%`` (none exists: a URL naming one gets "unknown database"); dropped
+    afterwards. Yields (user, password)."""
+    user, password = f"lease_pw_{uuid.uuid4().hex[:8]}", f"right-{uuid.uuid4().hex[:8]}"
+    mysql_execute(
+        MYSQL_URL,
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
+        f"GRANT ALL ON `{user}%`.* TO '{user}'@'%'",
+    )
+    yield user, password
+    mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'")
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """Base URL of the PostgreSQL the tests use (see tests/support/pgserver.py)."""

@@ -43,13 +43,19 @@ def wait_for(path: Path, timeout: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-@pytest.fixture(params=["sqlite-default", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "sqlite-default",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
 def db_args(request: pytest.FixtureRequest) -> list[str]:
-    """Extra CLI arguments: none (the embedded SQLite default in the working directory) or a
-    PostgreSQL URL and the test session's schema."""
+    """Extra CLI arguments: none (the embedded SQLite default in the working directory), or a
+    PostgreSQL or MySQL URL and the test session's schema (MySQL: database)."""
     if request.param == "sqlite-default":
         return []
-    url, schema = request.getfixturevalue("pg_schema")
+    url, schema = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_schema")
     return ["--url", url, "--schema", schema]
 
 
@@ -475,6 +481,45 @@ def test_check_of_a_refused_database_or_role_exits_78_without_sqlalchemy_text(pg
         assert done.returncode == 78, done.stdout + done.stderr
         assert "does not exist" in done.stdout
         assert "sqlalche.me" not in done.stdout and "\\n" not in done.stdout and "hunter2" not in done.stdout
+
+
+@pytest.mark.mysql
+def test_mysql_bad_urls_exit_78_or_69_with_the_password_masked(mysql_user: tuple[str, str], tmp_path: Path) -> None:
+    """A refused password, an unknown database or an unknown host: exit 78 (configuration); a server
+    that does not answer: 69. Every command says so in one line, the password masked."""
+    import socket
+
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import MYSQL_URL
+
+    user, password = mysql_user
+    base = make_url(MYSQL_URL).set(username=user, password=password)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free_port = s.getsockname()[1]
+    cases = [
+        (base.set(password="hunter2"), 78, "refused the role or its password", "hunter2"),
+        (base.set(database=f"{user}_nope"), 78, "database does not exist", password),
+        (base.set(host="sql-lease-no-such-host.invalid"), 78, "host", password),
+        (base.set(host="127.0.0.1", port=free_port), 69, "failed", password),
+    ]
+    commands = [["list"], ["exec", "k", "--", "true"], ["migrate"], ["migrate", "--fences-only"], ["check"]]
+    runs = []  # all at once: each waits on its own interpreter start and connection attempt
+    for url, code, words, secret in cases:
+        given = url.render_as_string(hide_password=False)
+        for command in commands:
+            runs.append(
+                (command, given, code, words, secret, start_cli([command[0], "--url", given, *command[1:]], tmp_path))
+            )
+    for command, given, code, words, secret, proc in runs:
+        out, err = proc.communicate(timeout=60)
+        said = out if command == ["check"] else err  # check prints its lines on stdout
+        assert proc.returncode == code, (given, command, out, err)
+        assert words in said and ":***@" in said, (given, command, said)
+        assert secret not in out + err and "sqlalche.me" not in said and "Traceback" not in err, (command, out, err)
+        if command != ["check"]:
+            _one_clean_line(err, secret)
 
 
 def test_a_bad_url_in_a_config_file_names_the_file(tmp_path: Path) -> None:

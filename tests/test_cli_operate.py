@@ -16,14 +16,20 @@ import pytest
 from tests.test_cli import CLI, run_cli
 
 
-@pytest.fixture(params=["sqlite-default", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "sqlite-default",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
 def db_args(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
-    """None (the embedded SQLite default in the working directory, migrated here) or a PostgreSQL
-    URL and the test session's schema."""
+    """None (the embedded SQLite default in the working directory, migrated here), or a PostgreSQL
+    or MySQL URL and the test session's schema (MySQL: database)."""
     if request.param == "sqlite-default":
         assert run_cli(["migrate"], tmp_path).returncode == 0
         return []
-    url, schema = request.getfixturevalue("pg_schema")
+    url, schema = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_schema")
     return ["--url", url, "--schema", schema]
 
 
@@ -411,3 +417,52 @@ def test_a_release_with_a_minimum_hold_shows_as_kept(db_args: list[str], tmp_pat
     assert "released, kept" in listed, listed
     assert run_cli(["acquire", key, "--owner", "other", *db_args], tmp_path).returncode == 75
     assert run_cli(["release", key, "--owner", "cron", "--min-hold", "-1s", *db_args], tmp_path).returncode == 2
+
+
+@pytest.mark.mysql
+def test_check_on_mysql(mysql_db: tuple[str, str], tmp_path: Path) -> None:
+    url, database = mysql_db
+    good = run_cli(["check", "--url", url, "--schema", database], tmp_path)
+    assert good.returncode == 0, good.stdout
+    assert "ok    privileges  user root@" in good.stdout and "at revision 0005 (head)" in good.stdout, good.stdout
+    assert "MariaDB" in good.stdout or "MySQL" in good.stdout
+
+
+@pytest.mark.mysql
+def test_check_names_missing_mysql_grants(tmp_path: Path) -> None:
+    """A least-privilege user (the grants of docs/operations.md) passes ``check``, its revision
+    unknown to it (no SELECT on the version table); without UPDATE on the lease table or DELETE on
+    the fence counter, the privileges line fails naming what is missing."""
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import MYSQL_URL, mysql_execute
+
+    database, user = f"sql_lease_c_{uuid.uuid4().hex[:8]}", f"lease_check_{uuid.uuid4().hex[:8]}"
+    mysql_execute(MYSQL_URL, f"CREATE DATABASE `{database}`", f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'")
+    try:
+        assert run_cli(["migrate", "--url", MYSQL_URL, "--schema", database], tmp_path).returncode == 0
+        mysql_execute(
+            MYSQL_URL,
+            *(
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.`{table}` TO '{user}'@'%'"
+                for table in ("sql_leases", "sql_leases_fence", "sql_leases_fences")
+            ),
+        )
+        as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
+        args = ["check", "--url", as_user.render_as_string(hide_password=False)]
+        good = run_cli(args, tmp_path)
+        assert good.returncode == 0, good.stdout
+        assert f"ok    privileges  user {user}@% has SELECT, INSERT, UPDATE, DELETE on `sql_leases`" in good.stdout
+        assert "info  schema      lease table sql_leases exists; its revision is unknown to this user" in good.stdout
+        mysql_execute(
+            MYSQL_URL,
+            f"REVOKE UPDATE ON `{database}`.`sql_leases` FROM '{user}'@'%'",
+            f"REVOKE DELETE ON `{database}`.`sql_leases_fence` FROM '{user}'@'%'",
+        )
+        lacking = run_cli(args, tmp_path)
+        assert lacking.returncode == 78, lacking.stdout
+        assert "FAIL  privileges" in lacking.stdout
+        assert "lacks UPDATE on `sql_leases`; DELETE on `sql_leases_fence`" in lacking.stdout, lacking.stdout
+        assert f"pw-{user}" not in lacking.stdout + lacking.stderr
+    finally:
+        mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'", f"DROP DATABASE IF EXISTS `{database}`")

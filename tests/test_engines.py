@@ -1,12 +1,14 @@
 """Issue 20 item 10: every kind of application engine runs every operation: asyncpg, psycopg
-(async) and aiosqlite ``AsyncEngine``s, and a ``sqlite:///file:...?uri=true`` URL, each on the
-newest SQLAlchemy installed and on the oldest release pyproject allows (2.0.30, in a subprocess)."""
+(async), aiosqlite, asyncmy and aiomysql ``AsyncEngine``s, and a ``sqlite:///file:...?uri=true``
+URL, each on the newest SQLAlchemy installed and on the oldest release pyproject allows (2.0.30, in
+a subprocess)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +24,8 @@ ENGINES = [
     pytest.param("asyncpg", marks=pytest.mark.postgres),
     pytest.param("psycopg", marks=pytest.mark.postgres),
     "aiosqlite",
+    pytest.param("asyncmy", marks=pytest.mark.mysql),
+    pytest.param("aiomysql", marks=pytest.mark.mysql),
 ]
 
 
@@ -31,6 +35,13 @@ async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     if kind == "aiosqlite":
         made = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/app.db")
         schema = None
+    elif kind in ("asyncmy", "aiomysql"):
+        from tests.conftest import MYSQL_URL, mysql_execute
+
+        schema = f"sql_lease_e_{uuid.uuid4().hex[:10]}"
+        mysql_execute(MYSQL_URL, f"CREATE DATABASE `{schema}`")
+        request.addfinalizer(lambda: mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{schema}`"))
+        made = create_async_engine(sqlalchemy.make_url(MYSQL_URL).set(drivername=f"mysql+{kind}"))
     else:
         made = create_async_engine(request.getfixturevalue("pg_url").replace("postgresql://", f"postgresql+{kind}://"))
         schema = request.getfixturevalue("fresh_pg_schema")
@@ -83,9 +94,9 @@ async def test_a_uri_sqlite_url_runs_every_operation(tmp_path: Path, key: str) -
     os.environ.get("SQL_LEASE_OLDEST_SQLALCHEMY") == "1", reason="already running on the oldest SQLAlchemy"
 )
 def test_the_engine_tests_pass_on_the_oldest_sqlalchemy(tmp_path: Path) -> None:
-    """The tests above, again, with SQLAlchemy 2.0.30 first on the path (a ``pip install
-    --target`` of it; the same Python and the other packages of this environment). Fails, never
-    skips, when that release cannot be installed."""
+    """The tests above (and the MySQL tests of an application's sync and async engines), again,
+    with SQLAlchemy 2.0.30 first on the path (a ``pip install --target`` of it; the same Python and
+    the other packages of this environment). Fails, never skips, when that release cannot be installed."""
     target = tmp_path / "oldest"
     installed = subprocess.run(
         [
@@ -128,6 +139,8 @@ def test_the_engine_tests_pass_on_the_oldest_sqlalchemy(tmp_path: Path) -> None:
             "-x",
             str(Path(__file__)),
             "tests/test_secrets.py",
+            "tests/test_mysql.py::test_the_applications_engines_on_both_faces",  # the sync face's Engine too
+            "tests/test_guarded_waits.py::test_mysql_a_guarded_expired_lease_on_an_applications_engine_is_not_acquired_at_once",
         ],
         cwd=root,
         env=env,

@@ -281,10 +281,13 @@ def test_a_stopped_command_is_terminated_instead_of_renewed_forever(tmp_path: Pa
 # 4. Bounded exits and argument limits ---------------------------------------------------------------
 
 
-@pytest.fixture
-def proxied_pg(pg_schema: tuple[str, str]) -> Iterator[tuple[str, str, TcpProxy]]:
-    """(url through a TCP proxy, schema, the proxy); the proxy runs on a loop in its own thread."""
-    url, schema = pg_schema
+@pytest.fixture(
+    params=[pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.mysql)]
+)
+def proxied_db(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, TcpProxy]]:
+    """(url through a TCP proxy, schema (MySQL: database), the proxy) of the test session's
+    PostgreSQL schema or MySQL database; the proxy runs on a loop in its own thread."""
+    url, schema = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_schema")
     target = urlsplit(url)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -305,13 +308,12 @@ def proxied_pg(pg_schema: tuple[str, str]) -> Iterator[tuple[str, str, TcpProxy]
 
 
 @pytest.mark.slow
-@pytest.mark.postgres
 def test_exec_exits_76_soon_after_the_database_becomes_unreachable(
-    proxied_pg: tuple[str, str, TcpProxy], tmp_path: Path
+    proxied_db: tuple[str, str, TcpProxy], tmp_path: Path
 ) -> None:
     """Regression: after a loss caused by an unreachable database, exec spent 10 s on a doomed
     release before it exited 76."""
-    url, schema, proxy = proxied_pg
+    url, schema, proxy = proxied_db
     key = f"partition-{uuid.uuid4().hex[:8]}"
     proc = start_cli(
         [

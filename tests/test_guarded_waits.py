@@ -281,3 +281,64 @@ async def test_async_a_guarded_expired_lease_is_answered_not_acquired_within_the
             assert time.monotonic() - started < 2.0
             conn.commit()
         assert (await b.acquire_lease(key, "b", 10_000)).acquired
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_mysql_a_guarded_expired_lease_on_an_applications_engine_is_not_acquired_at_once(
+    mysql_db: tuple[str, str], face: str, key: str
+) -> None:
+    """The application's engine keeps its own lock wait (50 s here, the server's default): a takeover
+    of an expired lease whose row a ``check_held`` transaction locks does not wait for it (``FOR
+    UPDATE NOWAIT``) but answers "not acquired" at once, on both faces; once the guard commits, the
+    same engine takes the lease over."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from sql_lease.sql.urls import to_async_url
+
+    url, schema = mysql_db
+    timeout_s = 8.0
+    settings = {"init_command": "SET SESSION innodb_lock_wait_timeout = 50"}
+    guard_engine = sa.create_engine(to_sync_url(url))
+    app_sync = sa.create_engine(to_sync_url(url), connect_args=settings)
+
+    def acquire_through_the_app() -> tuple[Any, float]:
+        """The acquire's answer and how long the acquire alone took (the engine's connection is made first)."""
+        if face == "sync":
+            with app_sync.connect():
+                pass
+            with SyncSqlLeaseProvider(app_sync, schema=schema, operation_timeout_s=timeout_s) as leases:
+                started = time.monotonic()
+                return leases.acquire_lease(key, "b", 10_000), time.monotonic() - started
+
+        async def acquire() -> tuple[Any, float]:
+            app_async = create_async_engine(to_async_url(url), connect_args=settings)  # on this loop
+            try:
+                async with app_async.connect():
+                    pass
+                async with SqlLeaseProvider(app_async, schema=schema, operation_timeout_s=timeout_s) as leases:
+                    started = time.monotonic()
+                    return await leases.acquire_lease(key, "b", 10_000), time.monotonic() - started
+            finally:
+                await app_async.dispose()
+
+        return asyncio.run(acquire())
+
+    try:
+        with app_sync.connect() as conn:  # the engine's sessions wait 50 s for a row lock
+            assert conn.exec_driver_sql("SELECT @@SESSION.innodb_lock_wait_timeout").scalar_one() == 50
+        with SyncSqlLeaseProvider(url, schema=schema) as holder:
+            held = holder.acquire_lease(key, "a", 1_500)  # check_held must land in time on a loaded machine
+            with guard_engine.connect() as guard:
+                guard.begin()
+                holder.check_held(guard, key, "a", held.fence)
+                time.sleep(1.6)  # expired, still guarded
+                refused, took = acquire_through_the_app()
+                assert not refused.acquired, refused
+                assert took < timeout_s / 4, took  # not the session's 50 s, nor the operation's limit
+                guard.commit()
+        taken, _took = acquire_through_the_app()
+        assert taken.acquired and taken.fence > held.fence, taken
+    finally:
+        guard_engine.dispose()
+        app_sync.dispose()

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from sql_lease import LeaseConfigError, MissingDriverError, SqlLeaseProvider, SyncSqlLeaseProvider
+from sql_lease import LeaseConfigError, LeaseError, MissingDriverError, SqlLeaseProvider, SyncSqlLeaseProvider
 from sql_lease.sql.urls import to_async_url, to_sync_url
 from tests.conftest import MYSQL_URL, mysql_execute
 
@@ -154,6 +154,9 @@ def test_cli_migrates_checks_and_runs_a_job(fresh_db: str) -> None:
     job = run_cli("exec", "--url", url, "nightly", "--", sys.executable, "-c", "print('ran')")
     assert job.returncode == 0 and "ran" in job.stdout, job
     assert run_cli("list", "--url", url).returncode == 0
+    assert run_cli("acquire", "--url", url, "gone", "--owner", "o", "--ttl", "1ms").returncode == 0
+    swept = run_cli("sweep", "--url", url)
+    assert swept.returncode == 0 and swept.stdout.strip() == "removed 1 expired lease(s)", swept
 
 
 def test_cli_configuration_errors_exit_78(fresh_db: str) -> None:
@@ -276,3 +279,87 @@ def test_a_deadlock_runs_the_transaction_again_and_never_answers_falsely() -> No
     assert getattr(result, "acquired", None) is True and result.fence == 7  # type: ignore[attr-defined]
     sent, result = run(CONFLICT_RETRIES + 1)
     assert result is deadlock and sent.count("begin") == CONFLICT_RETRIES + 1
+
+
+def test_bad_urls_raise_config_or_backend_errors_with_the_password_masked(mysql_user: tuple[str, str]) -> None:
+    """Both faces: a refused password, an unknown database or host raise LeaseConfigError; a server
+    that does not answer, LeaseBackendError; the password masked, the driver's error on __cause__."""
+    import socket
+
+    from sql_lease import LeaseBackendError
+
+    user, password = mysql_user
+    base = sa.make_url(MYSQL_URL).set(username=user, password=password)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free_port = s.getsockname()[1]
+    cases = [
+        (base.set(password="hunter2"), LeaseConfigError, "hunter2"),
+        (base.set(database=f"{user}_nope"), LeaseConfigError, password),
+        (base.set(host="sql-lease-no-such-host.invalid"), LeaseConfigError, password),
+        (base.set(port=free_port), LeaseBackendError, password),
+    ]
+
+    async def read_async(url: str) -> None:
+        async with SqlLeaseProvider(url, operation_timeout_s=5) as provider:
+            await provider.get_lease_owner("k")
+
+    def read_sync(url: str) -> None:
+        with SyncSqlLeaseProvider(url, operation_timeout_s=5) as provider:
+            provider.get_lease_owner("k")
+
+    for url, error, secret in cases:
+        given = url.render_as_string(hide_password=False)
+        for read in (lambda url: asyncio.run(read_async(url)), read_sync):
+            with pytest.raises(LeaseError) as raised:
+                read(given)
+            assert type(raised.value) is error, (given, raised.value)
+            assert secret not in str(raised.value) and ":***@" in str(raised.value), raised.value
+            assert raised.value.__cause__ is not None
+
+
+def test_a_session_without_strict_mode_is_refused_before_anything_is_created(fresh_db: str) -> None:
+    """An application's engine whose sessions run without STRICT_TRANS_TABLES (set on its own
+    connections, never on the server): migrate refuses with a message naming it, and creates nothing."""
+
+    async def migrate_on_a_lax_engine() -> None:
+        engine = create_async_engine(
+            to_async_url(url_of(fresh_db)),
+            connect_args={"init_command": "SET SESSION sql_mode = 'NO_ENGINE_SUBSTITUTION'"},
+        )
+        try:
+            async with SqlLeaseProvider(engine) as provider:
+                await provider.migrate()
+        finally:
+            await engine.dispose()
+
+    with pytest.raises(LeaseConfigError, match=r"sql_mode .*lacks STRICT_TRANS_TABLES"):
+        asyncio.run(migrate_on_a_lax_engine())
+    created = sa.create_engine(to_sync_url(url_of(fresh_db)))
+    try:
+        with created.connect() as conn:
+            assert sa.inspect(conn).get_table_names() == []
+    finally:
+        created.dispose()
+
+
+def test_a_lease_table_not_on_innodb_is_refused(fresh_db: str) -> None:
+    """A lease table on another storage engine (no row locks, no transactions) is refused with a
+    message by migrate (both faces and the CLI, exit 78) and failed by ``sql-lease check``."""
+    url = url_of(fresh_db)
+    assert run_cli("migrate", "--url", url).returncode == 0
+    mysql_execute(MYSQL_URL, f"ALTER TABLE `{fresh_db}`.`sql_leases_fence` ENGINE=MyISAM")
+    words = "sql_leases_fence is MyISAM"
+    with pytest.raises(LeaseConfigError, match=words), SyncSqlLeaseProvider(url) as sync_provider:
+        sync_provider.migrate()
+
+    async def migrate_async() -> None:
+        async with SqlLeaseProvider(url) as provider:
+            await provider.migrate()
+
+    with pytest.raises(LeaseConfigError, match=words):
+        asyncio.run(migrate_async())
+    migrated = run_cli("migrate", "--url", url)
+    assert migrated.returncode == 78 and words in migrated.stderr and "InnoDB" in migrated.stderr, migrated
+    checked = run_cli("check", "--url", url)
+    assert checked.returncode == 78 and "FAIL  setup" in checked.stdout and words in checked.stdout, checked

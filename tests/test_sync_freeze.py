@@ -1,9 +1,9 @@
-"""The synchronous face when its PostgreSQL freezes (SIGSTOP) or the link to it is partitioned: every
+"""The synchronous face when its PostgreSQL or MariaDB freezes (SIGSTOP) or the link to it is partitioned: every
 operation raises at its deadline, and no call made to enforce that deadline stalls the process (a C
 call that blocks holding the GIL would freeze every thread, the holder's clock included).
 
-The faults hit processes these tests start themselves: a throwaway cluster and a TCP proxy in a
-process of its own (stopping it partitions the link). Never the shared server.
+The faults hit processes these tests start themselves: a throwaway cluster or MariaDB server and a
+TCP proxy in a process of its own (stopping it partitions the link). Never the shared servers.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 
 from sql_lease import LeaseBackendError, SyncSqlLeaseProvider
 from tests.support.freeze import Ticker, cluster_pids, frozen, proxy_process
+from tests.support.mariadbserver import MariadbServer, throwaway_mariadb
 from tests.support.pgserver import throwaway_postgres
 
 TIMEOUT_S = 1.0
@@ -41,6 +42,27 @@ def schema(cluster: tuple[str, Any]) -> str:
     return name
 
 
+@pytest.fixture(scope="module")
+def mariadb() -> Iterator[MariadbServer]:
+    """A throwaway MariaDB server these tests may stop."""
+    with throwaway_mariadb() as server:
+        yield server
+
+
+def frozen_target(backend: str, request: pytest.FixtureRequest) -> tuple[str, str, Callable[[], list[int]], Any]:
+    """(url, a freshly migrated schema or database, what gives the server's pids to freeze (its
+    processes now), its executor or None) of the module's throwaway PostgreSQL cluster or MariaDB server."""
+    if backend == "postgres":
+        url, executor = request.getfixturevalue("cluster")
+        return url, request.getfixturevalue("schema"), lambda: cluster_pids(executor), executor
+    server: MariadbServer = request.getfixturevalue("mariadb")
+    database = f"freeze_{uuid.uuid4().hex[:10]}"
+    server.execute(f"CREATE DATABASE `{database}`")
+    with SyncSqlLeaseProvider(server.url, schema=database) as provider:
+        provider.migrate()
+    return server.url, database, lambda: [server.pid], None
+
+
 def until_it_works(call: Callable[[], Any], within_s: float) -> Any:
     deadline = time.monotonic() + within_s
     while True:
@@ -53,22 +75,26 @@ def until_it_works(call: Callable[[], Any], within_s: float) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.postgres
 @pytest.mark.parametrize("fault", ["server-frozen", "link-partitioned", "engine-server-frozen"])
+@pytest.mark.parametrize(
+    "backend", [pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.mysql)]
+)
 def test_sync_operations_raise_at_their_deadline_and_never_stall_other_threads(
-    cluster: tuple[str, Any], schema: str, fault: str
+    backend: str, fault: str, request: pytest.FixtureRequest
 ) -> None:
-    url, executor = cluster
+    url, schema, server_pids, executor = frozen_target(backend, request)
     key = f"k-{uuid.uuid4().hex[:8]}"
     address = make_url(url)
     with proxy_process(address.host or "127.0.0.1", address.port or 5432) as (proxy_port, proxy_pid):
         target: Any = address.set(port=proxy_port) if fault == "link-partitioned" else url
         if fault.startswith("engine"):
             # (a pool_pre_ping of an idle connection would wait as the engine's settings say)
-            target = sqlalchemy.create_engine(address.set(drivername="postgresql+psycopg"))
+            driver = "mysql+pymysql" if backend == "mysql" else "postgresql+psycopg"
+            target = sqlalchemy.create_engine(address.set(drivername=driver))
         with SyncSqlLeaseProvider(target, schema=schema, operation_timeout_s=TIMEOUT_S, pool_size=3) as provider:
-            assert provider.acquire_lease(key, "a", 60_000).acquired
-            pids = [proxy_pid] if fault == "link-partitioned" else cluster_pids(executor)
+            # (its first connection, under the 1 s limit, can take longer on a loaded machine)
+            assert until_it_works(lambda: provider.acquire_lease(key, "a", 60_000), 10.0).acquired
+            pids = [proxy_pid] if fault == "link-partitioned" else server_pids()
             calls: list[tuple[str, Callable[[], Any]]] = [
                 ("get_lease_owner", lambda: provider.get_lease_owner(key)),  # the pooled connection
                 ("acquire", lambda: provider.acquire_lease(key + "x", "b", 60_000)),  # new connections
@@ -86,16 +112,19 @@ def test_sync_operations_raise_at_their_deadline_and_never_stall_other_threads(
                         outcomes[name] = "LeaseBackendError"
                     durations[name] = round(time.monotonic() - started, 3)
                 # the pool's own connection attempts (begun at about TIMEOUT_S) end too: libpq's
-                # connect_timeout, at least 2 s, set from operation_timeout_s
+                # connect_timeout, at least 2 s, set from operation_timeout_s (PostgreSQL's pool)
                 connect_error: object = "the engine's own"
-                if not fault.startswith("engine"):
+                if not fault.startswith("engine") and executor is not None:
                     connect_error = None
                     executor_ = provider._executor
                     connect_bound = time.monotonic() + 3.0
                     while executor_.last_connect_error is None and time.monotonic() < connect_bound:  # type: ignore[attr-defined]
                         time.sleep(0.05)
                     connect_error = executor_.last_connect_error  # type: ignore[attr-defined]
-            print(f"\nFREEZE fault={fault} durations={durations} longest_stall_s={ticker.longest_gap_s:.3f}")
+            print(
+                f"\nFREEZE backend={backend} fault={fault} durations={durations}"
+                f" longest_stall_s={ticker.longest_gap_s:.3f}"
+            )
             assert connect_error is not None, "a connection attempt outlived its connect_timeout"
             assert set(outcomes.values()) == {"LeaseBackendError"}, (outcomes, durations, ticker.longest_gap_s)
             assert ticker.longest_gap_s < MAX_STALL_S, (ticker.longest_gap_s, durations)

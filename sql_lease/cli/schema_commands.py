@@ -113,7 +113,7 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
 
     import sqlalchemy as sa
 
-    from ..sql.migrate import HEAD_REVISION, migrate_error, read_state
+    from ..sql.migrate import HEAD_REVISION, migrate_error, mysql_setup_problems, read_state
     from ..sql.urls import safe_url
 
     checks: list[_Check] = [_Check("url", None, describe_source(url), warning=uses_default())]
@@ -142,7 +142,11 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
                 )
             )
             hint = f"run `sql-lease migrate --url {safe_url(url)}{provider.migrate_command_options()}`"
-            unreadable = await _version_table_readable(conn, names, sa) if postgres else None
+            unreadable = None
+            if postgres:
+                unreadable = await _version_table_readable(conn, names, sa)
+            elif provider.dialect_name == "mysql":
+                unreadable = await _mysql_version_table_readable(conn, names)
             if unreadable is not None:
                 table_exists, versions = unreadable[0], None
                 checks.append(_Check("schema", None, unreadable[1]))
@@ -161,6 +165,12 @@ async def _checks(provider: Any, url: str, names: Any) -> tuple[list[_Check], in
                 )
             if postgres and table_exists:
                 checks.append(await _grants(conn, names, sa))
+            elif provider.dialect_name == "mysql" and table_exists:
+                checks.append(await _mysql_grants(conn, names))
+            if provider.dialect_name == "mysql":
+                problems = await conn.run_sync(mysql_setup_problems, names)
+                fit = "the session's sql_mode has STRICT_TRANS_TABLES; the lease tables found are InnoDB"
+                checks.append(_Check("setup", not problems, "; ".join(problems) or fit))
             elif provider.dialect_name == "sqlite":
                 checks.append(_sqlite_access(provider))
     except LeaseError as exc:
@@ -219,6 +229,64 @@ async def _grants(conn: Any, names: Any, sa: Any) -> _Check:
         )
     return _Check(
         "privileges", False, f"role {role} lacks {'; '.join(missing)} (see the README's least-privilege GRANTs)"
+    )
+
+
+def _mysql_quoted(names: Any, name: str) -> str:
+    """``name`` (a table of ``names``) quoted for MySQL, with its database (``schema``) if any."""
+    from sqlalchemy.dialects import mysql
+
+    quote = mysql.dialect().identifier_preparer.quote_identifier  # type: ignore[no-untyped-call]
+    return f"{quote(names.schema)}.{quote(name)}" if names.schema else quote(name)
+
+
+async def _mysql_version_table_readable(conn: Any, names: Any) -> tuple[bool, str] | None:
+    """As :func:`_version_table_readable`, on MySQL: None if this user may read the version table
+    (or it is missing), else (does the lease table exist, why its revision cannot be checked)."""
+    from ..sql.migrate import mysql_denied
+
+    version_table = _mysql_quoted(names, names.version_table)
+    if not await conn.run_sync(mysql_denied, f"SELECT 1 FROM {version_table} WHERE 1 = 0"):
+        return None  # readable, or missing (read_state says what is missing)
+    found = await conn.exec_driver_sql(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) "
+        "AND TABLE_NAME = %(table)s",
+        {"schema": names.schema, "table": names.table},
+    )
+    exists = bool(found.scalar_one())
+    return exists, (
+        f"lease table {names.table} {'exists' if exists else 'not found'}; its revision is unknown to this user "
+        f"(no SELECT on {version_table}): run `sql-lease check` as the user that migrates to see it"
+    )
+
+
+async def _mysql_grants(conn: Any, names: Any) -> _Check:
+    """The privileges every lease operation needs on MySQL: on the lease table and the fence counter
+    (``INSERT`` draws a fence, the sweeper's ``DELETE`` prunes it), each probed by ``EXPLAIN``."""
+    table, counter = _mysql_quoted(names, names.table), _mysql_quoted(names, names.fence_counter)
+    probes = [
+        ("SELECT", table, f"SELECT 1 FROM {table} WHERE 1 = 0"),
+        ("INSERT", table, f"INSERT INTO {table} () VALUES ()"),
+        ("UPDATE", table, f"UPDATE {table} SET fence = 0 WHERE 1 = 0"),
+        ("DELETE", table, f"DELETE FROM {table} WHERE 1 = 0"),
+        ("SELECT", counter, f"SELECT 1 FROM {counter} WHERE 1 = 0"),
+        ("INSERT", counter, f"INSERT INTO {counter} () VALUES ()"),
+        ("DELETE", counter, f"DELETE FROM {counter} WHERE 1 = 0"),
+    ]
+    from ..sql.migrate import mysql_denied
+
+    missing = [
+        f"{privilege} on {on}" for privilege, on, explained in probes if await conn.run_sync(mysql_denied, explained)
+    ]
+    user = (await conn.exec_driver_sql("SELECT CURRENT_USER()")).scalar_one()
+    if not missing:
+        return _Check(
+            "privileges",
+            True,
+            f"user {user} has SELECT, INSERT, UPDATE, DELETE on {table} and SELECT, INSERT, DELETE on {counter}",
+        )
+    return _Check(
+        "privileges", False, f"user {user} lacks {'; '.join(missing)} (see Operations: the least-privilege user)"
     )
 
 

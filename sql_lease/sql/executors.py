@@ -40,7 +40,7 @@ from .operations import run_async
 from .plans import LockRetry, Plan
 from .retry import DeadBeforeSending, DeadConnectionRetry, SqliteLockWait
 from .rows import mysql_row, named, pyformat
-from .translate import connection_survives
+from .translate import connection_survives, mysql_not_sent
 
 __all__ = [
     "AiosqlitePoolExecutor",
@@ -631,11 +631,15 @@ class EngineExecutor(AsyncExecutor):
         self._owned = owned  # made by the provider (its connections set up by setup.run_at_connect)
         self._pid = os.getpid()
         self._asyncpg = engine.dialect.name == "postgresql" and engine.dialect.driver == "asyncpg"
-        # SQLAlchemy's AUTOCOMMIT, on a view of the engine sharing the application's pool: set at
-        # checkout, put back at checkin (public API only; no driver attribute is set here).
-        self._engine = engine if owned else engine.execution_options(isolation_level="AUTOCOMMIT")
         self._psycopg = engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
         self._mysql = engine.dialect.name in ("mysql", "mariadb")
+        # SQLAlchemy's AUTOCOMMIT, on a view of the engine sharing the application's pool: set at
+        # checkout, put back at checkin (public API only; no driver attribute is set here). MySQL's
+        # is a statement: set on the checked-out connection, where a connection that died idle can
+        # be given back (failing in the view's checkout, SQLAlchemy would leave it checked out).
+        self._autocommit_after_checkout = self._mysql and not owned
+        plain = owned or self._autocommit_after_checkout
+        self._engine = engine if plain else engine.execution_options(isolation_level="AUTOCOMMIT")
         self.listens = self._asyncpg
         pool = engine.sync_engine.pool
         size = getattr(pool, "size", None)
@@ -648,6 +652,15 @@ class EngineExecutor(AsyncExecutor):
             await self._given.dispose(close=False)
         conn = await _checkout(self._engine)
         try:
+            if self._autocommit_after_checkout:
+                try:
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
+                except Exception as exc:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(conn.invalidate())
+                    if mysql_not_sent(exc):  # died while idle in the application's pool
+                        raise DeadBeforeSending(exc) from exc
+                    raise
             driver_conn: Any = None
             if self._asyncpg:
                 # read through the synchronous Connection (public; no greenlet hop, unlike
@@ -666,6 +679,7 @@ class EngineExecutor(AsyncExecutor):
                 fetch = _mysql_rows(conn)
             else:
                 fetch = lambda sql, params: _rows(conn, sql, params)  # noqa: E731
+            fetch, sent = _counted(fetch)
             try:
                 return await self._execute(make_plan, plan, fetch)
             except BaseException as exc:
@@ -675,6 +689,9 @@ class EngineExecutor(AsyncExecutor):
                 if not connection_survives(exc):
                     with contextlib.suppress(Exception):
                         await asyncio.shield(conn.invalidate())
+                # MySQL: the plan's first statement found the connection closed (it died idle)
+                if self._mysql and sent[0] <= 1 and mysql_not_sent(exc):
+                    raise DeadBeforeSending(exc) from exc
                 raise
         finally:
             await _checkin(conn)

@@ -124,15 +124,73 @@ async def upgrade_engine_report(engine: AsyncEngine, names: LeaseTableNames) -> 
 
 async def _upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> Upgrade:
     head = HEAD_REVISION
+    mysql = engine.dialect.name == "mysql"
     if engine.dialect.name == "sqlite":
         await asyncio.to_thread(_create_sqlite_file, engine.url)
     async with engine.connect() as conn:
         table_exists, versions = await conn.run_sync(read_state, names)
+        problems = await conn.run_sync(mysql_setup_problems, names) if mysql else []
         await conn.rollback()
+    _refuse(problems, engine)  # before anything is created
     if table_exists and versions == (head,):
         return Upgrade(True, versions, head)
     async with _locked(_PROCESS_LOCK):
-        return await _upgrade_in_transaction(engine, names, head)
+        upgrade = await _upgrade_in_transaction(engine, names, head)
+    if mysql:  # tables just created: a server without InnoDB may have given them another engine
+        async with engine.connect() as conn:
+            _refuse(await conn.run_sync(mysql_setup_problems, names), engine)
+    return upgrade
+
+
+def mysql_setup_problems(connection: Connection, names: LeaseTableNames) -> list[str]:
+    """What makes a MySQL session or lease table unfit, in words (none: fit): the session's
+    ``sql_mode`` without ``STRICT_TRANS_TABLES`` (or ``STRICT_ALL_TABLES``), where a value that does
+    not fit a column is cut short with a warning instead of refused, and a lease table that is not
+    InnoDB, which has neither row locks nor transactions (two owners could be granted one lease)."""
+    tables = (names.table, names.fence_counter, names.fence_table)
+    row = connection.exec_driver_sql(
+        "SELECT @@SESSION.sql_mode, (SELECT GROUP_CONCAT(CONCAT(TABLE_NAME, ' is ', ENGINE) ORDER BY TABLE_NAME "
+        "SEPARATOR ', ') FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) "
+        "AND TABLE_NAME IN (%(t0)s, %(t1)s, %(t2)s) AND ENGINE <> 'InnoDB')",
+        {"schema": names.schema, "t0": tables[0], "t1": tables[1], "t2": tables[2]},
+    ).one()
+    problems = []
+    modes = str(row[0] or "").split(",")
+    if "STRICT_TRANS_TABLES" not in modes and "STRICT_ALL_TABLES" not in modes:
+        problems.append(
+            f"the session's sql_mode ({row[0] or 'empty'}) lacks STRICT_TRANS_TABLES, so a value that does not "
+            "fit would be cut short instead of refused: add it to the server's sql_mode (the default since "
+            "MySQL 5.7 and MariaDB 10.2.4) or to your engine's connections"
+        )
+    if row[1]:
+        problems.append(
+            f"the lease tables must use InnoDB (row locks and transactions), but {row[1]}: "
+            "ALTER TABLE ... ENGINE=InnoDB (with the server's InnoDB enabled)"
+        )
+    return problems
+
+
+def mysql_denied(connection: Connection, explained: str) -> bool | None:
+    """Whether MySQL refuses ``EXPLAIN explained`` for a missing privilege (1142, 1143): it checks
+    the statement's privileges without running it. None if a table it names does not exist (1146)."""
+    from .translate import mysql_errno
+
+    try:
+        connection.exec_driver_sql(f"EXPLAIN {explained}")
+    except sa.exc.DBAPIError as exc:
+        errno = mysql_errno(exc)
+        if errno in (1142, 1143, 1146):
+            return None if errno == 1146 else True
+        raise
+    return False
+
+
+def _refuse(problems: list[str], engine: AsyncEngine) -> None:
+    """``LeaseConfigError`` naming ``problems`` (see :func:`mysql_setup_problems`), if any."""
+    from .urls import safe_url
+
+    if problems:
+        raise LeaseConfigError(f"migrating {safe_url(engine.url)}: {'; '.join(problems)}")
 
 
 def upgrade_sync_engine(engine: Engine, names: LeaseTableNames) -> str | None:
@@ -199,7 +257,7 @@ def migrate_error(exc: BaseException, url: URL | str, what: str = "migrating") -
     at ``url``: ``LeaseConfigError`` for a missing database or role, a refused password, a missing
     privilege or an SQLite file that cannot be opened; else ``LeaseBackendError``. One line, the
     URL and the driver's text with the password masked; the original goes on ``__cause__``."""
-    from .translate import sqlstate
+    from .translate import UNKNOWN_HOST_HINT, sqlstate, unknown_host
     from .urls import safe_url
 
     url = sa.engine.make_url(url) if isinstance(url, str) else url
@@ -211,6 +269,8 @@ def migrate_error(exc: BaseException, url: URL | str, what: str = "migrating") -
     hint = _CONFIG_STATES.get(state or "") or (_AUTHORIZATION if state and state.startswith("28") else None)
     if hint is None and _sqlite_error(exc) is not None:
         hint = next((h for text, h in _SQLITE_CONFIG.items() if text in str(_sqlite_error(exc))), None)
+    if hint is None and unknown_host(exc):
+        hint = UNKNOWN_HOST_HINT
     if hint is not None:
         return LeaseConfigError(f"{what} {where}: {hint} ({message})")
     inner = getattr(exc, "orig", None) or exc

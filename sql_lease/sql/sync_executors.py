@@ -657,6 +657,19 @@ def _mysql_fetch(conn: Any) -> tuple[Fetch, Fetch]:
     return fetch_one, fetch_all
 
 
+def mysql_ended_while_idle(conn: Any) -> bool:
+    """True when the server ended the idle PyMySQL connection ``conn``: its socket has something to
+    read (the server sends nothing unasked to an idle session but its goodbye and end of stream), or
+    it is closed. Nothing is sent or read. (mysqlclient's socket is not reachable: False.)"""
+    if not hasattr(conn, "_sock"):
+        return False
+    sock = conn._sock
+    try:
+        return sock is None or readable_while_idle(sock.fileno())
+    except (OSError, ValueError):  # closed meanwhile
+        return True
+
+
 def _shut_mysql_socket(conn: Any) -> None:
     """End a PyMySQL connection's statement now: its socket shut (no call that can block)."""
     sock = getattr(conn, "_sock", None)
@@ -844,6 +857,12 @@ class EngineExecutor(SyncExecutor):
         self._owned = owned  # the provider made it (MySQL URLs): disposed on close
         self.dialect_name = engine.dialect.name
         self.listens = self.dialect_name == "postgresql"
+        idle_checks = {
+            "postgresql": ended_while_idle,
+            "mysql": mysql_ended_while_idle,
+            "mariadb": mysql_ended_while_idle,
+        }
+        self._ended_while_idle = idle_checks.get(self.dialect_name)
         size = getattr(engine.pool, "size", None)
         self.retry = DeadConnectionRetry((size() if callable(size) else 5) + 2)
         self._pool_size = pool_size
@@ -868,12 +887,13 @@ class EngineExecutor(SyncExecutor):
         try:
             with self._checkout(deadline) as connection:
                 raw = connection.connection.driver_connection
-                if self.dialect_name == "postgresql" and ended_while_idle(raw):
+                if self._ended_while_idle is not None and self._ended_while_idle(raw):
                     # died while idle in the application's pool (a database restart, no pre-ping)
                     self._suspect = True
                     connection.invalidate()
                     raise DeadBeforeSending(ConnectionError("the server ended an idle pooled connection"))
                 spoiled = True
+                prepare: Callable[[], None] | None = None
                 fetch_one: Callable[[str, tuple[Any, ...]], Row | None]
                 fetch_all: Callable[[str, tuple[Any, ...]], list[Row]]
                 # Autocommit by the driver's own flag, put back as it was afterwards (no statement
@@ -894,16 +914,17 @@ class EngineExecutor(SyncExecutor):
                         raw.autocommit = before
                 elif self.dialect_name in ("mysql", "mariadb"):
                     before = raw.get_autocommit()  # read from the last server status: no round trip
-                    if not before:
-                        raw.autocommit(True)
+                    if not before:  # a statement: sent under the watchdog, with the plan's
+                        prepare = lambda: raw.autocommit(True)  # noqa: E731
                     fetch_one, fetch_all = _mysql_fetch(raw)
 
                     def abort() -> None:
                         _shut_mysql_socket(raw)
 
                     def restore() -> None:
-                        if not before:
-                            raw.autocommit(False)
+                        # a statement too: under the watchdog (aborted, the connection is dropped)
+                        if not before and _guarded(self._watchdog, deadline, abort, lambda: raw.autocommit(False))[1]:
+                            raise StalledError("the operation passed its deadline and was aborted")
                 else:
                     before = raw.isolation_level
                     raw.isolation_level = None
@@ -913,10 +934,13 @@ class EngineExecutor(SyncExecutor):
                     def restore() -> None:
                         raw.isolation_level = before
 
+                def work() -> T:
+                    if prepare is not None:
+                        prepare()
+                    return self._run_plan(plan, fetch_one, fetch_all)
+
                 try:
-                    result, spoiled = _guarded(
-                        self._watchdog, deadline, abort, lambda: self._run_plan(plan, fetch_one, fetch_all)
-                    )
+                    result, spoiled = _guarded(self._watchdog, deadline, abort, work)
                     self._suspect = spoiled
                     return result
                 except BaseException as exc:

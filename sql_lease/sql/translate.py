@@ -3,6 +3,7 @@ for every driver (asyncpg, psycopg, sqlite3/aiosqlite) and both faces."""
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 from collections.abc import Callable
 
@@ -14,12 +15,14 @@ __all__ = [
     "connection_survives",
     "describe",
     "mysql_errno",
+    "mysql_not_sent",
     "operation_label",
     "schema_outdated",
     "sqlite_busy",
     "sqlite_error",
     "sqlstate",
     "translate",
+    "unknown_host",
 ]
 
 # SQLSTATEs that no retry can fix: the configuration is wrong (class 28: the role or password;
@@ -50,6 +53,11 @@ _MYSQL_AS_SQLSTATE = {
     1054: "42703",
 }
 _MYSQL_CLIENT_ERRORS = 2000
+UNKNOWN_HOST_HINT = "the host name does not resolve: fix the host of the URL"
+# The resolver's definite "no such name" (EAI_NONAME, EAI_NODATA), as the drivers quote it (glibc,
+# macOS); a temporary failure ("Temporary failure in name resolution") is not one.
+_NO_SUCH_HOST = ("Name or service not known", "No address associated with hostname", "nodename nor servname provided")
+_MYSQL_SERVER_GONE = 2006  # CR_SERVER_GONE_ERROR: the client could not send the statement
 
 
 def sqlstate(exc: BaseException) -> str | None:
@@ -82,6 +90,29 @@ def mysql_errno(exc: BaseException) -> int | None:
             return seen.args[0]
         seen = getattr(seen, "orig", None) or seen.__cause__
     return None
+
+
+def mysql_not_sent(exc: BaseException) -> bool:
+    """True if ``exc`` is MySQL's client error 2006 (CR_SERVER_GONE_ERROR, "server has gone away"):
+    the connection was found closed when the statement was to be written, so it was not sent
+    (2013, CR_SERVER_LOST, is a statement sent whose answer never came)."""
+    return mysql_errno(exc) == _MYSQL_SERVER_GONE
+
+
+def unknown_host(exc: BaseException) -> bool:
+    """True if ``exc`` (or an error it wraps or was raised from) is the resolver's answer that the
+    URL's host name does not exist: configuration, not an outage."""
+    no_such_name = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            return False
+        if isinstance(seen, socket.gaierror):
+            return seen.errno in no_such_name
+        if any(text in str(seen) for text in _NO_SUCH_HOST):
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return False
 
 
 def sqlite_error(exc: BaseException) -> sqlite3.Error | None:
@@ -162,4 +193,6 @@ def translate(
         hint = _CONFIG_HINTS.get(state) or (_CONFIG_HINTS["28"] if state.startswith("28") else None)
         if hint is not None:
             return LeaseConfigError(f"{what} on {where}: {hint} ({describe(exc)})")
+    if unknown_host(exc):
+        return LeaseConfigError(f"{what} on {where}: {UNKNOWN_HOST_HINT} ({describe(exc)})")
     return LeaseBackendError(f"{what} on {where} failed: {describe(exc)}")

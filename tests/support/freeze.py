@@ -53,6 +53,7 @@ def frozen(pids: list[int], at_most_s: float) -> Iterator[None]:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
+        _wait_until_stopped(pids)
         yield
     finally:
         for pid in pids:
@@ -60,6 +61,25 @@ def frozen(pids: list[int], at_most_s: float) -> Iterator[None]:
                 os.kill(pid, signal.SIGCONT)
         resumer.kill()
         resumer.wait()
+
+
+def _wait_until_stopped(pids: list[int], within_s: float = 5.0) -> None:
+    """Until every thread of ``pids`` is stopped: a signal stops a process's threads one by one, and
+    a running thread of a multi-threaded server (MariaDB) could still answer a statement meanwhile."""
+    deadline = time.monotonic() + within_s
+    while True:
+        running = []
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with contextlib.suppress(OSError):
+                        state = Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                        if state not in ("T", "t", "Z", "X"):
+                            running.append(f"{pid}/{task}:{state}")
+        if not running:
+            return
+        assert time.monotonic() < deadline, f"threads still running after SIGSTOP: {running[:5]}"
+        time.sleep(0.005)
 
 
 class Ticker:

@@ -4,6 +4,7 @@
     await proxy.start()               # proxy.port is where clients connect
     proxy.stall()                     # stop forwarding both ways; sockets stay open (a partition)
     proxy.stall("to_client")          # only the server's replies are held back (lost replies)
+    proxy.stall_replies_after(b"\x03COMMIT")  # replies held back from the request holding these bytes on
     proxy.resume()                    # forward again (held bytes are delivered, if still connected)
     await proxy.drop()                # close every connection at once (RST), as a dead link would
     await proxy.close()
@@ -53,6 +54,7 @@ class TcpProxy:
             event.set()
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
+        self._reply_trigger: bytes | None = None
         self.port = 0
         self.accepted = 0
         self.bytes = dict.fromkeys(DIRECTIONS, 0)
@@ -77,7 +79,13 @@ class TcpProxy:
         for name in DIRECTIONS if direction == "both" else (direction,):
             self._flowing[name].clear()
 
+    def stall_replies_after(self, request: bytes) -> None:
+        """Once a chunk sent to the server holds ``request``, stall ``"to_client"`` before that
+        chunk is forwarded: the server runs it, its reply is held back (a lost reply). One-shot."""
+        self._reply_trigger = request
+
     def resume(self) -> None:
+        self._reply_trigger = None
         for event in self._flowing.values():
             event.set()
 
@@ -126,6 +134,9 @@ class TcpProxy:
                 if not chunk:
                     break
                 await flowing.wait()  # stalled after the read: hold the chunk back
+                if direction == "to_server" and self._reply_trigger is not None and self._reply_trigger in chunk:
+                    self._reply_trigger = None
+                    self._flowing["to_client"].clear()
                 writer.write(chunk)
                 await writer.drain()
                 self.bytes[direction] += len(chunk)
