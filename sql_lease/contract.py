@@ -583,9 +583,13 @@ def validate_sweep(batch_size: object, grace_ms: object) -> tuple[int, float]:
     return int(batch_size), _validate_number(grace_ms, "grace_ms", "milliseconds", 0, MAX_GRACE_MS, True)
 
 
+MAX_SECONDS = 10 * 365 * 86_400
+"""The longest time limit in seconds any call takes (10 years)."""
+
+
 def validate_seconds(value: object, what: str) -> float:
-    """A finite number of seconds >= 0 (``TypeError``/``ValueError`` otherwise)."""
-    return _validate_number(value, what, "seconds", 0, 10 * 365 * 86_400, True)
+    """A finite number of seconds from 0 to :data:`MAX_SECONDS` (``TypeError``/``ValueError`` otherwise)."""
+    return _validate_number(value, what, "seconds", 0, MAX_SECONDS, True)
 
 
 RenewItem = tuple[str, str, float, int | None]

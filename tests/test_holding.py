@@ -188,6 +188,15 @@ async def test_wait_acquires_when_the_holder_releases(provider: Any, key: str) -
     assert result.acquired and result.owner == "alice"
 
 
+async def test_a_wait_of_the_longest_allowed_time_limit_acquires(provider: Any, key: str) -> None:
+    """A wait of 10 years (the longest ``timeout_s``, ``exec --wait --timeout 3650d``) gives each
+    attempt at most that long: before, the attempt's limit (time left plus a grace) was refused."""
+    result = await acquire_lease_wait(provider, key, "alice", 1000, timeout_s=10 * 365 * 86_400)
+    assert result.acquired and result.owner == "alice"
+    async with provider.hold(key, "alice", 1000, wait=True, timeout_s=10 * 365 * 86_400) as lease:
+        assert lease.owner == "alice"
+
+
 async def test_wait_acquires_when_the_holder_expires(provider: Any, key: str) -> None:
     await provider.acquire_lease(key, "bob", 300)
     result = await acquire_lease_wait(provider, key, "alice", 1000, timeout_s=10)

@@ -312,6 +312,12 @@ def test_wait_times_out_naming_the_holder(sync_provider: Any, key: str) -> None:
     assert info.value.waited_s is not None
 
 
+def test_a_wait_of_the_longest_allowed_time_limit_acquires(sync_provider: Any, key: str) -> None:
+    """As on the asyncio face: each attempt of a 10-year wait is given at most 10 years."""
+    result = sync_provider.acquire_lease_wait(key, "waiter", 1_000, timeout_s=10 * 365 * 86_400)
+    assert result.acquired and result.owner == "waiter"
+
+
 def test_wait_takes_over_at_expiry(sync_provider: Any, key: str) -> None:
     sync_provider.acquire_lease(key, "holder", 400)
     started = time.monotonic()

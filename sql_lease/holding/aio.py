@@ -40,6 +40,7 @@ from .rules import (
     renewal_method,
     shortcut,
     takes_fence,
+    timeout_kw,
 )
 
 __all__ = ["HeldLease", "acquire_lease_wait", "hold"]
@@ -92,9 +93,7 @@ class _PollingWaiter:
 
 def _acquire_timeout_kw(provider: Any, timeout_s: float | None) -> dict[str, Any]:
     """``{"timeout_s": ...}`` for providers whose ``acquire_lease`` takes a per-call limit."""
-    if timeout_s is None or not getattr(provider, "acquire_accepts_timeout_s", False):
-        return {}
-    return {"timeout_s": max(0.001, timeout_s)}
+    return timeout_kw(provider, "acquire_accepts_timeout_s", timeout_s)
 
 
 class _LocalQueue:
@@ -205,8 +204,7 @@ class AsyncWaitingAcquire(WaitingAcquire[LeaseProvider]):
         """One attempt, given the time left until the deadline plus ``ATTEMPT_GRACE_S`` and abandoned
         then; with when it was sent."""
         sent = asyncio.get_running_loop().time()
-        end = self.attempt_end(sent)
-        result: AcquireResult = await _bounded(attempt(None if end is None else end - sent), end)
+        result: AcquireResult = await _bounded(attempt(self.attempt_limit(sent)), self.attempt_end(sent))
         return result, sent
 
     async def _at_head(self, queue: _LocalQueue | None) -> tuple[AcquireResult, float]:

@@ -28,6 +28,7 @@ from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, cast
 
 from .. import observe
 from ..contract import (
+    MAX_SECONDS,
     AcquireResult,
     LeaseInfo,
     encode_data,
@@ -89,6 +90,14 @@ def new_owner_id() -> str:
 def data_kw(data: object) -> dict[str, Any]:
     """``{"data": data}`` when lease data was given, else nothing: providers without ``data`` still serve."""
     return {} if data is None else {"data": data}
+
+
+def timeout_kw(provider: Any, flag: str, timeout_s: float | None) -> dict[str, float]:
+    """``{"timeout_s": ...}`` for a provider whose class sets ``flag`` (its calls take a per-call
+    limit), kept within what a call takes (1 ms to :data:`~sql_lease.contract.MAX_SECONDS`)."""
+    if timeout_s is None or not getattr(provider, flag, False):
+        return {}
+    return {"timeout_s": min(max(0.001, timeout_s), MAX_SECONDS)}
 
 
 def takes_fence(provider: Any) -> bool:
@@ -250,6 +259,12 @@ class WaitingAcquire(Generic[ProviderT]):
         """By when an attempt sent at ``now`` must answer: the deadline plus ``ATTEMPT_GRACE_S``
         (None: no limit)."""
         return None if self.deadline is None else max(self.deadline, now) + ATTEMPT_GRACE_S
+
+    def attempt_limit(self, now: float) -> float | None:
+        """The time limit in seconds of an attempt sent at ``now``: until :meth:`attempt_end`, at most
+        what one call takes (:data:`~sql_lease.contract.MAX_SECONDS`); None: no limit."""
+        end = self.attempt_end(now)
+        return None if end is None else min(end - now, MAX_SECONDS)
 
     def not_acquired(self, result: AcquireResult, now: float) -> LeaseNotAcquiredError:
         """The error naming the holder, for a wait given up at ``now``."""

@@ -38,9 +38,7 @@ SyncOnLost = Literal["raise", "flag"] | Callable[["SyncHeldLease"], object]
 
 def _timeout_kw(provider: Any, timeout_s: float | None) -> dict[str, float]:
     """``{"timeout_s": ...}`` for providers whose methods take a per-call bound, else nothing."""
-    if timeout_s is None or not getattr(provider, "accepts_timeout_s", False):
-        return {}
-    return {"timeout_s": max(0.001, timeout_s)}
+    return rules.timeout_kw(provider, "accepts_timeout_s", timeout_s)
 
 
 class _PollingWaiter:
@@ -86,8 +84,7 @@ class ThreadWaitingAcquire(rules.WaitingAcquire[SyncLeaseProvider]):
         with waiter:
             while True:
                 sent = time.monotonic()
-                end = self.attempt_end(sent)
-                result = waiter.acquire(self.owner, self.ttl_ms, None if end is None else end - sent, **self.given)
+                result = waiter.acquire(self.owner, self.ttl_ms, self.attempt_limit(sent), **self.given)
                 if result.acquired:
                     return result, sent
                 waiter.wait(self.pause(result, time.monotonic(), waiter.listening))
