@@ -295,16 +295,22 @@ class InMemoryLeaseProvider(LeaseProviderBase):
     async def release_lease(
         self, key: str, owner: str, *, fence: int | None = None, min_hold_ms: int | float | None = None
     ) -> bool:
-        """Release as ``SqlLeaseProvider.release_lease`` (``fence``, ``min_hold_ms`` by the provider's clock)."""
+        """Release as ``SqlLeaseProvider.release_lease`` (``fence``, ``min_hold_ms`` in milliseconds by the
+        provider's clock). ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.release(key, owner, fence, min_hold_ms)
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None) -> bool:
+        """Extend ``owner``'s unexpired lease (of tenure ``fence``, if given) to now + ``ttl_ms``
+        milliseconds; False if not held.
+        ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.renew(key, owner, ttl_ms, fence) is not None
 
     async def renew_lease_info(
         self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None
     ) -> LeaseInfo | None:
-        """Renew as ``renew_lease``; the renewed lease, or None if it was not ``owner``'s unexpired lease."""
+        """Renew as ``renew_lease`` (``ttl_ms`` in milliseconds); the renewed lease, or None if it was not
+        ``owner``'s unexpired lease.
+        ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.renew(key, owner, ttl_ms, fence)
 
     async def renew_leases(self, items: Sequence[tuple[Any, ...]]) -> dict[str, LeaseInfo]:
@@ -322,6 +328,9 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         data: dict[str, Any] | None = None,
         fence: int | None = None,
     ) -> bool:
+        """Hand ``from_owner``'s unexpired lease (of tenure ``fence``, if given) to ``to_owner`` for
+        ``ttl_ms`` ms, atomically, with lease ``data`` (see ``LeaseProvider``).
+        ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data, fence)
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
@@ -398,7 +407,8 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         timeout_s: float | None = None,
     ) -> bool:
         """Release ``key`` if ``owner`` holds it unexpired; True iff it did (``fence``, ``min_hold_ms``
-        as ``SqlLeaseProvider.release_lease``)."""
+        in milliseconds, as ``SqlLeaseProvider.release_lease``).
+        ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.release(key, owner, fence, min_hold_ms)
 
     def renew_lease(
@@ -411,7 +421,8 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         timeout_s: float | None = None,
     ) -> bool:
         """Extend ``owner``'s unexpired lease (of tenure ``fence``, if given) to now + ``ttl_ms``
-        milliseconds; False if not held."""
+        milliseconds; False if not held.
+        ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.renew(key, owner, ttl_ms, fence) is not None
 
     def renew_lease_info(
@@ -423,7 +434,9 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         fence: int | None = None,
         timeout_s: float | None = None,
     ) -> LeaseInfo | None:
-        """Renew as ``renew_lease``; the renewed lease, or None if it was not ``owner``'s unexpired lease."""
+        """Renew as ``renew_lease`` (``ttl_ms`` in milliseconds); the renewed lease, or None if it was not
+        ``owner``'s unexpired lease.
+        ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.renew(key, owner, ttl_ms, fence)
 
     def transfer_lease(
@@ -438,7 +451,8 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         timeout_s: float | None = None,
     ) -> bool:
         """Hand ``from_owner``'s unexpired lease (of tenure ``fence``, if given) to ``to_owner`` for
-        ``ttl_ms`` ms, atomically, with lease ``data`` (see ``LeaseProvider``)."""
+        ``ttl_ms`` ms, atomically, with lease ``data`` (see ``LeaseProvider``).
+        ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data, fence)
 
     def sweep_expired(

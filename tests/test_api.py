@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from types import ModuleType
@@ -101,3 +102,18 @@ async def test_memory_provider_clock_is_replaceable() -> None:
     assert second.fence > first.fence  # type: ignore[operator]
     assert first.expires_at is not None and second.expires_at is not None
     assert (second.expires_at - first.expires_at).total_seconds() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "provider_class", ["SqlLeaseProvider", "SyncSqlLeaseProvider", "InMemoryLeaseProvider", "SyncInMemoryLeaseProvider"]
+)
+@pytest.mark.parametrize("method", ["release_lease", "renew_lease", "renew_lease_info", "transfer_lease"])
+def test_tenure_scoped_methods_state_units_and_what_they_raise(provider_class: str, method: str) -> None:
+    """The methods that gained ``fence`` (and ``min_hold_ms``) say their units and errors (house rule)."""
+    import inspect
+
+    function = vars(getattr(sql_lease, provider_class))[method]
+    doc = inspect.getdoc(function) or ""
+    assert "fence" in inspect.signature(function).parameters
+    assert re.search(r"\bmilliseconds\b|\bms\b(?!`)", doc), doc
+    assert "TypeError" in doc and "ValueError" in doc, doc

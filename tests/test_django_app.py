@@ -29,6 +29,7 @@ from sql_lease import SyncSqlLeaseProvider
 pytest.importorskip("django")
 
 REPO = Path(__file__).resolve().parent.parent
+DJANGO_MIGRATIONS = sorted(path.stem for path in (REPO / "sql_lease" / "django" / "migrations").glob("0*.py"))
 LEASE_OBJECTS = ("sql_leases", "sql_leases_fence", "sql_leases_fences", "sql_lease_alembic_version")
 
 
@@ -213,7 +214,8 @@ def test_sqlite_migrate_and_test(tmp_path: Path) -> None:
     manage(tmp_path, databases, "migrate", "-v", "0")
     assert sqlite_schema(real) == alembic_made
     with sqlite3.connect(real) as conn:
-        assert conn.execute("SELECT count(*) FROM django_migrations WHERE app = 'sql_lease'").fetchone() == (2,)
+        applied = conn.execute("SELECT name FROM django_migrations WHERE app = 'sql_lease' ORDER BY name").fetchall()
+        assert [name for (name,) in applied] == DJANGO_MIGRATIONS
     # the same DDL, whichever tool ran it
     assert sqlite_schema(other) == alembic_made
     # manage.py migrate first, then sql-lease migrate: nothing to do, and the table works
@@ -226,6 +228,19 @@ def test_sqlite_migrate_and_test(tmp_path: Path) -> None:
     report = run_app_tests(tmp_path, databases)
     assert "mode=memory" in report["test_db"]  # Django's in-memory test database...
     assert lease_rows(real) == 0  # ...held the leases; the real database got none
+
+    # migrate sql_lease 0002 reverses 0003 (Alembic 0005): keys the earlier release cannot name are
+    # deleted, the others turned back; migrating forward again stores them escaped once more
+    with SyncSqlLeaseProvider(f"sqlite:///{other}") as leases:
+        assert leases.acquire_lease("nul\x00key", "me", ttl_ms=60_000).acquired
+        assert leases.acquire_lease("escape\x01key", "me", ttl_ms=60_000).acquired
+    manage(tmp_path, databases, "migrate", "sql_lease", "0002", "--database", "other", "-v", "0")
+    with sqlite3.connect(other) as conn:
+        assert conn.execute("SELECT version_num FROM sql_lease_alembic_version").fetchall() == [("0004",)]
+        assert conn.execute("SELECT key FROM sql_leases ORDER BY key").fetchall() == [("escape\x01key",)]
+    manage(tmp_path, databases, "migrate", "sql_lease", "--database", "other", "-v", "0")
+    with SyncSqlLeaseProvider(f"sqlite:///{other}") as leases:
+        assert leases.get_lease_owner("escape\x01key") == "me" and leases.get_lease_owner("nul\x00key") is None
 
     # migrate sql_lease zero drops what the migration made
     manage(tmp_path, databases, "migrate", "sql_lease", "zero", "--database", "other", "-v", "0")

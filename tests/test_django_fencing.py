@@ -78,6 +78,13 @@ SCRIPT = textwrap.dedent(
     out["wrong_owner"] = guarded(f"t2-{run}", key, "b", held.fence)
     out["wrong_claims"] = claims(f"t2-{run}")
 
+    # 2b. any str is a key: the error names the key as given, not its stored form.
+    odd = f"odd\\x00\\x01{run}\\ud800"
+    odd_held = leases.acquire_lease(odd, "a", 60_000)
+    out["odd_held"] = guarded(f"t2b-{run}", odd, "a", odd_held.fence, write_first=False)
+    out["odd_wrong_fence"] = guarded(f"t2b-{run}", odd, "a", odd_held.fence + 1)
+    out["odd_key"] = odd
+
     # 3. a stalled holder after a takeover: refused and rolled back; the new holder's write commits.
     short = f"report:{run}"
     stalled = leases.acquire_lease(short, "a", 200)
@@ -152,6 +159,8 @@ def check(out: dict[str, Any]) -> None:
     assert out["held"] is None and len(out["held_claims"]) == 1  # the guarded write committed
     assert out["wrong_fence"][0] == "LeaseLostError" and out["wrong_owner"][0] == "LeaseLostError"
     assert out["wrong_claims"] == []  # rolled back
+    assert out["odd_held"] is None
+    assert out["odd_wrong_fence"] == ["LeaseLostError", out["odd_key"], "a"]  # the key as given
     assert out["takeover"] == [True, True]
     assert out["stalled"][0] == "LeaseLostError" and out["stalled"][2] == "a"
     assert out["new_holder"] is None

@@ -176,7 +176,7 @@ def check_held(
     with connection.cursor() as cursor:
         cursor.execute(sql, args)
         row = cursor.fetchone()
-    check_held_result(params["key"], params["owner"], params["fence"], row)
+    check_held_result(key, params["owner"], params["fence"], row)  # the key as given, not its stored form
 
 
 def accept_fence(

@@ -559,14 +559,16 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None) -> bool:
         """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds (rule 7); with ``fence``,
-        only the tenure with that fencing token. A released lease (kept by ``min_hold_ms``) is refused."""
+        only the tenure with that fencing token. A released lease (kept by ``min_hold_ms``) is refused.
+        ``TypeError``/``ValueError`` for bad input (``fence`` included) before any SQL."""
         return await self.renew_lease_info(key, owner, ttl_ms, fence=fence) is not None
 
     async def renew_lease_info(
         self, key: str, owner: str, ttl_ms: int | float, *, fence: int | None = None
     ) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease with the database's new ``expires_at``, or
-        None if ``owner`` does not hold an unexpired lease on ``key`` (of tenure ``fence``, if given)."""
+        None if ``owner`` does not hold an unexpired lease on ``key`` (of tenure ``fence``, if given).
+        ``ttl_ms`` in milliseconds; ``TypeError``/``ValueError`` for bad input (``fence`` included) before any SQL."""
         s = self.statements
         return await self._run("renew", key, lambda: operations.renew(s, key, owner, ttl_ms, fence))
 
@@ -596,7 +598,8 @@ class SqlLeaseProvider(LeaseProviderBase):
     ) -> bool:
         """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8),
         with lease ``data`` (None: none for a new owner; ``to_owner == from_owner`` keeps it); with
-        ``fence``, only the tenure with that fencing token (else False, nothing changes)."""
+        ``fence``, only the tenure with that fencing token (else False, nothing changes).
+        ``TypeError``/``ValueError`` for bad input (``fence`` included) before any SQL."""
         s = self.statements
         return await self._run(
             "transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms, data, fence)

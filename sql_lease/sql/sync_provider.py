@@ -364,7 +364,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         timeout_s: float | None = None,
     ) -> bool:
         """Release ``key`` if ``owner`` holds it unexpired; True iff it did (rule 6). ``fence`` and
-        ``min_hold_ms`` as :meth:`SqlLeaseProvider.release_lease`."""
+        ``min_hold_ms`` (milliseconds) as :meth:`SqlLeaseProvider.release_lease`.
+        ``TypeError``/``ValueError`` for bad input (``fence`` included) before any SQL."""
         s = self.statements
         return self._run("release", key, lambda: operations.release(s, key, owner, fence, min_hold_ms), timeout_s)
 
@@ -378,7 +379,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         timeout_s: float | None = None,
     ) -> bool:
         """Extend ``owner``'s unexpired lease to now + ``ttl_ms`` milliseconds (rule 7); with ``fence``,
-        only the tenure with that fencing token."""
+        only the tenure with that fencing token; a released lease (kept by ``min_hold_ms``) is refused.
+        ``TypeError``/``ValueError`` for bad input (``fence`` included) before any SQL."""
         return self.renew_lease_info(key, owner, ttl_ms, fence=fence, timeout_s=timeout_s) is not None
 
     def renew_lease_info(
@@ -391,7 +393,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         timeout_s: float | None = None,
     ) -> LeaseInfo | None:
         """Renew as ``renew_lease``; the renewed lease with the database's new ``expires_at``, or
-        None if ``owner`` does not hold an unexpired lease on ``key`` (of tenure ``fence``, if given)."""
+        None if ``owner`` does not hold an unexpired lease on ``key`` (of tenure ``fence``, if given).
+        ``ttl_ms`` in milliseconds; ``TypeError``/``ValueError`` for bad input (``fence`` included) before any SQL."""
         s = self.statements
         return self._run("renew", key, lambda: operations.renew(s, key, owner, ttl_ms, fence), timeout_s)
 
@@ -407,7 +410,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         timeout_s: float | None = None,
     ) -> bool:
         """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms, atomically (rule 8),
-        with lease ``data`` and ``fence`` as :meth:`SqlLeaseProvider.transfer_lease`."""
+        with lease ``data`` and ``fence`` as :meth:`SqlLeaseProvider.transfer_lease`.
+        ``TypeError``/``ValueError`` for bad input (``fence`` included) before any SQL."""
         s = self.statements
         return self._run(
             "transfer", key, lambda: operations.transfer(s, key, from_owner, to_owner, ttl_ms, data, fence), timeout_s
