@@ -698,8 +698,9 @@ async def test_lost_reply_then_retry_returns_the_same_fence(
         assert await provider.renew_lease(key + "-warm", "me", 60_000)
         assert await provider.get_lease_owner(key) is None
         if backend == "mysql":
-            # MySQL's acquire is a short transaction: the replies are held back from its COMMIT on
-            proxy.stall_replies_after(b"\x03COMMIT")  # COM_QUERY "COMMIT"
+            # MySQL's acquire is a short transaction, sent as one packet ending in its COMMIT: the
+            # replies are held back from that packet on
+            proxy.stall_replies_after(b"\nCOMMIT")
         else:
             proxy.stall("to_client")  # requests still reach the server; its replies are held back
         started = loop.time()

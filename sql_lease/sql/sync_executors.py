@@ -552,9 +552,10 @@ class PsycopgPoolExecutor(SyncExecutor):
 
 
 class _SlotPool:
-    """At most ``size`` connections, made by ``connect`` on demand; idle ones reused last-in first-out."""
+    """At most ``size`` connections, made by ``connect(deadline)`` on demand; idle ones reused
+    last-in first-out."""
 
-    def __init__(self, size: int, connect: Callable[[], Any]) -> None:
+    def __init__(self, size: int, connect: Callable[[float], Any]) -> None:
         self._size = size
         self._made = 0
         self._idle: list[Any] = []
@@ -583,7 +584,7 @@ class _SlotPool:
                 finally:
                     self._waiting -= 1
         try:
-            return self._connect()
+            return self._connect(deadline)
         except BaseException:
             with self._lock:
                 self._made -= 1
@@ -700,7 +701,7 @@ class _SlotPoolExecutor(SyncExecutor):
         if old._closed:
             self._pool.close()
 
-    def _connect(self) -> Any:
+    def _connect(self, deadline: float) -> Any:
         raise NotImplementedError
 
     def close(self, timeout_s: float) -> None:
@@ -725,16 +726,24 @@ class PyMysqlPoolExecutor(_SlotPoolExecutor):
         self._setup = tuple(setup)
         super().__init__(pool_size, watchdog)
 
-    def _connect(self) -> Any:
+    def _connect(self, deadline: float) -> Any:
         import pymysql
 
-        conn = pymysql.connect(**self._connect_kwargs)
-        try:
-            fetch_one, fetch_all = _mysql_fetch(conn)
+        conn = pymysql.connect(**self._connect_kwargs, defer_connect=True)
+        fetch_one, fetch_all = _mysql_fetch(conn)
+
+        def connect() -> None:  # the handshake and the setup: aborted at the deadline as a statement is
+            conn.connect()
             for statement in self._setup:
                 fetch_all(statement, ())
+
+        try:
+            if _guarded(self._watchdog, deadline, lambda: _shut_mysql_socket(conn), connect)[1]:
+                raise StalledError("the operation passed its deadline and was aborted")
         except BaseException:
-            conn.close()
+            _shut_mysql_socket(conn)  # then close() cannot block on its QUIT
+            with contextlib.suppress(Exception):
+                conn.close()
             raise
         self._fetchers[id(conn)] = (fetch_one, fetch_all)
         return conn
@@ -789,7 +798,7 @@ class SqliteFileExecutor(_SlotPoolExecutor):
         self._missing = missing
         super().__init__(pool_size, watchdog)
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, deadline: float) -> sqlite3.Connection:
         if not self._path.exists():
             raise self._missing()
         try:
