@@ -186,6 +186,33 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
         assert [lease.key for lease in await provider.list_leases()] == ["new\x01key", "old\x01key"]
 
 
+async def test_0005_rewrites_keys_whose_new_forms_are_other_rows_old_keys(any_target: dict[str, Any]) -> None:
+    """Rows an earlier release wrote with raw U+0001 where one row's stored form is another row's
+    old key (``a\x01b`` -> ``a\x01\x02b``, which is also a row): a row-by-row rewrite meets the other
+    row's key (PostgreSQL in insertion order, MySQL and SQLite in key order); upgrade and downgrade
+    must both go through."""
+    keys = ["a\x01b", "a\x01\x02b", "c\x01\x01d", "c\x01\x02\x01\x02d"]
+    async with SqlLeaseProvider(any_target["url"], schema=any_target["schema"]) as provider:
+        await _alembic(provider, "upgrade", "0004")
+        quote = provider.engine.dialect.identifier_preparer.quote
+        table = ".".join(quote(part) for part in (provider.names.schema, provider.names.table) if part)
+        async with provider.engine.begin() as conn:
+            for fence, key in enumerate(keys, 1):
+                await conn.execute(
+                    text(
+                        f"INSERT INTO {table} ({quote('key')}, owner, fence, expires_at) "
+                        f"VALUES (:key, 'earlier', {fence}, {_IN_AN_HOUR[provider.dialect_name]})"
+                    ),
+                    {"key": key},
+                )
+        assert await provider.migrate() == "0005"
+        for fence, key in enumerate(keys, 1):
+            lease = await provider.get_lease(key)
+            assert lease is not None and (lease.key, lease.fence) == (key, fence)
+        await _alembic(provider, "downgrade", "0004")
+        assert await _stored_keys(provider) == sorted(keys)
+
+
 def test_the_head_revision_constant_is_alembics_head() -> None:
     from alembic.script import ScriptDirectory
 

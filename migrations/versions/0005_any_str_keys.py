@@ -62,12 +62,24 @@ def _alter_key(length: int) -> None:
     )
 
 
+def _rekey(table: str, key: str, where: str, new_key: str) -> None:
+    """Give the rows ``where`` selects the key ``new_key`` computes, through a temporary table: one
+    row's new key may be another selected row's old key, which an ``UPDATE`` row by row would meet."""
+    dialect = op.get_context().dialect
+    rekeyed = dialect.identifier_preparer.quote("sql_lease_rekey")
+    temporary = "TEMPORARY" if dialect.name in ("mysql", "mariadb") else "TEMP"  # MySQL: DROP TEMPORARY too
+    op.execute(f"CREATE {temporary} TABLE {rekeyed} AS SELECT * FROM {table} WHERE {where}")
+    op.execute(f"DELETE FROM {table} WHERE {where}")
+    op.execute(f"UPDATE {rekeyed} SET {key} = {new_key}")
+    op.execute(f"INSERT INTO {table} SELECT * FROM {rekeyed}")
+    op.execute(f"DROP {'TEMPORARY TABLE' if temporary == 'TEMPORARY' else 'TABLE'} {rekeyed}")
+
+
 def upgrade() -> None:
     if op.get_context().dialect.name == "postgresql":
         _alter_key(STORED_KEY_LENGTH)
     table, key, char, stored, contains = _texts()
-    where = contains.format(text=key)
-    op.execute(f"UPDATE {table} SET {key} = replace({key}, {char}, {stored}) WHERE {where}")
+    _rekey(table, key, contains.format(text=key), f"replace({key}, {char}, {stored})")
 
 
 def downgrade() -> None:
@@ -75,7 +87,6 @@ def downgrade() -> None:
     # Left with a U+0001 once every stored U+0001 (U+0001 U+0002) is taken out: a NUL or a surrogate.
     without_stored_escapes = f"replace({key}, {stored}, '')"
     op.execute(f"DELETE FROM {table} WHERE {contains.format(text=without_stored_escapes)}")
-    where = contains.format(text=key)
-    op.execute(f"UPDATE {table} SET {key} = replace({key}, {stored}, {char}) WHERE {where}")
+    _rekey(table, key, contains.format(text=key), f"replace({key}, {stored}, {char})")
     if op.get_context().dialect.name == "postgresql":
         _alter_key(OLD_KEY_LENGTH)
