@@ -69,6 +69,13 @@ def test_scripted_lifecycle_exit_codes_and_fences(db_args: list[str], tmp_path: 
     assert run_cli(["release", key, "--owner", "b", *db_args], tmp_path).returncode == 75
 
 
+def test_an_empty_list_names_its_prefix_escaped_once(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    """A prefix with a backslash and a control character, as the keys are printed: each escaped once."""
+    empty = run_cli(["list", "--prefix", f"{ns}:res\\0\x1b", *db_args], tmp_path)
+    assert empty.returncode == 0, empty.stderr
+    assert f"no leases starting with '{ns}:res\\\\0\\x1b'" in empty.stdout, empty.stdout
+
+
 def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> None:
     for suffix, owner in [("b", "bob"), ("a", "ann")]:
         assert run_cli(["acquire", f"{ns}:{suffix}", "--owner", owner, *db_args], tmp_path).returncode == 0

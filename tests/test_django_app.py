@@ -341,6 +341,7 @@ settings.configure(
         "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": sys.argv[1]},
         "private": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
         "other": {"ENGINE": "django.db.backends.dummy", "NAME": "x"},
+        "mysql": {"ENGINE": "django.db.backends.mysql", "NAME": "x"},
     },
     INSTALLED_APPS=["sql_lease.django"],
 )
@@ -360,6 +361,11 @@ for alias in ("missing", "private", "other"):
         provider(alias).get_lease_owner("k")
     except (KeyError, ValueError) as exc:
         out[alias] = type(exc).__name__
+from sql_lease.django import sql_lease_url_from_django
+try:
+    sql_lease_url_from_django("mysql")
+except ValueError as exc:
+    out["mysql"] = str(exc)
 unused = provider()
 out["repr_unbound"] = repr(unused)
 unused.close()
@@ -395,6 +401,7 @@ def test_provider_binds_at_first_use_and_checks_arguments_first(tmp_path: Path) 
     out = json.loads(done.stdout)
     assert (out["using"], out["table_name"], out["operation_timeout_s"]) == ("TypeError", "ValueError", "ValueError")
     assert (out["missing"], out["private"], out["other"]) == ("KeyError", "ValueError", "ValueError")
+    assert "sql-lease migrate --url mysql://" in out["mysql"] and "SyncSqlLeaseProvider" in out["mysql"], out
     assert "using='default'" in out["repr_unbound"]
     assert out["closed_unused"] == [True, False]  # closed before use: settings never read
     assert out["is_sync_provider"] is True

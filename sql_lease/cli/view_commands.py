@@ -96,7 +96,7 @@ def list_(
         if leases:
             render_leases(leases, console)
         else:
-            click.echo("no leases" + (f" starting with {printable(prefix)!r}" if prefix else ""))
+            click.echo("no leases" + (f" starting with '{printable(prefix)}'" if prefix else ""))
 
     async def main() -> None:
         async with provider:

@@ -50,6 +50,7 @@ from ..sql.fencing import (
 )
 from ..sql.schema import DEFAULT_TABLE_NAME, LeaseTableNames
 from .providers import DjangoSqlLeaseProvider, provider
+from .schema import ONLY_POSTGRES_AND_SQLITE
 
 __all__ = ["DjangoSqlLeaseProvider", "accept_fence", "check_held", "provider", "sql_lease_url_from_django"]
 
@@ -106,7 +107,7 @@ def _url_from_settings_dict(db: Mapping[str, Any], alias: str) -> str:
 
         return "sqlite:///" + os.path.abspath(text)
     if engine not in _POSTGRES_ENGINES:
-        raise ValueError(f"DATABASES[{alias!r}] uses {engine or 'no ENGINE'}; sql_lease supports PostgreSQL and SQLite")
+        raise ValueError(f"DATABASES[{alias!r}] uses {engine or 'no ENGINE'}: {ONLY_POSTGRES_AND_SQLITE}")
     query: dict[str, str] = {}
     options: Mapping[str, Any] = db.get("OPTIONS") or {}
     for option, value in options.items():
@@ -145,7 +146,7 @@ def _atomic_connection(using: str, function: str) -> tuple[Any, str]:
         )
     vendor = connection.vendor
     if vendor not in ("postgresql", "sqlite"):
-        raise ValueError(f"DATABASES[{using!r}] is {vendor}; sql_lease supports PostgreSQL and SQLite")
+        raise ValueError(f"DATABASES[{using!r}] is {vendor}: {ONLY_POSTGRES_AND_SQLITE}")
     return connection, vendor
 
 

@@ -17,6 +17,12 @@ from typing import Any
 
 from ..sql.schema import LeaseTableNames
 
+ONLY_POSTGRES_AND_SQLITE = (
+    "sql_lease.django serves PostgreSQL and SQLite; on MySQL or MariaDB leave it out of INSTALLED_APPS, "
+    "create the table with 'sql-lease migrate --url mysql://...' and use SyncSqlLeaseProvider('mysql://...') "
+    "(docs/recipes.md, 'Django on MySQL or MariaDB')"
+)
+
 __all__ = ["alembic_statements", "downgrade_connection", "upgrade_connection"]
 
 # The same lock env.py and migrate.py take, so manage.py migrate and sql-lease migrate never interleave.
@@ -51,7 +57,7 @@ def alembic_statements(vendor: str, names: LeaseTableNames, revisions: str, *, d
     from ..sql.migrate import alembic_config
 
     if vendor not in _OFFLINE_URLS:
-        raise ValueError(f"sql_lease supports PostgreSQL and SQLite, not {vendor}")
+        raise ValueError(f"{vendor}: {ONLY_POSTGRES_AND_SQLITE}")
     buffer = _Statements()
     config = alembic_config(names, offline_url=_OFFLINE_URLS[vendor])
     config.output_buffer = buffer  # type: ignore[assignment]  # Alembic calls only write() and flush()
@@ -95,8 +101,8 @@ def upgrade_connection(connection: Any, target: str) -> str:
     vendor = connection.vendor
     if vendor not in _OFFLINE_URLS:
         raise ValueError(
-            f"sql_lease supports PostgreSQL and SQLite; DATABASES[{connection.alias!r}] is {vendor}: "
-            "keep the sql_lease app off it with a database router (allow_migrate)"
+            f"DATABASES[{connection.alias!r}] is {vendor}: {ONLY_POSTGRES_AND_SQLITE}; with other databases "
+            "beside, keep the sql_lease app off this one with a database router (allow_migrate)"
         )
     names = LeaseTableNames()
     with connection.cursor() as cursor:

@@ -30,7 +30,10 @@ __all__ = [
 _CONFIG_HINTS = {
     "28": "the server refused the role or its password: check the user and password of the URL",
     "3D000": "the database does not exist: create it or fix the database name in the URL",
-    "42501": "the role lacks a privilege on the lease table or its sequence (README: least privilege)",
+    "42501": (
+        "the role lacks a privilege on the lease table or its fence sequence or counter "
+        "(docs/operations.md: least privilege)"
+    ),
 }
 # 42P01 undefined_table; 3F000 invalid_schema_name (a statement names '"schema".table'::regclass)
 _SCHEMA_MISSING = {"42P01", "3F000"}
