@@ -93,19 +93,10 @@ async def main() -> None:
             f"CREATE TABLE {floor_table} (k VARBINARY(2048) PRIMARY KEY, owner VARBINARY(2048), "
             "expires_at DATETIME(6)) ENGINE=InnoDB"
         )
-    pool = await asyncmy.create_pool(
-        host=url.host,
-        port=url.port or 3306,
-        user=url.username,
-        password=url.password or "",
-        autocommit=True,
-        maxsize=10,
-    )
+    server = {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or ""}
+    pool = await asyncmy.create_pool(**server, autocommit=True, maxsize=10)
     packet_pool = await asyncmy.create_pool(
-        host=url.host,
-        port=url.port or 3306,
-        user=url.username,
-        password=url.password or "",
+        **server,
         autocommit=True,
         maxsize=10,
         client_flag=CLIENT.MULTI_STATEMENTS,
