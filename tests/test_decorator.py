@@ -265,6 +265,9 @@ def test_misuse_is_refused_when_decorating() -> None:
 # -- a fixed owner's hold is the tenure transferred to it, not a second acquire --------------------
 
 
+CALL_B_TTL_MS = 10_000  # call B's tenure outlives the test, whatever the machine's load
+
+
 class _StallAfterTransfer:
     """Forwards to ``inner``; the first transfer, once it answered, stalls past the TTL while a
     second call of the same fixed owner takes the key (under a fresh id) and hands it on too."""
@@ -292,8 +295,8 @@ class _StallAfterTransfer:
         if not self.stalled:
             self.stalled = True
             time.sleep(self.ttl_s * 1.5)  # the process paused: the tenure handed to to_owner expired
-            assert self.inner.acquire_lease(key, "call-b", ttl_ms).acquired  # call B, fresh id
-            assert self.inner.transfer_lease(key, "call-b", to_owner, ttl_ms)
+            assert self.inner.acquire_lease(key, "call-b", CALL_B_TTL_MS).acquired  # call B, fresh id
+            assert self.inner.transfer_lease(key, "call-b", to_owner, CALL_B_TTL_MS)
         return moved
 
 
@@ -324,8 +327,8 @@ class _AsyncStallAfterTransfer(_StallAfterTransfer):
         if owner == "job" and not self.stalled:
             self.stalled = True
             await asyncio.sleep(self.ttl_s * 1.5)  # the tenure handed to "job" expired
-            assert (await self.inner.acquire_lease(key, "call-b", self.ttl_s * 1000)).acquired
-            assert await self.inner.transfer_lease(key, "call-b", owner, self.ttl_s * 1000)
+            assert (await self.inner.acquire_lease(key, "call-b", CALL_B_TTL_MS)).acquired
+            assert await self.inner.transfer_lease(key, "call-b", owner, CALL_B_TTL_MS)
 
     async def acquire_lease(self, key: str, owner: str, *a: Any, **k: Any) -> Any:  # type: ignore[override]
         await self._stall(key, owner)
