@@ -53,10 +53,11 @@ async def test_tenure_start_async(provider: Any, key: str) -> None:
 
     await asyncio.sleep(STEP_S)
     assert await provider.release_lease(key, "b")
-    assert (await provider.acquire_lease(key, "b", 30)).acquired
+    assert (await provider.acquire_lease(key, "b", 30_000)).acquired
     reacquired = await start()
     assert reacquired > transferred
 
+    assert await provider.renew_lease(key, "b", 1)  # renewed to expire at once, tenure kept
     await asyncio.sleep(0.06)  # expired: the same owner starts a new tenure
     assert (await provider.acquire_lease(key, "b", 30_000)).acquired
     assert await start() > reacquired
@@ -84,9 +85,10 @@ def test_tenure_start_sync(sync_provider: Any, key: str) -> None:
 
     time.sleep(STEP_S)
     assert sync_provider.release_lease(key, "b")
-    assert sync_provider.acquire_lease(key, "b", 30).acquired
+    assert sync_provider.acquire_lease(key, "b", 30_000).acquired
     reacquired = start()
     assert reacquired > transferred
+    assert sync_provider.renew_lease(key, "b", 1)
     time.sleep(0.06)
     assert sync_provider.acquire_lease(key, "b", 30_000).acquired
     assert start() > reacquired
