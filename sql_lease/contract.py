@@ -26,7 +26,9 @@ __all__ = [
     "MAX_DATA_BYTES",
     "MAX_DATA_DEPTH",
     "MAX_FENCE",
+    "MAX_KEYS",
     "MAX_KEY_LENGTH",
+    "MAX_LIMIT",
     "MAX_LIST_LIMIT",
     "MAX_OWNER_LENGTH",
     "MAX_TTL_MS",
@@ -50,6 +52,8 @@ __all__ = [
     "is_lease_provider",
     "validate_fence",
     "validate_key",
+    "validate_keys",
+    "validate_limit",
     "validate_list",
     "validate_min_hold_ms",
     "validate_owner",
@@ -407,6 +411,41 @@ def validate_tenure_options(fence: object, min_hold_ms: object = None) -> tuple[
         None if fence is None else validate_fence(fence),
         None if min_hold_ms is None else validate_min_hold_ms(min_hold_ms),
     )
+
+
+MAX_LIMIT = 10_000
+"""Largest semaphore ``limit``: how many owners may hold one key at once."""
+
+
+def validate_limit(limit: object) -> int:
+    """``limit`` (how many owners may hold the key at once; 1 is a plain lease) if it is an ``int``
+    (not ``bool``) from 1 to ``MAX_LIMIT``, else ``TypeError``/``ValueError``."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be from 1 to {MAX_LIMIT}, not {limit}")
+    return int.__int__(limit)
+
+
+MAX_KEYS = 100
+"""Most keys one all-or-nothing call (``acquire_leases``, ``release_leases``, ``renew_leases``) takes."""
+
+
+def validate_keys(keys: object) -> list[str]:
+    """``keys`` of an all-or-nothing call as a list, each checked as :func:`validate_key` checks a
+    key: a sequence (not a ``str``) of 1 to ``MAX_KEYS`` distinct keys; ``TypeError``/``ValueError``
+    otherwise."""
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise TypeError(f"keys must be a sequence of str keys, not {type(keys).__name__}")
+    if not 1 <= len(keys) <= MAX_KEYS:
+        raise ValueError(f"keys must hold from 1 to {MAX_KEYS} keys, not {len(keys)}")
+    checked = [validate_key(key) for key in keys]
+    seen: set[str] = set()
+    for key in checked:
+        if key in seen:
+            raise ValueError(f"key {key!r} appears twice in keys")
+        seen.add(key)
+    return checked
 
 
 MAX_LIST_LIMIT = 100_000

@@ -274,3 +274,46 @@ def test_sweeper_and_hold_reject_bad_numbers() -> None:
         ExpirySweeper(InMemoryLeaseProvider(), batch_size=0)
     with pytest.raises(ValueError):
         hold(InMemoryLeaseProvider(), "k", timeout_s=10**400)
+
+
+@pytest.mark.parametrize(
+    ("limit", "error"),
+    [
+        (True, TypeError),
+        (2.0, TypeError),
+        ("3", TypeError),
+        (None, TypeError),
+        (0, ValueError),
+        (10_001, ValueError),
+        (-1, ValueError),
+    ],
+)
+def test_a_semaphore_limit_is_an_int_from_1_to_10000(limit: object, error: type[Exception]) -> None:
+    from sql_lease.contract import MAX_LIMIT, validate_limit
+
+    with pytest.raises(error):
+        validate_limit(limit)
+    assert validate_limit(1) == 1 and validate_limit(MAX_LIMIT) == MAX_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("keys", "error"),
+    [
+        ("ab", TypeError),
+        (b"ab", TypeError),
+        ({"a"}, TypeError),
+        ([], ValueError),
+        (["a", "a"], ValueError),
+        ([1], TypeError),
+        ([f"k{i}" for i in range(101)], ValueError),
+    ],
+)
+def test_keys_of_an_all_or_nothing_call_are_1_to_100_distinct_keys(keys: object, error: type[Exception]) -> None:
+    from sql_lease.contract import MAX_KEYS, validate_keys
+
+    with pytest.raises(error):
+        validate_keys(keys)
+    assert (
+        validate_keys(("a\x00b", "a")) == ["a\x00b", "a"]
+        and len(validate_keys([f"k{i}" for i in range(MAX_KEYS)])) == MAX_KEYS
+    )
