@@ -365,7 +365,7 @@ async def test_migrating_under_live_holders_loses_no_lease(old_schema: SqlLeaseP
             for i, key in enumerate(keys)
         ]
         await asyncio.sleep(0.2)
-        assert await old_schema.migrate() == "0005"
+        assert await old_schema.migrate() == "0006"
         migrated = {lease.key: lease.expires_at for lease in held}
         await asyncio.sleep(0.6)  # four renewal intervals after the migration
         for lease in held:

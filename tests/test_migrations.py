@@ -76,8 +76,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
 @pytest.mark.parametrize("table_name", ["sql_leases", "Job_Leases2"])
 async def test_migrations_build_exactly_the_declared_schema(target: dict[str, Any], table_name: str) -> None:
     async with SqlLeaseProvider(target["url"], schema=target["schema"], table_name=table_name) as provider:
-        assert await provider.migrate() == "0005"
-        assert await provider.migrate() == "0005"  # idempotent
+        assert await provider.migrate() == "0006"
+        assert await provider.migrate() == "0006"  # idempotent
         facts = await _schema_facts(provider)
         names = provider.names
         assert facts["drift"] == []
@@ -105,7 +105,7 @@ async def test_custom_version_table(target: dict[str, Any]) -> None:
 async def test_concurrent_migrations_agree(target: dict[str, Any]) -> None:
     providers = [SqlLeaseProvider(target["url"], schema=target["schema"]) for _ in range(4)]
     try:
-        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0005"] * 4
+        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0006"] * 4
     finally:
         for p in providers:
             await p.close()
@@ -172,7 +172,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
                 ),
                 {"key": "old\x01key"},
             )
-        assert await provider.migrate() == "0005"
+        assert await provider.migrate() == "0006"
         assert await _stored_keys(provider) == ["old\x01\x02key"]
         lease = await provider.get_lease("old\x01key")
         assert lease is not None and (lease.key, lease.owner, lease.fence) == ("old\x01key", "earlier", 7)
@@ -182,7 +182,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
 
         await _alembic(provider, "downgrade", "0004")  # the keys 0004 cannot name go with their leases
         assert await _stored_keys(provider) == ["new\x01key", "old\x01key"]
-        assert await provider.migrate() == "0005"
+        assert await provider.migrate() == "0006"
         assert [lease.key for lease in await provider.list_leases()] == ["new\x01key", "old\x01key"]
 
 
@@ -205,7 +205,7 @@ async def test_0005_rewrites_keys_whose_new_forms_are_other_rows_old_keys(any_ta
                     ),
                     {"key": key},
                 )
-        assert await provider.migrate() == "0005"
+        assert await provider.migrate() == "0006"
         for fence, key in enumerate(keys, 1):
             lease = await provider.get_lease(key)
             assert lease is not None and (lease.key, lease.fence) == (key, fence)
@@ -251,7 +251,7 @@ def test_concurrent_migrations_of_a_new_sqlite_file_in_separate_processes(tmp_pa
     ]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "0005", err
+        assert proc.returncode == 0 and out.strip() == "0006", err
     assert {p.name for p in tmp_path.iterdir()} <= {"race.db", "race.db-wal", "race.db-shm"}
 
 
@@ -348,7 +348,7 @@ async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path
             migrate._PROCESS_LOCK.release()
         await asyncio.sleep(0.2)
         assert not migrate._PROCESS_LOCK.locked()
-        assert await asyncio.wait_for(provider.migrate(), 10) == "0005"
+        assert await asyncio.wait_for(provider.migrate(), 10) == "0006"
 
 
 # -- configuration errors are configuration errors, on both faces (issue 21, item 3) -------------------

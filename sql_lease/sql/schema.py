@@ -24,6 +24,13 @@ restarts: on PostgreSQL the sequence ``<table>_fence_seq``; on SQLite the one-ro
 holds the highest fence ``accept_fence`` accepted per resource (migration 0002; creatable alone
 in another database with ``sql-lease migrate --fences-only``).
 
+``<table>_slots`` (migration 0006) holds the slots of keys held as semaphores (``limit`` >= 2): one
+row per holder (key, owner, fence, acquired_at, expires_at, data, released; primary key (key,
+owner), compared byte for byte as in the lease table). Such a key has a head row in the lease
+table with owner ``''`` (never a valid owner): expires_at is the latest unexpired slot's expiry,
+acquired_at the oldest holder's tenure start, fence the largest fence granted (docs/statements.md,
+"Semaphores").
+
 The Alembic migrations in ``migrations/`` build this; ``tests/test_migrations.py`` checks that
 what they build equals :func:`lease_metadata`.
 """
@@ -149,6 +156,11 @@ class LeaseTableNames:
         return f"{self.table}_fences"
 
     @property
+    def slot_table(self) -> str:
+        """Table of the slots of keys held as semaphores (migration 0006)."""
+        return f"{self.table}_slots"
+
+    @property
     def expires_at_index(self) -> str:
         return f"ix_{self.table}_expires_at"
 
@@ -195,6 +207,22 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
         Column("acquired_at", expires_at_type, nullable=True),
         Column("released", Boolean, nullable=False, server_default=false()),
         Index(names.expires_at_index, "expires_at"),
+        sqlite_with_rowid=False,
+    )
+    Table(
+        names.slot_table,
+        metadata,
+        Column("key", key_type, primary_key=True),
+        Column(
+            "owner",
+            text_type if dialect_name in ("mysql", "mariadb") else String(MAX_OWNER_LENGTH),
+            primary_key=True,
+        ),
+        Column("fence", BigInteger, nullable=False),
+        Column("acquired_at", expires_at_type, nullable=False),
+        Column("expires_at", expires_at_type, nullable=False),
+        Column("data", data_type, nullable=True),
+        Column("released", Boolean, nullable=False, server_default=false()),
         sqlite_with_rowid=False,
     )
     Table(
