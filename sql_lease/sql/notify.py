@@ -118,16 +118,25 @@ class PostgresReleaseWaiter(ReleaseWaiterBase[NotifyListener, asyncio.Event, Acq
         self._listener.unregister(self.key, self._event)
 
     async def acquire(
-        self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None, timeout_s: float | None = None
+        self,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        limit: int = 1,
     ) -> AcquireResult:
         """Try to acquire (with lease ``data``, within ``timeout_s`` seconds: None, the provider's
-        operation timeout); a refusal marks the row so its release sends NOTIFY.
+        operation timeout; ``limit`` >= 2: a slot of a semaphore); a refusal marks the row so its
+        release (of any slot) sends NOTIFY.
 
         (Re)opens the LISTEN connection first, so a release after this attempt cannot go unheard.
         """
         listening = await self._listener.ensure_listening()
         self._event.clear()
-        return await self._acquire(self.key, owner, ttl_ms, waiting=listening, data=data, timeout_s=timeout_s)
+        return await self._acquire(
+            self.key, owner, ttl_ms, waiting=listening, data=data, timeout_s=timeout_s, limit=limit
+        )
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait until the key is released (True) or ``timeout_s`` seconds pass (False)."""

@@ -17,10 +17,12 @@ from ..contract import (
     AcquireResult,
     LeaseInfo,
     RenewItem,
+    decode_key,
     encode_data,
     encode_key,
     validate_fence,
     validate_key,
+    validate_limit,
     validate_list,
     validate_owner,
     validate_renew_items,
@@ -37,6 +39,7 @@ __all__ = [
     "Query",
     "acquire",
     "break_lease",
+    "get_holders",
     "get_lease",
     "get_owner",
     "list_leases",
@@ -124,17 +127,52 @@ def acquire(
     waiting: bool = False,
     data: object = None,
     lock_wait_ms: float | None = None,
+    limit: object = 1,
 ) -> Plan[AcquireResult]:
     """Acquire with lease ``data`` (a dict or None); ``waiting`` marks a refused row so that its
     release sends NOTIFY (PostgreSQL). ``lock_wait_ms``: how long the statement may wait for a
     lock (a caller's ``check_held`` transaction guarding an expired lease) before it answers
-    "not acquired" (PostgreSQL; None: no bound of its own)."""
+    "not acquired" (PostgreSQL; None: no bound of its own). ``limit`` (checked first): 1, a plain
+    lease (today's statements); 2 or more, a slot of a semaphore (docs/statements.md, "Semaphores")."""
+    checked_limit = validate_limit(limit)
     key, owner = stored_key(key), validate_owner(owner)
+    ttl, text = s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data)
+    plain = _plain_acquire(s, key, owner, ttl, text, lock_wait_ms, waiting)
+    if checked_limit == 1:
+        return _named_refusal(s, key, plain)
+    return _slot_acquire(s, key, owner, ttl, text, checked_limit, waiting, plain)
+
+
+def _plain_acquire(
+    s: LeaseStatements, key: str, owner: str, ttl: Any, text: str | None, lock_wait_ms: float | None, waiting: bool
+) -> Plan[AcquireResult]:
     if s.transactional:
-        ttl = s.ttl_param(validate_ttl_ms(ttl_ms))
-        return transactional.acquire(s, key, owner, ttl, encode_data(data), lock_wait_ms)
-    params = s.acquire_params(key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data), lock_wait_ms)
-    return _guarded_acquire(s, key, owner, params, waiting)
+        return transactional.acquire(s, key, owner, ttl, text, lock_wait_ms)
+    return _guarded_acquire(s, key, owner, s.acquire_params(key, owner, ttl, text, lock_wait_ms), waiting)
+
+
+def _named_refusal(s: LeaseStatements, key: str, plain: Plan[AcquireResult]) -> Plan[AcquireResult]:
+    # Refused by a semaphore's head (owner ''): the refusal names its oldest holder instead.
+    result = yield from plain
+    if result.acquired or result.owner != "":
+        return result
+    return (yield from transactional.slot_refusal(s, key))
+
+
+def _slot_acquire(
+    s: LeaseStatements,
+    key: str,
+    owner: str,
+    ttl: Any,
+    text: str | None,
+    limit: int,
+    waiting: bool,
+    plain: Plan[AcquireResult],
+) -> Plan[AcquireResult]:
+    result = yield from transactional.slot_acquire(s, key, owner, ttl, text, limit, waiting)
+    if result is transactional.PLAIN:  # the owner's own plain lease: re-acquired as such
+        return (yield from _named_refusal(s, key, plain))
+    return result  # type: ignore[no-any-return]
 
 
 def _guarded_acquire(
@@ -211,12 +249,39 @@ def _acquire(s: LeaseStatements, key: str, owner: str, params: tuple[Any, ...], 
 
 def get_owner(s: LeaseStatements, key: str) -> Plan[str | None]:
     key = stored_key(key)
-    return _single(Query(s.owner, (key,)), lambda row: row[0])
+    return _owner(s, key)
+
+
+def _owner(s: LeaseStatements, key: str) -> Plan[str | None]:
+    row = yield Query(s.owner, (key,))
+    if row is None or row[0] != "":
+        return None if row is None else row[0]  # type: ignore[no-any-return]
+    oldest = yield from _holders(s, key)  # a semaphore's head: its oldest holder
+    return oldest[0].owner if oldest else None
 
 
 def get_lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
     key = stored_key(key)
-    return _single(Query(s.holder, (key,)), lambda row: s.held(key, row))
+    return _lease(s, key)
+
+
+def _lease(s: LeaseStatements, key: str) -> Plan[LeaseInfo | None]:
+    row = yield Query(s.holder, (key,))
+    if row is None or row[0] != "":
+        return None if row is None else s.held(key, row)
+    oldest = yield from _holders(s, key)
+    return oldest[0] if oldest else None
+
+
+def get_holders(s: LeaseStatements, key: str) -> Plan[list[LeaseInfo]]:
+    """Every unexpired holder of ``key``: its plain lease, or each slot of a semaphore, oldest tenure
+    first (then fence)."""
+    return _holders(s, stored_key(key))
+
+
+def _holders(s: LeaseStatements, key: str) -> Plan[list[LeaseInfo]]:
+    rows = yield Query(s.slots["holders"], (key,), many=True)
+    return [s.held(key, row) for row in rows]
 
 
 def release(s: LeaseStatements, key: str, owner: str, fence: object = None, min_hold_ms: object = None) -> Plan[bool]:
@@ -226,9 +291,16 @@ def release(s: LeaseStatements, key: str, owner: str, fence: object = None, min_
     key, owner = stored_key(key), validate_owner(owner)
     checked_fence, min_hold = validate_tenure_options(fence, min_hold_ms)
     params = (key, owner, checked_fence, None if min_hold is None else s.ttl_param(min_hold))
-    if s.transactional:
-        return transactional.release(s, params)
-    return _release(s, params)
+    plain = transactional.release(s, params) if s.transactional else _release(s, params)
+    return _or_slot(plain, False, lambda: transactional.slot_release(s, params))
+
+
+def _or_slot(plain: Plan[T], refused: object, slot: Callable[[], Plan[T]]) -> Plan[T]:
+    # The plain statement answered "no" (``refused``): the owner's slot of a semaphore, if any.
+    result = yield from plain
+    if result is refused:
+        return (yield from slot())
+    return result
 
 
 def _release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
@@ -246,9 +318,12 @@ def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object, fence: objec
     key, owner = stored_key(key), validate_owner(owner)
     checked_fence = validate_tenure_options(fence)[0]
     params = (key, owner, s.ttl_param(validate_ttl_ms(ttl_ms)), checked_fence)
-    if s.transactional:
-        return transactional.renew(s, *params)
-    return _single(Query(s.renew, params), lambda row: s.lease_info(key, row))
+    plain = (
+        transactional.renew(s, *params)
+        if s.transactional
+        else _single(Query(s.renew, params), lambda row: s.lease_info(key, row))
+    )
+    return _or_slot(plain, None, lambda: transactional.slot_renew(s, *params))
 
 
 def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
@@ -263,14 +338,20 @@ def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, 
     """``renew_many`` for items :func:`validate_renew_items` returned (not checked again)."""
     items = [(encode_key(key), owner, ttl, fence) for key, owner, ttl, fence in items]
     if s.transactional:
-        return (yield from transactional.renew_checked(s, items))
-    renewed: dict[str, LeaseInfo] = {}
-    for start in range(0, len(items), RENEW_BATCH_SIZE):
-        chunk = items[start : start + RENEW_BATCH_SIZE]
-        rows = yield Query(s.renew_many, s.renew_many_params(chunk), many=True)
-        for row in rows:
-            lease = s.lease_info(row[0], row[1:])
-            renewed[lease.key] = lease
+        renewed = yield from transactional.renew_checked(s, items)
+    else:
+        renewed = {}
+        for start in range(0, len(items), RENEW_BATCH_SIZE):
+            chunk = items[start : start + RENEW_BATCH_SIZE]
+            rows = yield Query(s.renew_many, s.renew_many_params(chunk), many=True)
+            for row in rows:
+                lease = s.lease_info(row[0], row[1:])
+                renewed[lease.key] = lease
+    for key, owner, ttl, fence in items:  # not renewed as plain leases: semaphores' slots, if any
+        if decode_key(key) not in renewed:
+            slot = yield from transactional.slot_renew(s, key, owner, s.ttl_param(ttl), fence)
+            if slot is not None:
+                renewed[slot.key] = slot
     return renewed
 
 
@@ -291,9 +372,12 @@ def transfer(
         validate_tenure_options(fence)[0],
     )
     params = (key, from_owner, to_owner, ttl, text, checked_fence)
-    if s.transactional:
-        return transactional.transfer(s, *params)
-    return _single(Query(s.transfer, params), lambda row: True, missing=False)
+    plain = (
+        transactional.transfer(s, *params)
+        if s.transactional
+        else _single(Query(s.transfer, params), lambda row: True, missing=False)
+    )
+    return _or_slot(plain, False, lambda: transactional.slot_transfer(s, *params))
 
 
 def sweep(s: LeaseStatements, batch_size: object = 1000, grace_ms: object = 0) -> Plan[int]:
@@ -303,9 +387,12 @@ def sweep(s: LeaseStatements, batch_size: object = 1000, grace_ms: object = 0) -
 
 def _sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     if s.transactional:
-        return (yield from transactional.sweep(s, params))
-    rows = yield Query(s.sweep, params, many=True)
-    return s.swept_count(rows)
+        count = yield from transactional.sweep(s, params)
+    else:
+        rows = yield Query(s.sweep, params, many=True)
+        count = s.swept_count(rows)
+    slots = yield Query(s.slots["slot_sweep"], params, many=True)  # expired slots of semaphores
+    return count + s.swept_count(slots)
 
 
 def _single(query: Query, decode: Callable[[Row], T], missing: Any = None) -> Plan[Any]:
@@ -325,12 +412,21 @@ def list_leases(
     else:
         stored = encode_key(prefix)
         query = Query(s.list_leases, (stored, include_expired, limit, prefix_upper_bound(stored)), many=True)
-    return _list(s, query)
+    return _list(s, query, include_expired, limit)
 
 
-def _list(s: LeaseStatements, query: Query) -> Plan[list[LeaseInfo]]:
+def _list(s: LeaseStatements, query: Query, include_expired: bool, limit: int) -> Plan[list[LeaseInfo]]:
     rows = yield query
-    return [s.listed(row) for row in rows]
+    listed: list[LeaseInfo] = []
+    for row in rows:
+        if row[1] != "":
+            listed.append(s.listed(row))
+        elif include_expired:  # a semaphore's head: one row per slot, oldest tenure first
+            slots = yield Query(s.slots["slot_rows"], (row[0],), many=True)
+            listed += [s.held(row[0], slot) for slot in slots]
+        else:
+            listed += yield from _holders(s, row[0])
+    return listed[:limit]
 
 
 _LAST_CODE_POINT = 0x10FFFF
@@ -355,6 +451,14 @@ def break_lease(s: LeaseStatements, key: str, fence: object = None) -> Plan[Leas
     is deleted all the same)."""
     key = stored_key(key)
     fence = None if fence is None else validate_fence(fence)
+    return _break(s, key, fence)
+
+
+def _break(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseInfo | None]:
+    broken = yield from transactional.slot_break(s, key, fence)
+    if broken is not transactional.PLAIN:
+        return broken  # type: ignore[no-any-return]
     if s.transactional:
-        return transactional.break_lease(s, key, fence)
-    return _single(Query(s.break_lease, (key, fence)), lambda row: s.lease_info(key, row) if row[4] else None)
+        return (yield from transactional.break_lease(s, key, fence))
+    row = yield Query(s.break_lease, (key, fence))
+    return None if row is None or not row[4] else s.lease_info(key, row)

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool, NullPool
 
 from .. import observe
-from ..contract import AcquireResult, LeaseInfo, LeaseProviderBase, validate_key, validate_seconds
+from ..contract import AcquireResult, LeaseInfo, LeaseProviderBase, validate_key, validate_limit, validate_seconds
 from ..errors import (
     LeaseBackendError,
     LeaseError,
@@ -499,6 +499,8 @@ class SqlLeaseProvider(LeaseProviderBase):
 
     acquire_accepts_timeout_s = True
     """``acquire_lease`` takes a keyword ``timeout_s`` (the waiting acquire passes its time left)."""
+    accepts_limit = True
+    """``acquire_lease`` takes ``limit`` (a semaphore of N slots; ``hold()`` passes it when not 1)."""
     accepts_fence = True
     """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, ``renew_leases``
     items a fourth, and ``release_lease`` ``min_hold_ms`` (``hold()`` passes them)."""
@@ -509,6 +511,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         owner: str,
         ttl_ms: int | float,
         *,
+        limit: int = 1,
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
     ) -> AcquireResult:
@@ -517,8 +520,14 @@ class SqlLeaseProvider(LeaseProviderBase):
         owner's unexpired tenure: keep what is stored). ``timeout_s``: this call's time limit in
         seconds (None: ``operation_timeout_s``, also the most it can be); an expired lease guarded by
         a ``check_held`` transaction is waited for at most half of it, then answered "not acquired".
+        ``limit`` (an int from 1 to 10,000, checked first): 1 is a plain lease; N >= 2 takes one of N
+        slots of a semaphore on ``key``: granted while fewer than N other owners hold unexpired slots
+        (the owner's own slot is renewed, same fence), else refused naming the holder with the oldest
+        tenure. A key is held either as a plain lease or as a semaphore: each refuses the other while
+        anyone holds it (docs/statements.md, "Semaphores").
         ``TypeError``/``ValueError`` before any SQL; ``LeaseBackendError`` past the limit."""
-        return await self._acquire(key, owner, ttl_ms, waiting=False, data=data, timeout_s=timeout_s)
+        validate_limit(limit)
+        return await self._acquire(key, owner, ttl_ms, waiting=False, data=data, timeout_s=timeout_s, limit=limit)
 
     def _acquire(
         self,
@@ -529,14 +538,17 @@ class SqlLeaseProvider(LeaseProviderBase):
         waiting: bool,
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
+        limit: int = 1,
     ) -> Awaitable[AcquireResult]:
-        limit = self.operation_timeout_s if timeout_s is None else validate_seconds(timeout_s, "timeout_s")
-        s, wait_ms = self.statements, min(limit, self.operation_timeout_s) * LOCK_WAIT_SHARE * 1000
+        limit_s = self.operation_timeout_s if timeout_s is None else validate_seconds(timeout_s, "timeout_s")
+        s, wait_ms = self.statements, min(limit_s, self.operation_timeout_s) * LOCK_WAIT_SHARE * 1000
         return self._run(
             "acquire",
             key,
-            lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms),
-            limit,
+            lambda: operations.acquire(
+                s, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms, limit=limit
+            ),
+            limit_s,
         )
 
     async def get_lease_owner(self, key: str) -> str | None:
@@ -545,6 +557,11 @@ class SqlLeaseProvider(LeaseProviderBase):
     async def get_lease(self, key: str) -> LeaseInfo | None:
         """The unexpired lease on ``key`` (owner, fence, expiry, remaining TTL, data), or None."""
         return await self._run("read", key, lambda: operations.get_lease(self.statements, key))
+
+    async def get_lease_holders(self, key: str) -> list[LeaseInfo]:
+        """Every unexpired holder of ``key``, oldest tenure first (then fence): each slot holder of a
+        semaphore, or the plain lease ([] or one). ``TypeError``/``ValueError`` for a bad key before any SQL."""
+        return await self._run("read holders of", key, lambda: operations.get_holders(self.statements, key))
 
     async def release_lease(
         self, key: str, owner: str, *, fence: int | None = None, min_hold_ms: int | float | None = None

@@ -45,6 +45,7 @@ __all__ = [
     "MysqlStatements",
     "PostgresStatements",
     "SqliteStatements",
+    "filled_slot_texts",
     "filled_texts",
     "placeholder_values",
     "qualified_name",
@@ -83,6 +84,9 @@ class LeaseStatements:
     packed: bool = False
     """MySQL on a provider's own connections (multi-statement packets): an acquire is one packet
     (``steps["acquire_packet"]``) instead of a statement per step."""
+    slots: dict[str, str | None] = field(default_factory=dict)
+    """The statements of semaphores by name (``slot_steps()`` of the dialect module; None where the
+    dialect has no such step), run by :func:`.transactional.slot_acquire` and its siblings."""
     acquire_tries_quick: bool = False
     """Try ``acquire`` first as a quick query, then read ``holder`` if it met a lock (SQLite on a
     provider's own connections, whose lock waits the executor bounds: one statement when nothing
@@ -224,6 +228,7 @@ def placeholder_values(dialect_name: str, names: LeaseTableNames) -> dict[str, s
         "fence_sequence_literal": _sql_literal(qualified_name(dialect, names, names.fence_sequence)),
         "fence_counter": qualified_name(dialect, names, names.fence_counter),
         "fence_table": qualified_name(dialect, names, names.fence_table),
+        "slot_table": qualified_name(dialect, names, names.slot_table),
     }
     return {name: values[name] for name in module.PLACEHOLDERS}
 
@@ -235,6 +240,15 @@ def filled_texts(
     in the given variant, with the table names of ``names`` filled in: the exact texts sent."""
     values = placeholder_values(dialect_name, names)
     texts = dialect_module(dialect_name).texts(durable_session=durable_session, durable_release=durable_release)
+    return {name: None if text is None else text.format_map(values) for name, text in texts.items()}
+
+
+def filled_slot_texts(
+    dialect_name: str, names: LeaseTableNames, *, durable_session: bool = False
+) -> dict[str, str | None]:
+    """The statements of semaphores of ``dialect_name`` by name, the table names of ``names`` filled in."""
+    values = placeholder_values(dialect_name, names)
+    texts = dialect_module(dialect_name).slot_steps(durable_session=durable_session)
     return {name: None if text is None else text.format_map(values) for name, text in texts.items()}
 
 
@@ -260,7 +274,8 @@ class PostgresStatements(LeaseStatements):
 
     def __init__(self, names: LeaseTableNames, *, durable_release: bool = False, durable_session: bool = False) -> None:
         texts = filled_texts("postgresql", names, durable_session=durable_session, durable_release=durable_release)
-        super().__init__(**_lease_texts(texts))
+        slots = filled_slot_texts("postgresql", names, durable_session=durable_session)
+        super().__init__(**_lease_texts(texts), slots=slots)
 
     def swept_count(self, rows: list[Any]) -> int:
         return int(rows[0][0])
@@ -285,6 +300,7 @@ class SqliteStatements(LeaseStatements):
     def __init__(self, names: LeaseTableNames, *, quick_first: bool = False) -> None:
         super().__init__(
             **_lease_texts(filled_texts("sqlite", names)),
+            slots=filled_slot_texts("sqlite", names),
             acquire_reads_first=not quick_first,
             acquire_tries_quick=quick_first,
         )
@@ -321,6 +337,7 @@ class MysqlStatements(LeaseStatements):
         steps = {name: text.format_map(values) for name, text in mysql_texts.steps().items()}
         super().__init__(
             **_lease_texts(filled_texts("mysql", names)),
+            slots=filled_slot_texts("mysql", names),
             transactional=True,
             steps=steps,
             lock_wait_ms=None if lock_wait_s is None else lock_wait_s * 1000,
@@ -329,6 +346,9 @@ class MysqlStatements(LeaseStatements):
 
     def ttl_param(self, ttl_ms: float) -> int:
         return math.ceil(ttl_ms * 1000)
+
+    def swept_count(self, rows: list[Any]) -> int:
+        return int(rows[0][0]) if rows else 0  # a DELETE answers its row count
 
     def renew_many_params(self, items: Sequence[RenewItem]) -> tuple[Any, ...]:
         return self.json_renew_items(items)

@@ -174,14 +174,20 @@ class SyncPostgresReleaseWaiter(ReleaseWaiterBase[SyncNotifyListener, threading.
         self._listener.unregister(self.key, self._event)
 
     def acquire(
-        self, owner: str, ttl_ms: int | float, timeout_s: float | None, *, data: dict[str, Any] | None = None
+        self,
+        owner: str,
+        ttl_ms: int | float,
+        timeout_s: float | None,
+        *,
+        data: dict[str, Any] | None = None,
+        limit: int = 1,
     ) -> AcquireResult:
-        """Try to acquire (with lease ``data``) within ``timeout_s`` seconds; a refusal marks the row
-        so that its release sends NOTIFY. (Re)opens the LISTEN connection first, so no release after
+        """Try to acquire (with lease ``data``; ``limit`` >= 2: a slot of a semaphore) within
+        ``timeout_s`` seconds; a refusal marks the row so that its release (of any slot) sends NOTIFY. (Re)opens the LISTEN connection first, so no release after
         it goes unheard."""
         listening = self._listener.ensure_listening()
         self._event.clear()
-        return self._acquire(self.key, owner, ttl_ms, waiting=listening, data=data, timeout_s=timeout_s)
+        return self._acquire(self.key, owner, ttl_ms, waiting=listening, data=data, timeout_s=timeout_s, limit=limit)
 
     def wait(self, timeout_s: float) -> bool:
         """Block until the key is released (True) or ``timeout_s`` seconds pass (False)."""

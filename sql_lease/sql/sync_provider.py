@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
 from .. import observe
-from ..contract import AcquireResult, LeaseInfo, SyncLeaseProviderBase, validate_key, validate_seconds
+from ..contract import AcquireResult, LeaseInfo, SyncLeaseProviderBase, validate_key, validate_limit, validate_seconds
 from ..errors import LeaseBackendError, LeaseError, ProviderClosedError, SchemaMissingError
 from . import forks, operations, setup
 from .operations import LOCK_WAIT_SHARE, Plan
@@ -101,6 +101,8 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     ``with SyncSqlLeaseProvider(url) as leases:`` or call :meth:`close`.
     """
 
+    accepts_limit = True
+    """``acquire_lease`` takes ``limit`` (a semaphore of N slots; ``hold()`` passes it when not 1)."""
     accepts_fence = True
     """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, and ``release_lease``
     ``min_hold_ms`` (``hold()`` passes them)."""
@@ -321,12 +323,15 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         owner: str,
         ttl_ms: int | float,
         *,
+        limit: int = 1,
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
     ) -> AcquireResult:
         """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``),
-        storing lease ``data`` as :meth:`SqlLeaseProvider.acquire_lease` does."""
-        return self._acquire(key, owner, ttl_ms, waiting=False, data=data, timeout_s=timeout_s)
+        storing lease ``data``, with ``limit`` (1: a plain lease; N >= 2: one of N slots of a
+        semaphore, checked first) as :meth:`SqlLeaseProvider.acquire_lease` does."""
+        validate_limit(limit)
+        return self._acquire(key, owner, ttl_ms, waiting=False, data=data, timeout_s=timeout_s, limit=limit)
 
     def _acquire(
         self,
@@ -337,12 +342,15 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         waiting: bool,
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
+        limit: int = 1,
     ) -> AcquireResult:
         s, wait_ms = self.statements, self._limit(timeout_s) * LOCK_WAIT_SHARE * 1000
         return self._run(
             "acquire",
             key,
-            lambda: operations.acquire(s, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms),
+            lambda: operations.acquire(
+                s, key, owner, ttl_ms, waiting=waiting, data=data, lock_wait_ms=wait_ms, limit=limit
+            ),
             timeout_s,
         )
 
@@ -353,6 +361,11 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     def get_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
         """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms, data), or None."""
         return self._run("read", key, lambda: operations.get_lease(self.statements, key), timeout_s)
+
+    def get_lease_holders(self, key: str, *, timeout_s: float | None = None) -> list[LeaseInfo]:
+        """Every unexpired holder of ``key``, oldest tenure first (then fence): each slot holder of a
+        semaphore, or the plain lease ([] or one). ``TypeError``/``ValueError`` for a bad key before any SQL."""
+        return self._run("read holders of", key, lambda: operations.get_holders(self.statements, key), timeout_s)
 
     def release_lease(
         self,

@@ -20,7 +20,23 @@ from ..contract import AcquireResult, LeaseInfo, RenewItem
 from .plans import RENEW_BATCH_SIZE, Plan, Query
 from .statements import LeaseStatements
 
-__all__ = ["CONFLICT_RETRIES", "acquire", "break_lease", "release", "renew", "renew_checked", "sweep", "transfer"]
+__all__ = [
+    "CONFLICT_RETRIES",
+    "PLAIN",
+    "acquire",
+    "break_lease",
+    "release",
+    "renew",
+    "renew_checked",
+    "slot_acquire",
+    "slot_break",
+    "slot_refusal",
+    "slot_release",
+    "slot_renew",
+    "slot_transfer",
+    "sweep",
+    "transfer",
+]
 
 T = TypeVar("T")
 
@@ -28,26 +44,31 @@ CONFLICT_RETRIES = 20
 """How many times a transaction that met a deadlock or a duplicate key runs again."""
 
 
-def _transaction(s: LeaseStatements, body: Callable[[], Plan[T]], *, packed: bool = False) -> Plan[T]:
+def _transaction(
+    s: LeaseStatements, body: Callable[[], Plan[T]], *, packed: bool = False, slots: bool = False
+) -> Plan[T]:
     """``body()`` between ``BEGIN`` and ``COMMIT`` (``packed``: a packet that begins and commits
-    itself); rolled back when a statement fails, and run again after a deadlock or a duplicate key
-    (``s.conflicted``)."""
-    steps = s.steps
+    itself; ``slots``: the semaphore statements' own, ``s.slots``, on every dialect); rolled back
+    when a statement fails, and run again after a deadlock or a duplicate key (``s.conflicted``)."""
+    steps: dict[str, Any] = s.slots if slots else s.steps
+    prefix = "slot_" if slots else ""
     attempt = 0
     while True:
         if not packed:
-            yield Query(steps["begin"], ())
+            yield Query(steps[prefix + "begin"], ())
         try:
+            if slots and steps["slot_pin"] is not None:
+                yield Query(steps["slot_pin"], ())
             result = yield from body()
         except Exception as exc:
             with contextlib.suppress(Exception):  # the connection is gone: the server rolls back
-                yield Query(steps["rollback"], ())
+                yield Query(steps[prefix + "rollback"], ())
             if s.conflicted(exc) and attempt < CONFLICT_RETRIES:
                 attempt += 1
                 continue
             raise
         if not packed:
-            yield Query(steps["commit"], ())
+            yield Query(steps[prefix + "commit"], ())
         return result
 
 
@@ -198,3 +219,196 @@ def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     (count,) = yield Query(s.sweep, params)
     yield Query(s.steps["prune_fences"], ())
     return int(count)
+
+
+# -- semaphores (every dialect): one transaction per operation, the head row locked first ----------
+# Head rows (owner '') are docs/statements.md's "Semaphores"; a lease-table row is read as
+# (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released, has_waiters).
+
+PLAIN = object()
+"""A slot plan's answer when the key is held as a plain lease: the plain operation decides."""
+
+HEAD_RETRIES = 3
+
+
+def _head(s: LeaseStatements, key: str, *, create: bool) -> Plan[Any]:
+    """The key's lease-table row, locked to COMMIT; ``create``: an expired head made for a key
+    without a row (None otherwise)."""
+    for _ in range(HEAD_RETRIES):  # a sweep may delete the row between the insert and the lock
+        row = yield Query(s.slots["slot_lock_head"], (key,))
+        if row is not None or not create:
+            return row
+        yield Query(s.slots["slot_make_head"], (key,))
+    raise RuntimeError("the head row of a semaphore vanished while it was locked")
+
+
+def _refresh(s: LeaseStatements, key: str, fence: int | None) -> Plan[None]:
+    yield Query(s.slots["slot_refresh_head"], (key, fence))
+
+
+def _wake(s: LeaseStatements, key: str, head: Any) -> Plan[None]:
+    if head[8] and s.slots["slot_wake"] is not None:  # waiters flagged the head (PostgreSQL)
+        yield Query(s.slots["slot_wake"], (key,))
+
+
+def _draw_fence(s: LeaseStatements) -> Plan[int]:
+    row = yield Query(s.slots["slot_next_fence"], ())
+    if s.slots["slot_drawn_fence"] is not None:
+        row = yield Query(s.slots["slot_drawn_fence"], ())
+    return int(row[0])
+
+
+def slot_refusal(s: LeaseStatements, key: str) -> Plan[AcquireResult]:
+    """A refusal naming the oldest unexpired holder of ``key`` (none named if none is left)."""
+    return _oldest_refusal(s, key)
+
+
+def _oldest_refusal(s: LeaseStatements, key: str) -> Plan[AcquireResult]:
+    rows = yield Query(s.slots["holders"], (key,), many=True)
+    return s.refusal(rows[0]) if rows else AcquireResult(False, None)
+
+
+def slot_acquire(
+    s: LeaseStatements, key: str, owner: str, ttl: Any, data: str | None, limit: int, waiting: bool
+) -> Plan[Any]:
+    """A semaphore acquire (``limit`` >= 2): granted iff fewer than ``limit`` other owners hold
+    unexpired slots, the owner's own slot renewed (same fence), or refused naming the oldest holder;
+    :data:`PLAIN` for a key the owner holds as a plain lease (re-acquired as such)."""
+    slots = s.slots
+
+    def body() -> Plan[Any]:
+        head = yield from _head(s, key, create=True)
+        if head[0] != "" and head[6]:  # a plain lease, unexpired
+            if head[0] == owner and not head[7]:
+                return PLAIN
+            if waiting and slots["slot_flag"] is not None and not head[8]:
+                yield Query(slots["slot_flag"], (key,))
+            return s.refusal(head)
+        if head[0] != "":
+            yield Query(slots["slot_to_head"], (key,))
+        others, mine_fence, mine_live, mine_released, _ = yield Query(slots["slot_state"], (key, owner, None))
+        if mine_live and not mine_released:  # the owner's slot: its tenure goes on
+            yield Query(slots["slot_extend"], (key, owner, ttl, data))
+            yield from _refresh(s, key, None)
+        elif mine_live or others >= limit:
+            if waiting and slots["slot_flag"] is not None and not head[8]:
+                yield Query(slots["slot_flag"], (key,))
+            return (yield from _oldest_refusal(s, key))
+        else:
+            fence = yield from _draw_fence(s)
+            if mine_fence is not None:  # the owner's expired slot: a new tenure, a new row
+                yield Query(slots["slot_delete"], (key, owner))
+            yield Query(slots["slot_insert"], (key, owner, ttl, data, fence))
+            yield from _refresh(s, key, fence)
+        row = yield Query(slots["slot_mine"], (key, owner))
+        return AcquireResult(True, row[0], row[1], s.to_datetime(row[2]), float(row[3]))
+
+    return (yield from _transaction(s, body, slots=True))
+
+
+def _live_slot(state: Any, fence: int | None) -> bool:
+    """Whether a ``slot_state`` row shows the owner's unexpired, unreleased slot of tenure ``fence``."""
+    return state[1] is not None and bool(state[2]) and not state[3] and fence in (None, state[1])
+
+
+def slot_renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
+    """Renew ``owner``'s slot of ``key`` (of tenure ``fence``); None if it holds none."""
+    slots = s.slots
+
+    def body() -> Plan[LeaseInfo | None]:
+        head = yield from _head(s, key, create=False)
+        if head is None or head[0] != "":
+            return None
+        state = yield Query(slots["slot_state"], (key, owner, None))
+        if not _live_slot(state, fence):
+            return None
+        yield Query(slots["slot_extend"], (key, owner, ttl, None))
+        yield from _refresh(s, key, None)
+        row = yield Query(slots["slot_mine"], (key, owner))
+        return None if row is None else s.lease_info(key, row)
+
+    return (yield from _transaction(s, body, slots=True))
+
+
+def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
+    """Release ``owner``'s slot as ``params`` (key, owner, fence, min_hold) say: kept until its
+    tenure start + min_hold, or deleted (an expired one is deleted too, and answered False)."""
+    key, owner, fence, min_hold = params
+    slots = s.slots
+
+    def body() -> Plan[bool]:
+        head = yield from _head(s, key, create=False)
+        if head is None or head[0] != "":
+            return False
+        state = yield Query(slots["slot_state"], (key, owner, min_hold))
+        if state[1] is None or fence not in (None, state[1]) or (state[2] and state[3]):
+            return False
+        if state[2] and min_hold is not None and state[4]:
+            yield Query(slots["slot_keep"], (key, owner, min_hold))
+            yield from _refresh(s, key, None)
+            return True
+        yield Query(slots["slot_delete"], (key, owner))
+        yield from _refresh(s, key, None)
+        yield from _wake(s, key, head)
+        return bool(state[2])
+
+    return (yield from _transaction(s, body, slots=True))
+
+
+def slot_transfer(
+    s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl: Any, data: str | None, fence: int | None
+) -> Plan[bool]:
+    """Pass ``from_owner``'s slot to ``to_owner`` (a new tenure, a new fence), or renew it when they
+    are the same; False if ``to_owner`` holds a slot of the key already."""
+    slots = s.slots
+
+    def body() -> Plan[bool]:
+        head = yield from _head(s, key, create=False)
+        if head is None or head[0] != "":
+            return False
+        state = yield Query(slots["slot_state"], (key, from_owner, None))
+        if not _live_slot(state, fence):
+            return False
+        if to_owner == from_owner:
+            yield Query(slots["slot_extend"], (key, from_owner, ttl, data))
+            yield from _refresh(s, key, None)
+            return True
+        theirs = yield Query(slots["slot_state"], (key, to_owner, None))
+        if theirs[2]:
+            return False
+        new_fence = yield from _draw_fence(s)
+        yield Query(slots["slot_delete"], (key, from_owner))
+        if theirs[1] is not None:
+            yield Query(slots["slot_delete"], (key, to_owner))
+        yield Query(slots["slot_insert"], (key, to_owner, ttl, data, new_fence))
+        yield from _refresh(s, key, new_fence)
+        yield from _wake(s, key, head)
+        return True
+
+    return (yield from _transaction(s, body, slots=True))
+
+
+def slot_break(s: LeaseStatements, key: str, fence: int | None) -> Plan[Any]:
+    """End every slot of ``key`` (or the one of tenure ``fence``); the oldest unexpired holder it
+    ended (or that slot, if unexpired), else None; :data:`PLAIN` for a key held as a plain lease."""
+    slots = s.slots
+
+    def body() -> Plan[Any]:
+        head = yield from _head(s, key, create=False)
+        if head is None or head[0] != "":
+            return PLAIN
+        rows = yield Query(slots["slot_rows"], (key,), many=True)
+        chosen = [row for row in rows if (row[7] if fence is None else row[1] == fence)]
+        if fence is not None and not chosen:
+            return None
+        yield from _wake(s, key, head)
+        if fence is None:
+            yield Query(slots["slot_delete_all"], (key,))
+            if slots["slot_delete_head"] is not None:
+                yield Query(slots["slot_delete_head"], (key,))
+        else:
+            yield Query(slots["slot_delete"], (key, chosen[0][0]))
+            yield from _refresh(s, key, None)
+        return s.held(key, chosen[0]) if chosen and chosen[0][7] else None
+
+    return (yield from _transaction(s, body, slots=True))

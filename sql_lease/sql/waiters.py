@@ -16,7 +16,8 @@ R_co = TypeVar("R_co", covariant=True)
 class Acquire(Protocol[R_co]):
     """A provider's acquire as a release waiter calls it (``R_co``: ``AcquireResult`` on the sync
     face, an awaitable of it on the async one); ``waiting=True`` flags a refused row so that its
-    release sends NOTIFY; ``timeout_s``: the call's time limit in seconds (None: the provider's)."""
+    release sends NOTIFY; ``timeout_s``: the call's time limit in seconds (None: the provider's);
+    ``limit``: the slots of a semaphore (1: a plain lease; a release of any slot wakes the waiter)."""
 
     def __call__(
         self,
@@ -27,6 +28,7 @@ class Acquire(Protocol[R_co]):
         waiting: bool,
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
+        limit: int = 1,
     ) -> R_co: ...
 
 

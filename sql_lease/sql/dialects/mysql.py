@@ -24,9 +24,9 @@ carries the value to the next statement of the same session. There is no NOTIFY:
 
 from __future__ import annotations
 
-__all__ = ["PLACEHOLDERS", "SESSION_SETUP", "STEP_NAMES", "steps", "texts"]
+__all__ = ["PLACEHOLDERS", "SESSION_SETUP", "STEP_NAMES", "slot_steps", "steps", "texts"]
 
-PLACEHOLDERS = ("table", "fence_counter", "fence_table")
+PLACEHOLDERS = ("table", "fence_counter", "fence_table", "slot_table")
 
 # -- set up once on each connection the provider makes itself (never on a borrowed one) ------------
 
@@ -370,4 +370,143 @@ def steps() -> dict[str, str]:
         "acquire_packet_nowait": ACQUIRE_PACKET_NOWAIT,
         "renew_packet": RENEW_PACKET,
         "renew_many_packet": RENEW_MANY_PACKET,
+    }
+
+
+# -- semaphores: the slot table {slot_table}, each operation a transaction that locks the head first --
+# A key held as a semaphore has a head row in {table} (owner ''): every slot operation runs
+# START TRANSACTION, SLOT_LOCK_HEAD (or SLOT_MAKE_HEAD, then the lock), reads under READ COMMITTED
+# (each statement sees every commit before it; the head lock orders them), acts, COMMIT.
+
+# slot_lock_head ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released,
+#   has_waiters) of the key's row in the lease table (a plain lease or a head), locked for update
+SLOT_LOCK_HEAD = """
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
+       acquired_at, expires_at > UTC_TIMESTAMP(6), released, has_waiters FROM {table}
+ WHERE `key` = $1 FOR UPDATE"""
+
+# slot_make_head ($1 key) -> row count; an expired head (owner '') for a key without a row
+SLOT_MAKE_HEAD = """
+INSERT IGNORE INTO {table} (`key`, owner, fence, expires_at, acquired_at, has_waiters)
+VALUES ($1, '', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), FALSE)"""
+
+# slot_to_head ($1 key) -> row count; the locked, expired plain lease of the key becomes its head
+SLOT_TO_HEAD = """
+UPDATE {table} SET owner = '', data = NULL, released = FALSE WHERE `key` = $1"""
+
+# slot_state ($1 key, $2 owner, $3 min_hold_us | NULL) -> (other owners' unexpired slots, owner's slot fence |
+#   NULL, owner's slot unexpired, owner's slot released, owner's tenure began less than min_hold ago)
+SLOT_STATE = """
+SELECT COUNT(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN 1 END),
+       MAX(CASE WHEN owner = $2 THEN fence END),
+       COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0),
+       COALESCE(MAX(owner = $2 AND released), 0),
+       COALESCE(MAX(owner = $2 AND acquired_at + INTERVAL $3 MICROSECOND > UTC_TIMESTAMP(6)), 0)
+  FROM {slot_table} WHERE `key` = $1"""
+
+# slot_drawn_fence () -> (fence,) the fence NEXT_FENCE drew (the session's LAST_INSERT_ID())
+SLOT_DRAWN_FENCE = "SELECT LAST_INSERT_ID()"
+
+# slot_insert ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL, $5 fence) -> row count; a new tenure
+SLOT_INSERT = """
+INSERT INTO {slot_table} (`key`, owner, fence, acquired_at, expires_at, data, released)
+VALUES ($1, $2, $5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, FALSE)"""
+
+# slot_delete ($1 key, $2 owner) -> row count; the owner's slot row deleted
+SLOT_DELETE = "DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2"
+
+# slot_extend ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL: keep) -> row count; the tenure goes on
+SLOT_EXTEND = """
+UPDATE {slot_table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
+ WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6)"""
+
+# slot_keep ($1 key, $2 owner, $3 min_hold_us) -> row count; released, kept until its tenure start + min_hold
+SLOT_KEEP = """
+UPDATE {slot_table} SET released = TRUE, expires_at = acquired_at + INTERVAL $3 MICROSECOND
+ WHERE `key` = $1 AND owner = $2"""
+
+# slot_refresh_head ($1 key, $2 fence granted | NULL) -> row count; the head's expiry (the latest unexpired
+#   slot's, else now: free) and tenure start (the oldest holder's), its fence raised to $2
+SLOT_REFRESH_HEAD = """
+UPDATE {table}
+   SET expires_at = COALESCE((SELECT MAX(expires_at) FROM {slot_table}
+                               WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6)),
+       acquired_at = COALESCE((SELECT MIN(acquired_at) FROM {slot_table}
+                                WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), acquired_at),
+       fence = GREATEST(fence, COALESCE($2, fence))
+ WHERE `key` = $1"""
+
+# slot_mine ($1 key, $2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's unexpired slot
+SLOT_MINE = """
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000 FROM {slot_table}
+ WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6)"""
+
+# slot_rows ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released, live) of
+#   every slot of the key, expired ones too, oldest tenure first
+SLOT_ROWS = """
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
+       acquired_at, released, expires_at > UTC_TIMESTAMP(6) FROM {slot_table}
+ WHERE `key` = $1 ORDER BY acquired_at, fence"""
+
+# slot_delete_all ($1 key) -> row count; every slot of the key deleted, then its head (break_lease)
+SLOT_DELETE_ALL = """
+DELETE FROM {slot_table} WHERE `key` = $1"""
+
+# slot_delete_head ($1 key) -> row count; the key's head deleted (break_lease)
+SLOT_DELETE_HEAD = """
+DELETE FROM {table} WHERE `key` = $1 AND owner = ''"""
+
+# holders ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of every
+#   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence
+HOLDERS = """
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000 AS remaining,
+       data, acquired_at, released FROM {table}
+ WHERE `key` = $1 AND owner <> '' AND expires_at > UTC_TIMESTAMP(6)
+UNION ALL
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
+       acquired_at, released FROM {slot_table}
+ WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)
+ORDER BY acquired_at, fence"""
+
+# slot_sweep ($1 grace_us, $2 batch_size) -> row count: expired slots deleted
+SLOT_SWEEP = """
+DELETE FROM {slot_table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND
+ ORDER BY expires_at LIMIT $2"""
+
+# check_slot (:key, :owner, :fence) -> (fence,) iff owner holds a slot of key with that fence, unexpired;
+#   the slot row keeps a shared lock until the caller's transaction ends
+CHECK_SLOT = """
+SELECT fence FROM {slot_table}
+ WHERE `key` = :key AND owner = :owner AND fence = :fence AND expires_at > UTC_TIMESTAMP(6) AND NOT released
+ LOCK IN SHARE MODE"""
+
+
+def slot_steps(*, durable_session: bool) -> dict[str, str | None]:
+    """The statements of semaphores by name (``SLOT_STEP_NAMES`` of the PostgreSQL module); the
+    same in every variant."""
+    return {
+        "slot_begin": BEGIN,
+        "slot_commit": COMMIT,
+        "slot_rollback": ROLLBACK,
+        "slot_pin": None,
+        "slot_lock_head": SLOT_LOCK_HEAD,
+        "slot_make_head": SLOT_MAKE_HEAD,
+        "slot_to_head": SLOT_TO_HEAD,
+        "slot_state": SLOT_STATE,
+        "slot_next_fence": NEXT_FENCE,
+        "slot_drawn_fence": SLOT_DRAWN_FENCE,
+        "slot_insert": SLOT_INSERT,
+        "slot_delete": SLOT_DELETE,
+        "slot_extend": SLOT_EXTEND,
+        "slot_keep": SLOT_KEEP,
+        "slot_refresh_head": SLOT_REFRESH_HEAD,
+        "slot_mine": SLOT_MINE,
+        "slot_rows": SLOT_ROWS,
+        "slot_delete_all": SLOT_DELETE_ALL,
+        "slot_delete_head": SLOT_DELETE_HEAD,
+        "slot_wake": None,  # no NOTIFY on MySQL: waiters poll
+        "slot_flag": None,
+        "holders": HOLDERS,
+        "slot_sweep": SLOT_SWEEP,
+        "check_slot": CHECK_SLOT,
     }

@@ -24,9 +24,9 @@ transaction) unless ``durable_release=True``. :func:`texts` picks one statement 
 
 from __future__ import annotations
 
-__all__ = ["PLACEHOLDERS", "SESSION_SETUP", "texts"]
+__all__ = ["PLACEHOLDERS", "SESSION_SETUP", "SLOT_STEP_NAMES", "slot_steps", "texts"]
 
-PLACEHOLDERS = ("table", "table_literal", "fence_sequence_literal", "fence_table")
+PLACEHOLDERS = ("table", "table_literal", "fence_sequence_literal", "fence_table", "slot_table")
 
 # -- set up once on each connection the provider makes itself (not borrowed, not via PgBouncer) ---
 
@@ -477,4 +477,202 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "check_held": CHECK_HELD,
         "accept_fence": ACCEPT_FENCE,
         "accepted": ACCEPTED,
+    }
+
+
+# -- semaphores: the slot table {slot_table}, each operation a transaction that locks the head first --
+# A key held as a semaphore has a head row in {table} (owner ''): every slot operation runs BEGIN,
+# SLOT_LOCK_HEAD (or SLOT_MAKE_HEAD, then the lock), then statements of their own snapshots (READ
+# COMMITTED: each sees every commit before it, the head lock orders them), then COMMIT. Times are
+# statement_timestamp(): now() would be the time of BEGIN, before the lock wait.
+
+SLOT_BEGIN = "BEGIN"
+SLOT_COMMIT = "COMMIT"
+SLOT_ROLLBACK = "ROLLBACK"
+
+# slot_pin () -> synchronous_commit raised to 'on' for the transaction (on connections without SESSION_SETUP)
+SLOT_PIN = """SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)"""
+
+# slot_lock_head ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released,
+#   has_waiters) of the key's row in the lease table (a plain lease or a head), locked to COMMIT
+SLOT_LOCK_HEAD = """
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - statement_timestamp()) * 1000)::float8,
+       data::text, acquired_at, expires_at > statement_timestamp(), released, has_waiters
+  FROM {table} WHERE key = $1 FOR UPDATE"""
+
+# slot_make_head ($1 key) -> nothing; an expired head (owner '') for a key without a row, locked to COMMIT
+SLOT_MAKE_HEAD = """
+INSERT INTO {table} (key, owner, fence, expires_at, acquired_at)
+VALUES ($1, '', 0, statement_timestamp(), statement_timestamp())
+ON CONFLICT (key) DO NOTHING"""
+
+# slot_to_head ($1 key) -> nothing; the locked, expired plain lease of the key becomes its head
+SLOT_TO_HEAD = """
+UPDATE {table} SET owner = '', data = NULL, released = false WHERE key = $1"""
+
+# slot_state ($1 key, $2 owner, $3 min_hold_ms | NULL) -> (other owners' unexpired slots, owner's slot fence |
+#   NULL, owner's slot unexpired, owner's slot released, owner's tenure began less than min_hold_ms ago)
+SLOT_STATE = """
+SELECT count(*) FILTER (WHERE owner <> $2 AND expires_at > statement_timestamp()),
+       max(fence) FILTER (WHERE owner = $2),
+       coalesce(bool_or(expires_at > statement_timestamp()) FILTER (WHERE owner = $2), false),
+       coalesce(bool_or(released) FILTER (WHERE owner = $2), false),
+       coalesce(bool_or(acquired_at + $3::float8 * interval '1 millisecond' > statement_timestamp())
+                FILTER (WHERE owner = $2), false)
+  FROM {slot_table} WHERE key = $1"""
+
+# slot_next_fence () -> (fence,) drawn from the table's fence sequence, after the head lock
+SLOT_NEXT_FENCE = "SELECT nextval({fence_sequence_literal})"
+
+# slot_insert ($1 key, $2 owner, $3 ttl_ms, $4 data JSON text | NULL, $5 fence) -> nothing; a new tenure
+SLOT_INSERT = """
+INSERT INTO {slot_table} (key, owner, fence, acquired_at, expires_at, data)
+VALUES ($1, $2, $5::bigint, statement_timestamp(), statement_timestamp() + $3::float8 * interval '1 millisecond',
+        $4::json)"""
+
+# slot_delete ($1 key, $2 owner) -> nothing; the owner's slot row deleted
+SLOT_DELETE = "DELETE FROM {slot_table} WHERE key = $1 AND owner = $2"
+
+# slot_extend ($1 key, $2 owner, $3 ttl_ms, $4 data JSON text | NULL: keep) -> nothing; the tenure goes on
+SLOT_EXTEND = """
+UPDATE {slot_table} SET expires_at = statement_timestamp() + $3::float8 * interval '1 millisecond',
+       data = coalesce($4::json, data)
+ WHERE key = $1 AND owner = $2 AND expires_at > statement_timestamp()"""
+
+# slot_keep ($1 key, $2 owner, $3 min_hold_ms) -> nothing; released, kept until its tenure start + min_hold_ms
+SLOT_KEEP = """
+UPDATE {slot_table} SET released = true, expires_at = acquired_at + $3::float8 * interval '1 millisecond'
+ WHERE key = $1 AND owner = $2"""
+
+# slot_refresh_head ($1 key, $2 fence granted | NULL) -> nothing; the head's expiry (the latest
+#   unexpired slot's, else now: free) and tenure start (the oldest holder's), its fence raised to $2
+SLOT_REFRESH_HEAD = """
+UPDATE {table} AS head
+   SET expires_at = coalesce(live.latest, statement_timestamp()),
+       acquired_at = coalesce(live.oldest, head.acquired_at),
+       fence = greatest(head.fence, coalesce($2::bigint, head.fence))
+  FROM (SELECT max(expires_at) AS latest, min(acquired_at) AS oldest FROM {slot_table}
+         WHERE key = $1 AND expires_at > statement_timestamp()) AS live
+ WHERE head.key = $1"""
+
+# slot_mine ($1 key, $2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's unexpired slot
+SLOT_MINE = """
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - statement_timestamp()) * 1000)::float8
+  FROM {slot_table} WHERE key = $1 AND owner = $2 AND expires_at > statement_timestamp()"""
+
+# slot_rows ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released, live) of
+#   every slot of the key, expired ones too, oldest tenure first
+SLOT_ROWS = """
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - statement_timestamp()) * 1000)::float8,
+       data::text, acquired_at, released, expires_at > statement_timestamp()
+  FROM {slot_table} WHERE key = $1 ORDER BY acquired_at, fence"""
+
+# slot_delete_all ($1 key) -> nothing; every slot of the key and its head deleted (break_lease)
+SLOT_DELETE_ALL = """
+WITH slots AS (DELETE FROM {slot_table} WHERE key = $1)
+DELETE FROM {table} WHERE key = $1 AND owner = ''"""
+
+# slot_wake ($1 key) -> (notified,) if waiters flagged the head: NOTIFY sent, the flag cleared
+SLOT_WAKE = """
+WITH woken AS (UPDATE {table} SET has_waiters = false WHERE key = $1 AND has_waiters RETURNING key)
+SELECT pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) FROM woken"""
+
+# slot_flag ($1 key) -> nothing; a refused waiter flags the head, so a release of a slot sends NOTIFY
+SLOT_FLAG = "UPDATE {table} SET has_waiters = true WHERE key = $1"
+
+# holders ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of every
+#   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence
+HOLDERS = """
+SELECT owner, fence, expires_at, remaining, data, acquired_at, released FROM (
+    SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
+           data::text AS data, acquired_at, released FROM {table}
+     WHERE key = $1 AND owner <> '' AND expires_at + interval '0' > now()
+    UNION ALL
+    SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text,
+           acquired_at, released FROM {slot_table}
+     WHERE key = $1 AND expires_at > now()
+) AS holders ORDER BY acquired_at, fence"""
+
+# slot_sweep ($1 grace_ms, $2 batch_size) -> (rows deleted,) expired slots (no head lock: a grant never
+#   reuses a slot row, it deletes the owner's old one and inserts)
+SLOT_SWEEP = """
+WITH doomed AS (
+    SELECT s.key, s.owner FROM {slot_table} AS s
+     WHERE s.expires_at <= now() - $1::float8 * interval '1 millisecond'
+     ORDER BY s.expires_at
+     LIMIT $2
+), gone AS (
+    DELETE FROM {slot_table} AS s USING doomed
+     WHERE s.key = doomed.key AND s.owner = doomed.owner
+       AND s.expires_at <= now() - $1::float8 * interval '1 millisecond'
+    RETURNING 1
+)
+SELECT count(*) FROM gone"""
+
+# check_slot (:key, :owner, :fence) -> (fence,) iff owner holds a slot of key with that fence, unexpired;
+#   locks the slot row (check_held of a semaphore's holder)
+CHECK_SLOT = """
+SELECT fence FROM {slot_table}
+ WHERE key = :key AND owner = :owner AND fence = :fence AND expires_at > statement_timestamp() AND NOT released
+   FOR SHARE"""
+
+
+SLOT_STEP_NAMES = (
+    "slot_begin",
+    "slot_commit",
+    "slot_rollback",
+    "slot_pin",
+    "slot_lock_head",
+    "slot_make_head",
+    "slot_to_head",
+    "slot_state",
+    "slot_next_fence",
+    "slot_drawn_fence",
+    "slot_insert",
+    "slot_delete",
+    "slot_extend",
+    "slot_keep",
+    "slot_refresh_head",
+    "slot_mine",
+    "slot_rows",
+    "slot_delete_all",
+    "slot_delete_head",
+    "slot_wake",
+    "slot_flag",
+    "holders",
+    "slot_sweep",
+    "check_slot",
+)
+"""The statements of semaphores, by name (every dialect answers each; None where it has none)."""
+
+
+def slot_steps(*, durable_session: bool) -> dict[str, str | None]:
+    """The statements of semaphores by name (:data:`SLOT_STEP_NAMES`); ``durable_session``: the
+    connection ran SESSION_SETUP, so the transaction pins nothing itself."""
+    return {
+        "slot_begin": SLOT_BEGIN,
+        "slot_commit": SLOT_COMMIT,
+        "slot_rollback": SLOT_ROLLBACK,
+        "slot_pin": None if durable_session else SLOT_PIN,
+        "slot_lock_head": SLOT_LOCK_HEAD,
+        "slot_make_head": SLOT_MAKE_HEAD,
+        "slot_to_head": SLOT_TO_HEAD,
+        "slot_state": SLOT_STATE,
+        "slot_next_fence": SLOT_NEXT_FENCE,
+        "slot_drawn_fence": None,
+        "slot_insert": SLOT_INSERT,
+        "slot_delete": SLOT_DELETE,
+        "slot_extend": SLOT_EXTEND,
+        "slot_keep": SLOT_KEEP,
+        "slot_refresh_head": SLOT_REFRESH_HEAD,
+        "slot_mine": SLOT_MINE,
+        "slot_rows": SLOT_ROWS,
+        "slot_delete_all": SLOT_DELETE_ALL,
+        "slot_delete_head": None,  # SLOT_DELETE_ALL deletes the head too
+        "slot_wake": SLOT_WAKE,
+        "slot_flag": SLOT_FLAG,
+        "holders": HOLDERS,
+        "slot_sweep": SLOT_SWEEP,
+        "check_slot": CHECK_SLOT,
     }

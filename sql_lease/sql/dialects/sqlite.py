@@ -21,9 +21,9 @@ database's ``synchronous`` setting) and no NOTIFY (waiters poll).
 
 from __future__ import annotations
 
-__all__ = ["NOW_MS", "PLACEHOLDERS", "texts"]
+__all__ = ["NOW_MS", "PLACEHOLDERS", "slot_steps", "texts"]
 
-PLACEHOLDERS = ("table", "fence_counter", "fence_table")
+PLACEHOLDERS = ("table", "fence_counter", "fence_table", "slot_table")
 
 NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 """SQLite's clock in epoch milliseconds, as written in every statement below (for scripts)."""
@@ -189,4 +189,149 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "check_held": CHECK_HELD,
         "accept_fence": ACCEPT_FENCE,
         "accepted": ACCEPTED,
+    }
+
+
+# -- semaphores: the slot table {slot_table}, each operation one write transaction -----------------
+# A key held as a semaphore has a head row in {table} (owner ''): every slot operation runs
+# BEGIN IMMEDIATE (the database's write lock, so counting is exact), reads the head, acts, COMMIT.
+
+SLOT_BEGIN = "BEGIN IMMEDIATE"
+SLOT_COMMIT = "COMMIT"
+SLOT_ROLLBACK = "ROLLBACK"
+
+# slot_lock_head (?1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released,
+#   has_waiters) of the key's row in the lease table (a plain lease or a head)
+SLOT_LOCK_HEAD = """
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data, acquired_at,
+       expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), released, has_waiters
+  FROM {table} WHERE key = ?1"""
+
+# slot_make_head (?1 key) -> nothing; an expired head (owner '') for a key without a row
+SLOT_MAKE_HEAD = """
+INSERT INTO {table} (key, owner, fence, expires_at, acquired_at)
+VALUES (?1, '', 0, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+ON CONFLICT (key) DO NOTHING"""
+
+# slot_to_head (?1 key) -> nothing; the expired plain lease of the key becomes its head
+SLOT_TO_HEAD = """
+UPDATE {table} SET owner = '', data = NULL, released = 0 WHERE key = ?1"""
+
+# slot_state (?1 key, ?2 owner, ?3 min_hold_ms | NULL) -> (other owners' unexpired slots, owner's slot fence |
+#   NULL, owner's slot unexpired, owner's slot released, owner's tenure began less than min_hold_ms ago)
+SLOT_STATE = """
+SELECT count(CASE WHEN owner <> ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) THEN 1 END),
+       max(CASE WHEN owner = ?2 THEN fence END),
+       coalesce(max(CASE WHEN owner = ?2 THEN expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END), 0),
+       coalesce(max(CASE WHEN owner = ?2 THEN released END), 0),
+       coalesce(max(CASE WHEN owner = ?2 THEN acquired_at + ?3 > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END), 0)
+  FROM {slot_table} WHERE key = ?1"""
+
+# slot_next_fence () -> (fence,) the fence counter advanced
+SLOT_NEXT_FENCE = """
+UPDATE {fence_counter} SET last_fence = last_fence + 1 RETURNING last_fence"""
+
+# slot_insert (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL, ?5 fence) -> nothing; a new tenure
+SLOT_INSERT = """
+INSERT INTO {slot_table} (key, owner, fence, acquired_at, expires_at, data)
+VALUES (?1, ?2, ?5, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, ?4)"""
+
+# slot_delete (?1 key, ?2 owner) -> nothing; the owner's slot row deleted
+SLOT_DELETE = "DELETE FROM {slot_table} WHERE key = ?1 AND owner = ?2"
+
+# slot_extend (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL: keep) -> nothing; the tenure goes on
+SLOT_EXTEND = """
+UPDATE {slot_table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, data = coalesce(?4, data)
+ WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# slot_keep (?1 key, ?2 owner, ?3 min_hold_ms integer) -> nothing; released, kept until its tenure start + min_hold_ms
+SLOT_KEEP = """
+UPDATE {slot_table} SET released = 1, expires_at = acquired_at + ?3 WHERE key = ?1 AND owner = ?2"""
+
+# slot_refresh_head (?1 key, ?2 fence granted | NULL) -> nothing; the head's expiry (the latest unexpired
+#   slot's, else now: free) and tenure start (the oldest holder's), its fence raised to ?2
+SLOT_REFRESH_HEAD = """
+UPDATE {table}
+   SET expires_at = coalesce((SELECT max(expires_at) FROM {slot_table}
+                               WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)), CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
+       acquired_at = coalesce((SELECT min(acquired_at) FROM {slot_table}
+                                WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)), acquired_at),
+       fence = max(fence, coalesce(?2, fence))
+ WHERE key = ?1"""
+
+# slot_mine (?1 key, ?2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's unexpired slot
+SLOT_MINE = """
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) FROM {slot_table}
+ WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# slot_rows (?1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released, live) of
+#   every slot of the key, expired ones too, oldest tenure first
+SLOT_ROWS = """
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data, acquired_at, released,
+       expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+  FROM {slot_table} WHERE key = ?1 ORDER BY acquired_at, fence"""
+
+# slot_delete_all (?1 key) -> nothing; every slot of the key deleted, then its head (break_lease)
+SLOT_DELETE_ALL = """
+DELETE FROM {slot_table} WHERE key = ?1"""
+
+# slot_delete_head (?1 key) -> nothing; the key's head deleted (break_lease)
+SLOT_DELETE_HEAD = """
+DELETE FROM {table} WHERE key = ?1 AND owner = ''"""
+
+# holders (?1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of every
+#   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence
+HOLDERS = """
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data, acquired_at, released
+  FROM {table} WHERE key = ?1 AND owner <> '' AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+UNION ALL
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data, acquired_at, released
+  FROM {slot_table} WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+ORDER BY 6, 2"""
+
+# slot_sweep (?1 grace_ms, ?2 batch_size) -> one row per expired slot deleted
+SLOT_SWEEP = """
+DELETE FROM {slot_table} WHERE (key, owner) IN (
+    SELECT key, owner FROM {slot_table}
+     WHERE expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - ?1
+     ORDER BY expires_at LIMIT ?2
+) RETURNING 1"""
+
+# check_slot (:key, :owner, :fence) -> (fence,) iff owner holds a slot of key with that fence, unexpired;
+#   takes the write lock (a no-op UPDATE), as CHECK_HELD
+CHECK_SLOT = """
+UPDATE {slot_table} SET owner = owner
+ WHERE key = :key AND owner = :owner AND fence = :fence
+   AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) AND NOT released
+RETURNING fence"""
+
+
+def slot_steps(*, durable_session: bool) -> dict[str, str | None]:
+    """The statements of semaphores by name (``SLOT_STEP_NAMES`` of the PostgreSQL module);
+    the same in every variant."""
+    return {
+        "slot_begin": SLOT_BEGIN,
+        "slot_commit": SLOT_COMMIT,
+        "slot_rollback": SLOT_ROLLBACK,
+        "slot_pin": None,
+        "slot_lock_head": SLOT_LOCK_HEAD,
+        "slot_make_head": SLOT_MAKE_HEAD,
+        "slot_to_head": SLOT_TO_HEAD,
+        "slot_state": SLOT_STATE,
+        "slot_next_fence": SLOT_NEXT_FENCE,
+        "slot_drawn_fence": None,
+        "slot_insert": SLOT_INSERT,
+        "slot_delete": SLOT_DELETE,
+        "slot_extend": SLOT_EXTEND,
+        "slot_keep": SLOT_KEEP,
+        "slot_refresh_head": SLOT_REFRESH_HEAD,
+        "slot_mine": SLOT_MINE,
+        "slot_rows": SLOT_ROWS,
+        "slot_delete_all": SLOT_DELETE_ALL,
+        "slot_delete_head": SLOT_DELETE_HEAD,
+        "slot_wake": None,  # no NOTIFY on SQLite: waiters poll
+        "slot_flag": None,
+        "holders": HOLDERS,
+        "slot_sweep": SLOT_SWEEP,
+        "check_slot": CHECK_SLOT,
     }
