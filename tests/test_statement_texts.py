@@ -66,6 +66,8 @@ def test_each_constant_is_the_text_of_some_operation_and_fills_only_the_table_na
     constants = statement_constants(module)
     chosen = {text for variant in VARIANTS for text in module.texts(**variant).values() if text is not None}
     chosen |= set(module.steps().values()) if hasattr(module, "steps") else set()  # MySQL's transactions
+    chosen |= {text for session in (False, True) for text in module.slot_steps(durable_session=session).values()}
+    chosen.discard(None)
     setup = set(getattr(module, "SESSION_SETUP", ()))
     assert set(constants.values()) == chosen | setup
     used: set[str] = set()
@@ -82,11 +84,13 @@ def test_the_placeholders_are_the_quoted_table_names() -> None:
         "table_literal": '\'"my_schema"."my_t"\'',
         "fence_sequence_literal": '\'"my_schema"."my_t_fence_seq"\'',
         "fence_table": '"my_schema"."my_t_fences"',
+        "slot_table": '"my_schema"."my_t_slots"',
     }
     assert placeholder_values("sqlite", LeaseTableNames()) == {
         "table": '"sql_leases"',
         "fence_counter": '"sql_leases_fence"',
         "fence_table": '"sql_leases_fences"',
+        "slot_table": '"sql_leases_slots"',
     }
     filled = filled_texts("postgresql", names, durable_session=True)
     assert filled["owner"] == (
@@ -127,6 +131,10 @@ class Seen:
     def expected(self, variant: dict[str, bool], without: tuple[str, ...] = ()) -> set[str]:
         """The constants ``variant``'s operations send, less the operations named in ``without``."""
         texts = self.module.texts(**variant)
+        slots = self.module.slot_steps(durable_session=variant["durable_session"])
+        texts = {**texts, **{name: text for name, text in slots.items() if name not in texts}}
+        if "acquire_waiting" in without:  # no LISTEN: no waiter flags a head, no release wakes one
+            without = (*without, "slot_flag", "slot_wake")
         return {self.name_of[text] for name, text in texts.items() if text is not None and name not in without}
 
 
@@ -172,6 +180,43 @@ async def exercise_async(provider: SqlLeaseProvider, engine: Any, prefix: str) -
     assert await provider.acquire_lease(key, "alice", 1)
     await asyncio.sleep(0.01)
     assert await provider.sweep_expired(grace_ms=0) >= 0
+    await exercise_semaphore_async(provider, engine, f"{prefix}:sem")
+
+
+async def exercise_semaphore_async(provider: SqlLeaseProvider, engine: Any, key: str) -> None:
+    """Every statement of semaphores on the async face, each path once."""
+    short = await provider.acquire_lease(key, "plain", 1)  # an expired plain lease becomes a head
+    await asyncio.sleep(max(0.0, short.remaining_ms or 0.0) / 1000 + 0.01)
+    first = await provider.acquire_lease(key, "a", TTL, limit=2)
+    assert first.acquired and (await provider.acquire_lease(key, "a", TTL, limit=2)).fence == first.fence
+    assert (await provider.acquire_lease(key, "b", TTL, limit=2)).acquired
+    assert (await provider.acquire_lease(key, "c", TTL, limit=2)).owner == "a"  # refused, oldest named
+    assert (await provider.acquire_lease(key, "c", TTL)).owner == "a"  # a plain acquire refused too
+    waiter = provider.release_waiter(key)
+    if waiter is not None:
+        async with waiter:
+            assert not await waiter.acquire("c", TTL, limit=2)
+    assert [h.owner for h in await provider.get_lease_holders(key)] == ["a", "b"]
+    assert await provider.renew_lease(key, "a", TTL)
+    assert key in await provider.renew_leases([(key, "b", TTL)])
+    async with engine.begin() as conn:
+        await provider.check_held(conn, key, "a", first.fence)
+    assert await provider.transfer_lease(key, "b", "d", TTL)
+    assert await provider.release_lease(key, "a", min_hold_ms=TTL)  # kept
+    assert await provider.release_lease(key, "d")
+    assert len(await provider.list_leases(prefix=key, include_expired=True)) == 1
+    failing = provider.statements.slots["slot_state"]
+
+    def fail_once(sql: str, _params: object) -> None:
+        if sql == failing:
+            remove()
+            raise RuntimeError("a statement failed inside a slot transaction")
+
+    remove = provider.on_statement(fail_once)
+    with pytest.raises(Exception, match="failed inside"):  # rolled back
+        await provider.acquire_lease(key, "e", TTL, limit=2)
+    assert (await provider.break_lease(key)) is not None
+    assert (await provider.acquire_lease(key, "f", TTL, limit=2)).acquired  # a key without a row: a new head
 
 
 def exercise_sync(provider: SyncSqlLeaseProvider, engine: Any, prefix: str) -> None:
@@ -206,6 +251,42 @@ def exercise_sync(provider: SyncSqlLeaseProvider, engine: Any, prefix: str) -> N
     assert provider.acquire_lease(key, "alice", 1)
     time.sleep(0.01)
     assert provider.sweep_expired(grace_ms=0) >= 0
+    exercise_semaphore_sync(provider, engine, f"{prefix}:sem")
+
+
+def exercise_semaphore_sync(provider: SyncSqlLeaseProvider, engine: Any, key: str) -> None:
+    """Every statement of semaphores on the sync face, each path once."""
+    short = provider.acquire_lease(key, "plain", 1)
+    time.sleep(max(0.0, short.remaining_ms or 0.0) / 1000 + 0.01)
+    first = provider.acquire_lease(key, "a", TTL, limit=2)
+    assert first.acquired and provider.acquire_lease(key, "a", TTL, limit=2).fence == first.fence
+    assert provider.acquire_lease(key, "b", TTL, limit=2).acquired
+    assert provider.acquire_lease(key, "c", TTL, limit=2).owner == "a"
+    assert provider.acquire_lease(key, "c", TTL).owner == "a"
+    waiter = provider.release_waiter(key)
+    if waiter is not None:
+        with waiter:
+            assert not waiter.acquire("c", TTL, timeout_s=10, limit=2)
+    assert [h.owner for h in provider.get_lease_holders(key)] == ["a", "b"]
+    assert provider.renew_lease(key, "a", TTL)
+    with engine.begin() as conn:
+        provider.check_held(conn, key, "a", first.fence)
+    assert provider.transfer_lease(key, "b", "d", TTL)
+    assert provider.release_lease(key, "a", min_hold_ms=TTL)
+    assert provider.release_lease(key, "d")
+    assert len(provider.list_leases(prefix=key, include_expired=True)) == 1
+    failing = provider.statements.slots["slot_state"]
+
+    def fail_once(sql: str, _params: object) -> None:
+        if sql == failing:
+            remove()
+            raise RuntimeError("a statement failed inside a slot transaction")
+
+    remove = provider.on_statement(fail_once)
+    with pytest.raises(Exception, match="failed inside"):
+        provider.acquire_lease(key, "e", TTL, limit=2)
+    assert provider.break_lease(key) is not None
+    assert provider.acquire_lease(key, "f", TTL, limit=2).acquired
 
 
 @pytest.fixture

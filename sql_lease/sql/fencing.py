@@ -44,7 +44,7 @@ from ..contract import MAX_FENCE, validate_fence, validate_owner
 from ..errors import LeaseConfigError, LeaseLostError, StaleFenceError
 from .operations import stored_key
 from .schema import LeaseTableNames
-from .statements import filled_texts
+from .statements import filled_slot_texts, filled_texts
 
 __all__ = [
     "MAX_FENCE",
@@ -70,6 +70,8 @@ class FenceStatements:
     check_held: str
     accept_fence: str
     accepted: str
+    check_slot: str = ""
+    """``check_held`` of a semaphore's slot holder (run when ``check_held`` found no plain lease)."""
 
 
 @lru_cache(maxsize=64)
@@ -77,7 +79,10 @@ def fence_statements_for(dialect_name: str, names: LeaseTableNames) -> FenceStat
     """The fenced-write statements of ``names`` for ``"postgresql"`` or ``"sqlite"`` (their texts:
     ``CHECK_HELD``, ``ACCEPT_FENCE``, ``ACCEPTED`` of :mod:`sql_lease.sql.dialects`)."""
     texts = filled_texts(dialect_name, names)
-    return FenceStatements(**{name: str(texts[name]) for name in ("check_held", "accept_fence", "accepted")})
+    slot = filled_slot_texts(dialect_name, names)["check_slot"]
+    return FenceStatements(
+        **{name: str(texts[name]) for name in ("check_held", "accept_fence", "accepted")}, check_slot=str(slot)
+    )
 
 
 @lru_cache(maxsize=64)
@@ -248,11 +253,12 @@ async def _guard_async(conn: Any, dialect_name: str) -> None:
 
 def _prepare_check(
     conn: object, names: LeaseTableNames, key: object, owner: object, fence: object
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[tuple[Any, Any], dict[str, Any]]:
     from sqlalchemy import text
 
     params = validate_check(key, owner, fence)
-    return text(fence_statements_for(connection_dialect(conn), names).check_held), params
+    statements = fence_statements_for(connection_dialect(conn), names)
+    return (text(statements.check_held), text(statements.check_slot)), params
 
 
 def _prepare_accept(
@@ -265,8 +271,10 @@ def _prepare_accept(
 async def check_held_async(conn: Any, names: LeaseTableNames, key: str, owner: str, fence: int) -> None:
     """``check_held`` on an ``AsyncConnection`` or ``AsyncSession``; ``UnguardedCheckError`` where
     its lock would not last (autocommit; a SQLite SAVEPOINT)."""
-    statement, params = _prepare_check(conn, names, key, owner, fence)
+    (statement, slot), params = _prepare_check(conn, names, key, owner, fence)
     row = (await conn.execute(statement, params)).first()
+    if row is None:  # a slot of a semaphore, if any
+        row = (await conn.execute(slot, params)).first()
     await _guard_async(conn, connection_dialect(conn))
     check_held_result(key, owner, fence, row)
 
@@ -274,8 +282,10 @@ async def check_held_async(conn: Any, names: LeaseTableNames, key: str, owner: s
 def check_held_sync(conn: Any, names: LeaseTableNames, key: str, owner: str, fence: int) -> None:
     """``check_held`` on a ``Connection`` or ``Session``; ``UnguardedCheckError`` where its lock
     would not last (autocommit; a SQLite SAVEPOINT)."""
-    statement, params = _prepare_check(conn, names, key, owner, fence)
+    (statement, slot), params = _prepare_check(conn, names, key, owner, fence)
     row = conn.execute(statement, params).first()
+    if row is None:  # a slot of a semaphore, if any
+        row = conn.execute(slot, params).first()
     _guard_sync(conn, connection_dialect(conn))
     check_held_result(key, owner, fence, row)
 

@@ -375,12 +375,12 @@ class _PgFetch:
     def fetch_one(self, sql: str, params: tuple[Any, ...]) -> Row | None:
         cur = self.cur
         cur.execute(sql, params)
-        return cur.fetchone()  # type: ignore[no-any-return]
+        return cur.fetchone() if cur.description is not None else None  # BEGIN, COMMIT: no result
 
     def fetch_all(self, sql: str, params: tuple[Any, ...]) -> list[Row]:
         cur = self.cur
         cur.execute(sql, params)
-        return cur.fetchall()  # type: ignore[no-any-return]
+        return cur.fetchall() if cur.description is not None else []  # type: ignore[no-any-return]
 
 
 class PsycopgPoolExecutor(SyncExecutor):
