@@ -47,6 +47,7 @@ async def app_role(pg_url: str, fresh_pg_schema: str) -> AsyncIterator[tuple[str
         f'CREATE SCHEMA "{empty}"',
         f'GRANT USAGE ON SCHEMA "{schema}", "{empty}" TO "{role}"',
         f'GRANT SELECT, INSERT, UPDATE, DELETE ON "{schema}".sql_leases TO "{role}"',
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON "{schema}".sql_leases_slots TO "{role}"',
         f'GRANT USAGE ON SEQUENCE "{schema}".sql_leases_fence_seq TO "{role}"',
     )
     try:
@@ -92,6 +93,16 @@ async def test_the_readme_grants_are_enough_for_every_lease_operation(app_role: 
             assert not waiting.done()
         third = await waiting
         assert third.acquired and third.fence is not None and second.fence is not None and third.fence > second.fence
+        # semaphores: the slot table's grants (migration 0006)
+        assert await leases.release_lease(key, "third")
+        slots = [await leases.acquire_lease(key, owner, 60_000, limit=2) for owner in ("s1", "s2", "s3")]
+        assert [slot.acquired for slot in slots] == [True, True, False]
+        assert [holder.owner for holder in await leases.get_lease_holders(key)] == ["s1", "s2"]
+        assert await leases.renew_lease(key, "s1", 60_000) and await leases.transfer_lease(key, "s2", "s4", 60_000)
+        assert await leases.release_lease(key, "s1") and await leases.break_lease(key) is not None
+        assert (await leases.acquire_lease(key, "short", 1, limit=2)).acquired
+        await asyncio.sleep(0.02)
+        assert await leases.sweep_expired() >= 1
 
 
 @pytest.mark.postgres

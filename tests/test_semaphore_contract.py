@@ -304,31 +304,35 @@ async def test_check_held_holds_for_a_slot_holder(face: Any, key: str) -> None:
     if not hasattr(provider, "engine"):
         pytest.skip("check_held runs on a SQL database")
     a = await face.acquire_lease(key, "a", TTL, limit=2)
+    await face.acquire_lease(key, "b", TTL, limit=2)
     if face.face == "async":
-        async with provider.engine.begin() as conn:
-            await provider.check_held(conn, key, "a", a.fence)
-        async with provider.engine.begin() as conn:
-            with pytest.raises(LeaseLostError):
-                await provider.check_held(conn, key, "a", a.fence + 1)
+
+        async def check(fence: int) -> None:
+            async with provider.engine.begin() as conn:
+                await provider.check_held(conn, key, "a", fence)
+
     else:
         from sqlalchemy import create_engine
 
-        engine = create_engine(provider._url)  # the URL the provider was made from, password included
+        engine = create_engine(provider._url)  # the URL the provider was made from
 
-        def check(fence: int) -> None:
-            with engine.begin() as conn:
-                provider.check_held(conn, key, "a", fence)
+        async def check(fence: int) -> None:
+            def run() -> None:
+                with engine.begin() as conn:
+                    provider.check_held(conn, key, "a", fence)
 
-        await asyncio.to_thread(check, a.fence)
+            await asyncio.to_thread(run)
+
+    try:
+        await check(a.fence)
         with pytest.raises(LeaseLostError):
-            await asyncio.to_thread(check, a.fence + 1)
-    assert await face.release_lease(key, "a")
-    with pytest.raises(LeaseLostError):
-        if face.face == "async":
-            async with provider.engine.begin() as conn:
-                await provider.check_held(conn, key, "a", a.fence)
-        else:
-            await asyncio.to_thread(check, a.fence)
+            await check(a.fence + 1)
+        assert await face.release_lease(key, "a")
+        with pytest.raises(LeaseLostError):
+            await check(a.fence)
+    finally:
+        if face.face == "sync":
+            engine.dispose()
 
 
 # -- waiting --------------------------------------------------------------------------------------------

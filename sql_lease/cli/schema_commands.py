@@ -204,17 +204,20 @@ async def _version_table_readable(conn: Any, names: Any, sa: Any) -> tuple[bool,
 
 
 async def _grants(conn: Any, names: Any, sa: Any) -> _Check:
-    table = _quoted(names, names.table)
+    table, slots = _quoted(names, names.table), _quoted(names, names.slot_table)
     sequence = _quoted(names, names.fence_sequence)
     wanted = ("SELECT", "INSERT", "UPDATE", "DELETE")
     columns = ", ".join(f"has_table_privilege(:t, '{p}')" for p in wanted)
+    slot_columns = ", ".join(
+        f"CASE WHEN to_regclass(:l) IS NOT NULL THEN has_table_privilege(:l, '{p}') END" for p in wanted
+    )
     row = (
         await conn.execute(
             sa.text(
                 f"SELECT {columns}, CASE WHEN to_regclass(:s) IS NOT NULL THEN has_sequence_privilege(:s, 'USAGE') "
-                "END, current_user"
+                f"END, current_user, {slot_columns}"
             ),
-            {"t": table, "s": sequence},
+            {"t": table, "s": sequence, "l": slots},
         )
     ).one()
     missing = [f"{p} on {table}" for p, has in zip(wanted, row[:4], strict=True) if not has]
@@ -222,10 +225,14 @@ async def _grants(conn: Any, names: Any, sa: Any) -> _Check:
         return _Check("privileges", False, f"the fence sequence {sequence} is missing: run `sql-lease migrate`")
     if not row[4]:
         missing.append(f"USAGE on sequence {sequence}")
+    # the slot table of semaphores (revision 0006; a table before it is reported by the schema check)
+    missing += [f"{p} on {slots}" for p, has in zip(wanted, row[6:10], strict=True) if has is False]
     role = row[5]
     if not missing:
         return _Check(
-            "privileges", True, f"role {role} has SELECT, INSERT, UPDATE, DELETE on {table} and USAGE on {sequence}"
+            "privileges",
+            True,
+            f"role {role} has SELECT, INSERT, UPDATE, DELETE on {table} and {slots} and USAGE on {sequence}",
         )
     return _Check(
         "privileges", False, f"role {role} lacks {'; '.join(missing)} (see the README's least-privilege GRANTs)"
@@ -264,6 +271,7 @@ async def _mysql_grants(conn: Any, names: Any) -> _Check:
     """The privileges every lease operation needs on MySQL: on the lease table and the fence counter
     (``INSERT`` draws a fence, the sweeper's ``DELETE`` prunes it), each probed by ``EXPLAIN``."""
     table, counter = _mysql_quoted(names, names.table), _mysql_quoted(names, names.fence_counter)
+    slots = _mysql_quoted(names, names.slot_table)
     probes = [
         ("SELECT", table, f"SELECT 1 FROM {table} WHERE 1 = 0"),
         ("INSERT", table, f"INSERT INTO {table} () VALUES ()"),
@@ -272,6 +280,10 @@ async def _mysql_grants(conn: Any, names: Any) -> _Check:
         ("SELECT", counter, f"SELECT 1 FROM {counter} WHERE 1 = 0"),
         ("INSERT", counter, f"INSERT INTO {counter} () VALUES ()"),
         ("DELETE", counter, f"DELETE FROM {counter} WHERE 1 = 0"),
+        ("SELECT", slots, f"SELECT 1 FROM {slots} WHERE 1 = 0"),
+        ("INSERT", slots, f"INSERT INTO {slots} () VALUES ()"),
+        ("UPDATE", slots, f"UPDATE {slots} SET fence = 0 WHERE 1 = 0"),
+        ("DELETE", slots, f"DELETE FROM {slots} WHERE 1 = 0"),
     ]
     from ..sql.migrate import mysql_denied
 
@@ -283,7 +295,8 @@ async def _mysql_grants(conn: Any, names: Any) -> _Check:
         return _Check(
             "privileges",
             True,
-            f"user {user} has SELECT, INSERT, UPDATE, DELETE on {table} and SELECT, INSERT, DELETE on {counter}",
+            f"user {user} has SELECT, INSERT, UPDATE, DELETE on {table} and {slots}, and SELECT, INSERT, DELETE "
+            f"on {counter}",
         )
     return _Check(
         "privileges", False, f"user {user} lacks {'; '.join(missing)} (see Operations: the least-privilege user)"

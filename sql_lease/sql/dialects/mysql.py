@@ -436,10 +436,10 @@ UPDATE {table}
        fence = GREATEST(fence, COALESCE($2, fence))
  WHERE `key` = $1"""
 
-# slot_mine ($1 key, $2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's unexpired slot
+# slot_mine ($1 key, $2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's slot (read back)
 SLOT_MINE = """
 SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000 FROM {slot_table}
- WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6)"""
+ WHERE `key` = $1 AND owner = $2"""
 
 # slot_rows ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released, live) of
 #   every slot of the key, expired ones too, oldest tenure first

@@ -556,10 +556,10 @@ UPDATE {table} AS head
          WHERE key = $1 AND expires_at > statement_timestamp()) AS live
  WHERE head.key = $1"""
 
-# slot_mine ($1 key, $2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's unexpired slot
+# slot_mine ($1 key, $2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's slot (read back)
 SLOT_MINE = """
 SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - statement_timestamp()) * 1000)::float8
-  FROM {slot_table} WHERE key = $1 AND owner = $2 AND expires_at > statement_timestamp()"""
+  FROM {slot_table} WHERE key = $1 AND owner = $2"""
 
 # slot_rows ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released, live) of
 #   every slot of the key, expired ones too, oldest tenure first

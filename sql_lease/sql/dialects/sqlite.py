@@ -259,10 +259,10 @@ UPDATE {table}
        fence = max(fence, coalesce(?2, fence))
  WHERE key = ?1"""
 
-# slot_mine (?1 key, ?2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's unexpired slot
+# slot_mine (?1 key, ?2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's slot (read back)
 SLOT_MINE = """
 SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) FROM {slot_table}
- WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+ WHERE key = ?1 AND owner = ?2"""
 
 # slot_rows (?1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released, live) of
 #   every slot of the key, expired ones too, oldest tenure first
