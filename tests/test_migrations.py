@@ -279,7 +279,7 @@ def test_alembic_upgrade_head_from_a_checkout(target: dict[str, Any]) -> None:
     done = _run([alembic, *x_args, "upgrade", "head"], REPO)
     assert done.returncode == 0, done.stderr
     done = _run([alembic, *x_args, "current"], REPO)
-    assert "0005 (head)" in done.stdout, done.stdout + done.stderr
+    assert "0006 (head)" in done.stdout, done.stdout + done.stderr
 
 
 def test_alembic_reads_the_url_from_the_environment(tmp_path: Path) -> None:
@@ -312,7 +312,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     db = tmp_path / "installed.db"
     done = _run([sys.executable, "-m", "sql_lease", "migrate", "--url", f"sqlite:///{db}"], tmp_path, env)
     assert done.returncode == 0, done.stderr
-    assert "revision 0005" in done.stdout
+    assert "revision 0006" in done.stdout
 
 
 @pytest.mark.postgres

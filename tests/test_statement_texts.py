@@ -66,7 +66,7 @@ def test_each_constant_is_the_text_of_some_operation_and_fills_only_the_table_na
     constants = statement_constants(module)
     chosen = {text for variant in VARIANTS for text in module.texts(**variant).values() if text is not None}
     chosen |= set(module.steps().values()) if hasattr(module, "steps") else set()  # MySQL's transactions
-    chosen |= {text for session in (False, True) for text in module.slot_steps(durable_session=session).values()}
+    chosen |= {text for variant in VARIANTS for text in module.slot_steps(**variant).values()}
     chosen.discard(None)
     setup = set(getattr(module, "SESSION_SETUP", ()))
     assert set(constants.values()) == chosen | setup
@@ -85,6 +85,8 @@ def test_the_placeholders_are_the_quoted_table_names() -> None:
         "fence_sequence_literal": '\'"my_schema"."my_t_fence_seq"\'',
         "fence_table": '"my_schema"."my_t_fences"',
         "slot_table": '"my_schema"."my_t_slots"',
+        "slot_acquire_function": '"my_schema"."my_t_slot_acquire"',
+        "slot_release_function": '"my_schema"."my_t_slot_release"',
     }
     assert placeholder_values("sqlite", LeaseTableNames()) == {
         "table": '"sql_leases"',
@@ -131,7 +133,7 @@ class Seen:
     def expected(self, variant: dict[str, bool], without: tuple[str, ...] = ()) -> set[str]:
         """The constants ``variant``'s operations send, less the operations named in ``without``."""
         texts = self.module.texts(**variant)
-        slots = self.module.slot_steps(durable_session=variant["durable_session"])
+        slots = self.module.slot_steps(**variant)
         texts = {**texts, **{name: text for name, text in slots.items() if name not in texts}}
         if "acquire_waiting" in without:  # no LISTEN: no waiter flags a head, no release wakes one
             without = (*without, "slot_flag", "slot_wake")
@@ -214,7 +216,7 @@ async def exercise_semaphore_async(provider: SqlLeaseProvider, engine: Any, key:
 
     remove = provider.on_statement(fail_once)
     with pytest.raises(Exception, match="failed inside"):  # rolled back
-        await provider.acquire_lease(key, "e", TTL, limit=2)
+        await provider.renew_lease(key, "a", TTL)
     assert (await provider.break_lease(key)) is not None
     assert (await provider.acquire_lease(key, "f", TTL, limit=2)).acquired  # a key without a row: a new head
 
@@ -284,7 +286,7 @@ def exercise_semaphore_sync(provider: SyncSqlLeaseProvider, engine: Any, key: st
 
     remove = provider.on_statement(fail_once)
     with pytest.raises(Exception, match="failed inside"):
-        provider.acquire_lease(key, "e", TTL, limit=2)
+        provider.renew_lease(key, "a", TTL)
     assert provider.break_lease(key) is not None
     assert provider.acquire_lease(key, "f", TTL, limit=2).acquired
 

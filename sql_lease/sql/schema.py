@@ -161,6 +161,16 @@ class LeaseTableNames:
         return f"{self.table}_slots"
 
     @property
+    def slot_acquire_function(self) -> str:
+        """PostgreSQL function of the slot acquire transaction (migration 0006)."""
+        return f"{self.table}_slot_acquire"
+
+    @property
+    def slot_release_function(self) -> str:
+        """PostgreSQL function of the slot release transaction (migration 0006)."""
+        return f"{self.table}_slot_release"
+
+    @property
     def expires_at_index(self) -> str:
         return f"ix_{self.table}_expires_at"
 

@@ -229,6 +229,8 @@ def placeholder_values(dialect_name: str, names: LeaseTableNames) -> dict[str, s
         "fence_counter": qualified_name(dialect, names, names.fence_counter),
         "fence_table": qualified_name(dialect, names, names.fence_table),
         "slot_table": qualified_name(dialect, names, names.slot_table),
+        "slot_acquire_function": qualified_name(dialect, names, names.slot_acquire_function),
+        "slot_release_function": qualified_name(dialect, names, names.slot_release_function),
     }
     return {name: values[name] for name in module.PLACEHOLDERS}
 
@@ -244,11 +246,11 @@ def filled_texts(
 
 
 def filled_slot_texts(
-    dialect_name: str, names: LeaseTableNames, *, durable_session: bool = False
+    dialect_name: str, names: LeaseTableNames, *, durable_session: bool = False, durable_release: bool = False
 ) -> dict[str, str | None]:
     """The statements of semaphores of ``dialect_name`` by name, the table names of ``names`` filled in."""
     values = placeholder_values(dialect_name, names)
-    texts = dialect_module(dialect_name).slot_steps(durable_session=durable_session)
+    texts = dialect_module(dialect_name).slot_steps(durable_session=durable_session, durable_release=durable_release)
     return {name: None if text is None else text.format_map(values) for name, text in texts.items()}
 
 
@@ -274,7 +276,9 @@ class PostgresStatements(LeaseStatements):
 
     def __init__(self, names: LeaseTableNames, *, durable_release: bool = False, durable_session: bool = False) -> None:
         texts = filled_texts("postgresql", names, durable_session=durable_session, durable_release=durable_release)
-        slots = filled_slot_texts("postgresql", names, durable_session=durable_session)
+        slots = filled_slot_texts(
+            "postgresql", names, durable_session=durable_session, durable_release=durable_release
+        )
         super().__init__(**_lease_texts(texts), slots=slots)
 
     def swept_count(self, rows: list[Any]) -> int:

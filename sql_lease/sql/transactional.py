@@ -275,6 +275,8 @@ def slot_acquire(
     unexpired slots, the owner's own slot renewed (same fence), or refused naming the oldest holder;
     :data:`PLAIN` for a key the owner holds as a plain lease (re-acquired as such)."""
     slots = s.slots
+    if slots["slot_acquire_call"] is not None:  # one round trip (PostgreSQL's function)
+        return (yield from _slot_acquire_call(s, (key, owner, ttl, data, limit, waiting)))
 
     def body() -> Plan[Any]:
         head = yield from _head(s, key, create=True)
@@ -306,6 +308,15 @@ def slot_acquire(
     return (yield from _transaction(s, body, slots=True))
 
 
+def _slot_acquire_call(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[Any]:
+    row = yield Query(s.slots["slot_acquire_call"], params)
+    if row is None:
+        return AcquireResult(False, None)
+    if row[5] and row[0]:  # the owner's own plain lease
+        return PLAIN
+    return AcquireResult(bool(row[0]), row[1], row[2], s.to_datetime(row[3]), float(row[4]))
+
+
 def _live_slot(state: Any, fence: int | None) -> bool:
     """Whether a ``slot_state`` row shows the owner's unexpired, unreleased slot of tenure ``fence``."""
     return state[1] is not None and bool(state[2]) and not state[3] and fence in (None, state[1])
@@ -335,6 +346,9 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     tenure start + min_hold, or deleted (an expired one is deleted too, and answered False)."""
     key, owner, fence, min_hold = params
     slots = s.slots
+    if slots["slot_release_call"] is not None:  # one round trip (PostgreSQL's function)
+        row = yield Query(slots["slot_release_call"], params)
+        return bool(row[0])
 
     def body() -> Plan[bool]:
         head = yield from _head(s, key, create=False)

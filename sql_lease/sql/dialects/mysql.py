@@ -481,10 +481,12 @@ SELECT fence FROM {slot_table}
  LOCK IN SHARE MODE"""
 
 
-def slot_steps(*, durable_session: bool) -> dict[str, str | None]:
+def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[str, str | None]:
     """The statements of semaphores by name (``SLOT_STEP_NAMES`` of the PostgreSQL module); the
     same in every variant."""
     return {
+        "slot_acquire_call": None,  # a transaction of the steps below
+        "slot_release_call": None,
         "slot_begin": BEGIN,
         "slot_commit": COMMIT,
         "slot_rollback": ROLLBACK,

@@ -26,7 +26,15 @@ from __future__ import annotations
 
 __all__ = ["PLACEHOLDERS", "SESSION_SETUP", "SLOT_STEP_NAMES", "slot_steps", "texts"]
 
-PLACEHOLDERS = ("table", "table_literal", "fence_sequence_literal", "fence_table", "slot_table")
+PLACEHOLDERS = (
+    "table",
+    "table_literal",
+    "fence_sequence_literal",
+    "fence_table",
+    "slot_table",
+    "slot_acquire_function",
+    "slot_release_function",
+)
 
 # -- set up once on each connection the provider makes itself (not borrowed, not via PgBouncer) ---
 
@@ -481,14 +489,39 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
 
 
 # -- semaphores: the slot table {slot_table}, each operation a transaction that locks the head first --
-# A key held as a semaphore has a head row in {table} (owner ''): every slot operation runs BEGIN,
-# SLOT_LOCK_HEAD (or SLOT_MAKE_HEAD, then the lock), then statements of their own snapshots (READ
-# COMMITTED: each sees every commit before it, the head lock orders them), then COMMIT. Times are
-# statement_timestamp(): now() would be the time of BEGIN, before the lock wait.
+# A key held as a semaphore has a head row in {table} (owner ''). Acquire and release call the
+# PL/pgSQL functions of migration 0006 (one round trip each); renew, transfer and break run BEGIN,
+# SLOT_LOCK_HEAD, then statements of their own snapshots (READ COMMITTED: each sees every commit
+# before it, the head lock orders them), then COMMIT. Times are statement_timestamp() (the
+# functions: clock_timestamp()): now() would be the time of BEGIN, before the lock wait.
 
 SLOT_BEGIN = "BEGIN"
 SLOT_COMMIT = "COMMIT"
 SLOT_ROLLBACK = "ROLLBACK"
+
+# slot_acquire_call ($1 key, $2 owner, $3 ttl_ms, $4 data JSON text | NULL, $5 limit, $6 waiting) -> (acquired,
+#   owner, fence, expires_at, remaining_ms, plain): the slot acquire in one round trip, by the function
+#   migration 0006 made: granted, or refused naming the oldest holder; plain: the key is a plain lease
+#   (acquired: the caller's own, re-acquired as such by ACQUIRE)
+SLOT_ACQUIRE_CALL = """
+SELECT * FROM {slot_acquire_function}($1::varchar, $2::varchar, $3::float8, $4::json, $5::int, $6::boolean, NULL)"""
+
+# slot_acquire_call, pinned durable for its own transaction: parameters and result as SLOT_ACQUIRE_CALL
+SLOT_ACQUIRE_CALL_PINNED = """
+SELECT * FROM {slot_acquire_function}($1::varchar, $2::varchar, $3::float8, $4::json, $5::int, $6::boolean, 'on')"""
+
+# slot_release_call ($1 key, $2 owner, $3 fence | NULL, $4 min_hold_ms | NULL) -> (released,): the slot release in
+#   one round trip (kept, or deleted; NOTIFY if waiters flagged the head), relaxed as RELEASE_RELAXED
+SLOT_RELEASE_CALL = """
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'off')"""
+
+# slot_release_call, durable on a durable session: parameters and result as SLOT_RELEASE_CALL
+SLOT_RELEASE_CALL_DURABLE = """
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL)"""
+
+# slot_release_call, durable, pinned for its own transaction: parameters and result as SLOT_RELEASE_CALL
+SLOT_RELEASE_CALL_PINNED = """
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'on')"""
 
 # slot_pin () -> synchronous_commit raised to 'on' for the transaction (on connections without SESSION_SETUP)
 SLOT_PIN = """SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
@@ -500,16 +533,6 @@ SLOT_LOCK_HEAD = """
 SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - statement_timestamp()) * 1000)::float8,
        data::text, acquired_at, expires_at > statement_timestamp(), released, has_waiters
   FROM {table} WHERE key = $1 FOR UPDATE"""
-
-# slot_make_head ($1 key) -> nothing; an expired head (owner '') for a key without a row, locked to COMMIT
-SLOT_MAKE_HEAD = """
-INSERT INTO {table} (key, owner, fence, expires_at, acquired_at)
-VALUES ($1, '', 0, statement_timestamp(), statement_timestamp())
-ON CONFLICT (key) DO NOTHING"""
-
-# slot_to_head ($1 key) -> nothing; the locked, expired plain lease of the key becomes its head
-SLOT_TO_HEAD = """
-UPDATE {table} SET owner = '', data = NULL, released = false WHERE key = $1"""
 
 # slot_state ($1 key, $2 owner, $3 min_hold_ms | NULL) -> (other owners' unexpired slots, owner's slot fence |
 #   NULL, owner's slot unexpired, owner's slot released, owner's tenure began less than min_hold_ms ago)
@@ -539,11 +562,6 @@ SLOT_EXTEND = """
 UPDATE {slot_table} SET expires_at = statement_timestamp() + $3::float8 * interval '1 millisecond',
        data = coalesce($4::json, data)
  WHERE key = $1 AND owner = $2 AND expires_at > statement_timestamp()"""
-
-# slot_keep ($1 key, $2 owner, $3 min_hold_ms) -> nothing; released, kept until its tenure start + min_hold_ms
-SLOT_KEEP = """
-UPDATE {slot_table} SET released = true, expires_at = acquired_at + $3::float8 * interval '1 millisecond'
- WHERE key = $1 AND owner = $2"""
 
 # slot_refresh_head ($1 key, $2 fence granted | NULL) -> nothing; the head's expiry (the latest
 #   unexpired slot's, else now: free) and tenure start (the oldest holder's), its fence raised to $2
@@ -577,9 +595,6 @@ DELETE FROM {table} WHERE key = $1 AND owner = ''"""
 SLOT_WAKE = """
 WITH woken AS (UPDATE {table} SET has_waiters = false WHERE key = $1 AND has_waiters RETURNING key)
 SELECT pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) FROM woken"""
-
-# slot_flag ($1 key) -> nothing; a refused waiter flags the head, so a release of a slot sends NOTIFY
-SLOT_FLAG = "UPDATE {table} SET has_waiters = true WHERE key = $1"
 
 # holders ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of every
 #   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence
@@ -619,6 +634,8 @@ SELECT fence FROM {slot_table}
 
 
 SLOT_STEP_NAMES = (
+    "slot_acquire_call",
+    "slot_release_call",
     "slot_begin",
     "slot_commit",
     "slot_rollback",
@@ -647,31 +664,37 @@ SLOT_STEP_NAMES = (
 """The statements of semaphores, by name (every dialect answers each; None where it has none)."""
 
 
-def slot_steps(*, durable_session: bool) -> dict[str, str | None]:
+def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[str, str | None]:
     """The statements of semaphores by name (:data:`SLOT_STEP_NAMES`); ``durable_session``: the
-    connection ran SESSION_SETUP, so the transaction pins nothing itself."""
+    connection ran SESSION_SETUP, so the transaction pins nothing itself; ``durable_release``: a
+    release commits durably. Acquire and release are one call each of migration 0006's functions;
+    the other operations are transactions of the steps below."""
+    s = durable_session
+    release = (SLOT_RELEASE_CALL_DURABLE if s else SLOT_RELEASE_CALL_PINNED) if durable_release else SLOT_RELEASE_CALL
     return {
+        "slot_acquire_call": SLOT_ACQUIRE_CALL if s else SLOT_ACQUIRE_CALL_PINNED,
+        "slot_release_call": release,
         "slot_begin": SLOT_BEGIN,
         "slot_commit": SLOT_COMMIT,
         "slot_rollback": SLOT_ROLLBACK,
         "slot_pin": None if durable_session else SLOT_PIN,
         "slot_lock_head": SLOT_LOCK_HEAD,
-        "slot_make_head": SLOT_MAKE_HEAD,
-        "slot_to_head": SLOT_TO_HEAD,
+        "slot_make_head": None,  # the acquire function makes heads
+        "slot_to_head": None,
         "slot_state": SLOT_STATE,
         "slot_next_fence": SLOT_NEXT_FENCE,
         "slot_drawn_fence": None,
         "slot_insert": SLOT_INSERT,
         "slot_delete": SLOT_DELETE,
         "slot_extend": SLOT_EXTEND,
-        "slot_keep": SLOT_KEEP,
+        "slot_keep": None,  # the release function keeps a slot
         "slot_refresh_head": SLOT_REFRESH_HEAD,
         "slot_mine": SLOT_MINE,
         "slot_rows": SLOT_ROWS,
         "slot_delete_all": SLOT_DELETE_ALL,
         "slot_delete_head": None,  # SLOT_DELETE_ALL deletes the head too
         "slot_wake": SLOT_WAKE,
-        "slot_flag": SLOT_FLAG,
+        "slot_flag": None,  # the acquire function flags a head
         "holders": HOLDERS,
         "slot_sweep": SLOT_SWEEP,
         "check_slot": CHECK_SLOT,

@@ -306,10 +306,12 @@ UPDATE {slot_table} SET owner = owner
 RETURNING fence"""
 
 
-def slot_steps(*, durable_session: bool) -> dict[str, str | None]:
+def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[str, str | None]:
     """The statements of semaphores by name (``SLOT_STEP_NAMES`` of the PostgreSQL module);
     the same in every variant."""
     return {
+        "slot_acquire_call": None,  # a transaction of the steps below
+        "slot_release_call": None,
         "slot_begin": SLOT_BEGIN,
         "slot_commit": SLOT_COMMIT,
         "slot_rollback": SLOT_ROLLBACK,
