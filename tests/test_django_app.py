@@ -244,7 +244,12 @@ def test_sqlite_migrate_and_test(tmp_path: Path) -> None:
 
     # migrate sql_lease zero drops what the migration made
     manage(tmp_path, databases, "migrate", "sql_lease", "zero", "--database", "other", "-v", "0")
-    assert not {name for _, name, _ in sqlite_schema(other)} & {"sql_leases", "sql_leases_fence", "sql_leases_fences", "sql_leases_slots"}
+    assert not {name for _, name, _ in sqlite_schema(other)} & {
+        "sql_leases",
+        "sql_leases_fence",
+        "sql_leases_fences",
+        "sql_leases_slots",
+    }
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------------

@@ -146,9 +146,9 @@ def test_cli_migrates_checks_and_runs_a_job(fresh_db: str) -> None:
     offline = run_cli("migrate", "--url", url, "--sql")
     assert offline.returncode == 0 and "VARBINARY(2048)" in offline.stdout and "DATETIME(6)" in offline.stdout
     first = run_cli("migrate", "--url", url)
-    assert first.returncode == 0 and "created sql_leases at revision 0005" in first.stdout, first
+    assert first.returncode == 0 and "created sql_leases at revision 0006" in first.stdout, first
     again = run_cli("migrate", "--url", url)
-    assert again.returncode == 0 and "already at revision 0005" in again.stdout, again
+    assert again.returncode == 0 and "already at revision 0006" in again.stdout, again
     check = run_cli("check", "--url", url)
     assert check.returncode == 0 and ("MariaDB" in check.stdout or "MySQL" in check.stdout), check
     job = run_cli("exec", "--url", url, "nightly", "--", sys.executable, "-c", "print('ran')")
@@ -172,7 +172,7 @@ def test_a_least_privilege_user_runs_every_lease_operation(fresh_db: str) -> Non
     user, password = f"lease_{uuid.uuid4().hex[:8]}", "pw-" + uuid.uuid4().hex[:8]
     with SyncSqlLeaseProvider(url_of(fresh_db)) as owner:
         owner.migrate()
-    tables = ("sql_leases", "sql_leases_fence", "sql_leases_fences")
+    tables = ("sql_leases", "sql_leases_slots", "sql_leases_fence", "sql_leases_fences")
     mysql_execute(
         MYSQL_URL,
         f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
@@ -191,6 +191,10 @@ def test_a_least_privilege_user_runs_every_lease_operation(fresh_db: str) -> Non
             assert provider.acquire_lease(key, "c", 1).acquired
             assert provider.sweep_expired() >= 0
             assert [lease.key for lease in provider.list_leases(include_expired=True)] in ([], [key])
+            slots = [provider.acquire_lease("sem", owner, 60_000, limit=2) for owner in ("s1", "s2", "s3")]
+            assert [slot.acquired for slot in slots] == [True, True, False]
+            assert provider.renew_lease("sem", "s1", 60_000) and provider.release_lease("sem", "s2")
+            assert provider.break_lease("sem") is not None
     finally:
         mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'")
 

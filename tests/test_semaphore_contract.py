@@ -77,8 +77,15 @@ def raw(face: Any) -> Any:
 
 @pytest.mark.parametrize(
     ("limit", "error"),
-    [("2", TypeError), (2.0, TypeError), (True, TypeError), (None, TypeError), (0, ValueError), (-1, ValueError),
-     (MAX_LIMIT + 1, ValueError)],
+    [
+        ("2", TypeError),
+        (2.0, TypeError),
+        (True, TypeError),
+        (None, TypeError),
+        (0, ValueError),
+        (-1, ValueError),
+        (MAX_LIMIT + 1, ValueError),
+    ],
 )
 async def test_a_bad_limit_is_refused_before_anything_is_sent(face: Any, key: str, limit: Any, error: type) -> None:
     counter = StatementCounter(raw(face))
@@ -94,7 +101,9 @@ def test_providers_that_take_limit_say_so(kind: str) -> None:
     from sql_lease import InMemoryLeaseProvider, SqlLeaseProvider, SyncInMemoryLeaseProvider, SyncSqlLeaseProvider
 
     classes = (
-        (InMemoryLeaseProvider, SyncInMemoryLeaseProvider) if kind == "memory" else (SqlLeaseProvider, SyncSqlLeaseProvider)
+        (InMemoryLeaseProvider, SyncInMemoryLeaseProvider)
+        if kind == "memory"
+        else (SqlLeaseProvider, SyncSqlLeaseProvider)
     )
     assert all(getattr(cls, "accepts_limit", False) is True for cls in classes)
 
@@ -149,9 +158,7 @@ async def test_a_slot_holders_reacquire_renews_its_slot_same_fence_same_tenure(f
     assert len(await face.get_lease_holders(key)) == 1
 
 
-async def test_a_plain_lease_refuses_a_semaphore_acquire_and_its_owner_reacquires_it_plain(
-    face: Any, key: str
-) -> None:
+async def test_a_plain_lease_refuses_a_semaphore_acquire_and_its_owner_reacquires_it_plain(face: Any, key: str) -> None:
     plain = await face.acquire_lease(key, "alice", TTL)
     refused = await face.acquire_lease(key, "bob", TTL, limit=3)
     assert not refused.acquired and (refused.owner, refused.fence) == ("alice", plain.fence)
@@ -238,7 +245,9 @@ async def test_renew_release_and_transfer_act_on_the_owners_slot_scoped_by_fence
 
 
 async def test_renew_leases_renews_slots_beside_plain_leases(face: Any, key: str) -> None:
-    if not hasattr(face, "renew_leases") or (getattr(face, "face", "") == "sync" and not hasattr(raw(face), "renew_leases")):
+    if not hasattr(face, "renew_leases") or (
+        getattr(face, "face", "") == "sync" and not hasattr(raw(face), "renew_leases")
+    ):
         pytest.skip("no batch renewal on this face")
     await face.acquire_lease(key, "a", 5_000, limit=2)
     await face.acquire_lease(key + ":plain", "a", 5_000)
@@ -256,7 +265,11 @@ async def test_list_shows_one_row_per_holder_and_no_head(face: Any, key: str) ->
     await face.acquire_lease(key + ":c", "y", TTL)
     listed = await face.list_leases(prefix=key)
     assert [(lease.key, lease.owner) for lease in listed] == [
-        (key + ":a", "x"), (key + ":b", "p"), (key + ":b", "q"), (key + ":b", "r"), (key + ":c", "y")
+        (key + ":a", "x"),
+        (key + ":b", "p"),
+        (key + ":b", "q"),
+        (key + ":b", "r"),
+        (key + ":c", "y"),
     ]
     assert len(await face.list_leases(prefix=key, limit=2)) == 2
     assert all(lease.owner for lease in await face.list_leases(include_expired=True, limit=10_000))

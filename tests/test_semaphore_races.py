@@ -4,6 +4,8 @@ and MariaDB/MySQL, each with real OS processes."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import time
 import uuid
@@ -45,6 +47,12 @@ def _lines(results: list[tuple[int, str, str]]) -> list[dict[str, Any]]:
     return lines
 
 
+def _argv(mode: str, backend: dict[str, str], key: str, worker: int, *more: str) -> list[str]:
+    """A worker's arguments: ``mode`` on ``key`` with ``LIMIT`` slots, then ``more``."""
+    where = ["--url", backend["url"], "--schema", backend["schema"], "--key", key, "--limit", str(LIMIT)]
+    return [mode, *where, "--worker", str(worker), *more]
+
+
 def most_at_once(intervals: list[tuple[float, float]]) -> int:
     """The largest number of intervals that overlap (an end at the moment of a start does not)."""
     events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
@@ -59,11 +67,7 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
 def test_racing_processes_never_hold_more_than_limit_slots(backend: dict[str, str]) -> None:
     workers, duration = 6, 3.0
     key = f"sem-race-{uuid.uuid4().hex[:8]}"
-    argvs = [
-        ["cycle", "--url", backend["url"], "--schema", backend["schema"], "--key", key, "--limit", str(LIMIT),
-         "--duration", str(duration), "--worker", str(i)]
-        for i in range(workers)
-    ]
+    argvs = [_argv("cycle", backend, key, i, "--duration", str(duration)) for i in range(workers)]
     lines = _lines(run_scripts(WORKER, argvs, REPO, duration + 90))
     summaries = [line for line in lines if "granted" in line]
     grants = [line for line in lines if "fence" in line]
@@ -81,17 +85,13 @@ def test_racing_processes_never_hold_more_than_limit_slots(backend: dict[str, st
     # grants are serialised by the head lock: a larger fence never began (by the database's clock,
     # its acquired_at) before a smaller one
     by_fence = sorted(grants, key=lambda grant: grant["fence"])
-    assert all(a["granted_at"] <= b["granted_at"] for a, b in zip(by_fence, by_fence[1:], strict=False))
+    assert all(a["granted_at"] <= b["granted_at"] for a, b in itertools.pairwise(by_fence))
 
 
 @pytest.mark.slow
 async def test_holders_that_die_keep_their_slots_until_they_expire(backend: dict[str, str]) -> None:
     key, ttl = f"sem-dead-{uuid.uuid4().hex[:8]}", 4_000
-    argvs = [
-        ["die", "--url", backend["url"], "--schema", backend["schema"], "--key", key, "--limit", str(LIMIT),
-         "--ttl", str(ttl), "--worker", str(i)]
-        for i in range(LIMIT)
-    ]
+    argvs = [_argv("die", backend, key, i, "--ttl", str(ttl)) for i in range(LIMIT)]
     started = time.monotonic()
     grants = _lines(run_scripts(WORKER, argvs, REPO, 90))
     assert all(grant["acquired"] for grant in grants)
@@ -102,7 +102,7 @@ async def test_holders_that_die_keep_their_slots_until_they_expire(backend: dict
             assert len(await provider.get_lease_holders(key)) == LIMIT
         holders = await provider.get_lease_holders(key)
         wait_s = max((holder.remaining_ms for holder in holders), default=0.0) / 1000 + 0.3
-        time.sleep(wait_s)
+        await asyncio.sleep(wait_s)
         granted = await provider.acquire_lease(key, "alive", 10_000, limit=LIMIT)
         assert granted.acquired and granted.fence > max(grant["fence"] for grant in grants)
         assert [holder.owner for holder in await provider.get_lease_holders(key)] == ["alive"]

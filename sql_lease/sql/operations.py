@@ -292,6 +292,8 @@ def release(s: LeaseStatements, key: str, owner: str, fence: object = None, min_
     checked_fence, min_hold = validate_tenure_options(fence, min_hold_ms)
     params = (key, owner, checked_fence, None if min_hold is None else s.ttl_param(min_hold))
     plain = transactional.release(s, params) if s.transactional else _release(s, params)
+    if s.release_covers_slots:
+        return plain
     return _or_slot(plain, False, lambda: transactional.slot_release(s, params))
 
 

@@ -84,9 +84,12 @@ class LeaseStatements:
     packed: bool = False
     """MySQL on a provider's own connections (multi-statement packets): an acquire is one packet
     (``steps["acquire_packet"]``) instead of a statement per step."""
-    slots: dict[str, str | None] = field(default_factory=dict)
+    slots: dict[str, Any] = field(default_factory=dict)
     """The statements of semaphores by name (``slot_steps()`` of the dialect module; None where the
     dialect has no such step), run by :func:`.transactional.slot_acquire` and its siblings."""
+    release_covers_slots: bool = False
+    """``release`` releases the owner's slot of a semaphore's key itself (PostgreSQL: by migration
+    0006's function, in the same statement): no slot transaction after it."""
     acquire_tries_quick: bool = False
     """Try ``acquire`` first as a quick query, then read ``holder`` if it met a lock (SQLite on a
     provider's own connections, whose lock waits the executor bounds: one statement when nothing
@@ -276,10 +279,8 @@ class PostgresStatements(LeaseStatements):
 
     def __init__(self, names: LeaseTableNames, *, durable_release: bool = False, durable_session: bool = False) -> None:
         texts = filled_texts("postgresql", names, durable_session=durable_session, durable_release=durable_release)
-        slots = filled_slot_texts(
-            "postgresql", names, durable_session=durable_session, durable_release=durable_release
-        )
-        super().__init__(**_lease_texts(texts), slots=slots)
+        slots = filled_slot_texts("postgresql", names, durable_session=durable_session, durable_release=durable_release)
+        super().__init__(**_lease_texts(texts), slots=slots, release_covers_slots=True)
 
     def swept_count(self, rows: list[Any]) -> int:
         return int(rows[0][0])

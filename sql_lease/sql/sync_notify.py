@@ -183,8 +183,8 @@ class SyncPostgresReleaseWaiter(ReleaseWaiterBase[SyncNotifyListener, threading.
         limit: int = 1,
     ) -> AcquireResult:
         """Try to acquire (with lease ``data``; ``limit`` >= 2: a slot of a semaphore) within
-        ``timeout_s`` seconds; a refusal marks the row so that its release (of any slot) sends NOTIFY. (Re)opens the LISTEN connection first, so no release after
-        it goes unheard."""
+        ``timeout_s`` seconds; a refusal marks the row so that its release (of any slot) sends
+        NOTIFY. (Re)opens the LISTEN connection first, so no release after it goes unheard."""
         listening = self._listener.ensure_listening()
         self._event.clear()
         return self._acquire(self.key, owner, ttl_ms, waiting=listening, data=data, timeout_s=timeout_s, limit=limit)

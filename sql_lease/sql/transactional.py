@@ -135,16 +135,21 @@ def acquire(
 
 def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     """Release as ``params`` (key, owner, fence, min_hold) say: kept (``release_keeping``) or
-    deleted; True if it was the owner's unexpired lease (an expired one is deleted too)."""
-    if params[3] is not None:
-        (kept,) = yield Query(s.release_keeping, params)
-        if kept:
+    deleted; True if it was the owner's unexpired lease (an expired one is deleted too). A statement
+    the server ended in a deadlock (beside a semaphore's transaction on the same row) runs again."""
+
+    def body() -> Plan[bool]:
+        if params[3] is not None:
+            (kept,) = yield Query(s.release_keeping, params)
+            if kept:
+                return True
+        (count,) = yield Query(s.release, params)
+        if count:
             return True
-    (count,) = yield Query(s.release, params)
-    if count:
-        return True
-    yield Query(s.steps["release_expired"], params[:3])
-    return False
+        yield Query(s.steps["release_expired"], params[:3])
+        return False
+
+    return (yield from _transaction(s, body, packed=True))
 
 
 def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
@@ -346,9 +351,6 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     tenure start + min_hold, or deleted (an expired one is deleted too, and answered False)."""
     key, owner, fence, min_hold = params
     slots = s.slots
-    if slots["slot_release_call"] is not None:  # one round trip (PostgreSQL's function)
-        row = yield Query(slots["slot_release_call"], params)
-        return bool(row[0])
 
     def body() -> Plan[bool]:
         head = yield from _head(s, key, create=False)

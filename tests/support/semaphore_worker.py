@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sql_lease import SyncSqlLeaseProvider  # noqa: E402
+from sql_lease import SyncSqlLeaseProvider
 
 
 def db_now_ms(provider: SyncSqlLeaseProvider, key: str, owner: str) -> tuple[float | None, float | None]:
@@ -70,7 +70,12 @@ def main() -> None:
             released = provider.release_lease(args.key, owner, fence=result.fence)
             if start is None or end is None or not released:
                 summary["lost"] += 1
-            print(json.dumps({"owner": owner, "fence": result.fence, "granted_at": granted_at, "start": start, "end": end}), flush=True)
+            print(
+                json.dumps(
+                    {"owner": owner, "fence": result.fence, "granted_at": granted_at, "start": start, "end": end}
+                ),
+                flush=True,
+            )
     print(json.dumps(summary), flush=True)
 
 

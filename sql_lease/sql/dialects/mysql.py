@@ -385,10 +385,12 @@ SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ex
        acquired_at, expires_at > UTC_TIMESTAMP(6), released, has_waiters FROM {table}
  WHERE `key` = $1 FOR UPDATE"""
 
-# slot_make_head ($1 key) -> row count; an expired head (owner '') for a key without a row
+# slot_make_head ($1 key) -> row count; an expired head (owner '') for a key without a row (a row another
+#   acquirer inserted first is left as it is: no warning, as INSERT IGNORE would give)
 SLOT_MAKE_HEAD = """
-INSERT IGNORE INTO {table} (`key`, owner, fence, expires_at, acquired_at, has_waiters)
-VALUES ($1, '', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), FALSE)"""
+INSERT INTO {table} (`key`, owner, fence, expires_at, acquired_at, has_waiters)
+VALUES ($1, '', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), FALSE)
+ON DUPLICATE KEY UPDATE `key` = `key`"""
 
 # slot_to_head ($1 key) -> row count; the locked, expired plain lease of the key becomes its head
 SLOT_TO_HEAD = """
@@ -486,7 +488,6 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
     same in every variant."""
     return {
         "slot_acquire_call": None,  # a transaction of the steps below
-        "slot_release_call": None,
         "slot_begin": BEGIN,
         "slot_commit": COMMIT,
         "slot_rollback": ROLLBACK,

@@ -256,7 +256,9 @@ NOTIFY_CHANNEL = "SELECT 'sql_lease_' || {table_literal}::regclass::oid"
 # -- release --------------------------------------------------------------------------------------
 
 # release, relaxed ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_ms | NULL) -> (was_unexpired, notified)
-#   if owner's row was deleted: unless released already or (with $4) still to be kept (RELEASE_KEEPING)
+#   if owner's row was deleted: unless released already or (with $4) still to be kept (RELEASE_KEEPING);
+#   for a semaphore's key (its head, owner '', is no one's row) the owner's slot released by migration
+#   0006's function instead, in the same round trip: (released, NULL)
 RELEASE_RELAXED = """
 WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone AS (
     DELETE FROM {table} USING commit_mode WHERE key = $1 AND owner = $2 AND ($3::bigint IS NULL OR fence = $3::bigint)
@@ -265,7 +267,10 @@ WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
-  FROM gone"""
+  FROM gone
+UNION ALL
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL), NULL FROM {table}
+ WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM gone)"""
 
 # release, durable on a durable session: parameters and result as RELEASE_RELAXED
 RELEASE_DURABLE = """
@@ -276,7 +281,10 @@ WITH gone AS (
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
-  FROM gone"""
+  FROM gone
+UNION ALL
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL), NULL FROM {table}
+ WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM gone)"""
 
 # release, durable, pinned for its own transaction: parameters and result as RELEASE_RELAXED
 RELEASE_DURABLE_PINNED = """
@@ -290,7 +298,10 @@ WITH commit_mode AS (
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
-  FROM gone"""
+  FROM gone
+UNION ALL
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL), NULL FROM {table}
+ WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM gone)"""
 
 # release with a minimum hold ($1 key, $2 owner, $3 fence | NULL, $4 min_hold_ms) -> (fence,) if owner's
 #   unexpired tenure began less than min_hold_ms ago: kept, marked released, until then (no NOTIFY)
@@ -510,19 +521,6 @@ SELECT * FROM {slot_acquire_function}($1::varchar, $2::varchar, $3::float8, $4::
 SLOT_ACQUIRE_CALL_PINNED = """
 SELECT * FROM {slot_acquire_function}($1::varchar, $2::varchar, $3::float8, $4::json, $5::int, $6::boolean, 'on')"""
 
-# slot_release_call ($1 key, $2 owner, $3 fence | NULL, $4 min_hold_ms | NULL) -> (released,): the slot release in
-#   one round trip (kept, or deleted; NOTIFY if waiters flagged the head), relaxed as RELEASE_RELAXED
-SLOT_RELEASE_CALL = """
-SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'off')"""
-
-# slot_release_call, durable on a durable session: parameters and result as SLOT_RELEASE_CALL
-SLOT_RELEASE_CALL_DURABLE = """
-SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL)"""
-
-# slot_release_call, durable, pinned for its own transaction: parameters and result as SLOT_RELEASE_CALL
-SLOT_RELEASE_CALL_PINNED = """
-SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'on')"""
-
 # slot_pin () -> synchronous_commit raised to 'on' for the transaction (on connections without SESSION_SETUP)
 SLOT_PIN = """SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
 WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)"""
@@ -635,7 +633,6 @@ SELECT fence FROM {slot_table}
 
 SLOT_STEP_NAMES = (
     "slot_acquire_call",
-    "slot_release_call",
     "slot_begin",
     "slot_commit",
     "slot_rollback",
@@ -666,14 +663,12 @@ SLOT_STEP_NAMES = (
 
 def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[str, str | None]:
     """The statements of semaphores by name (:data:`SLOT_STEP_NAMES`); ``durable_session``: the
-    connection ran SESSION_SETUP, so the transaction pins nothing itself; ``durable_release``: a
-    release commits durably. Acquire and release are one call each of migration 0006's functions;
-    the other operations are transactions of the steps below."""
+    connection ran SESSION_SETUP, so the transaction pins nothing itself (``durable_release``: the
+    same for every value; the RELEASE_* statements release slots). Acquire is one call of migration
+    0006's function; renew, transfer and break are transactions of the steps below."""
     s = durable_session
-    release = (SLOT_RELEASE_CALL_DURABLE if s else SLOT_RELEASE_CALL_PINNED) if durable_release else SLOT_RELEASE_CALL
     return {
         "slot_acquire_call": SLOT_ACQUIRE_CALL if s else SLOT_ACQUIRE_CALL_PINNED,
-        "slot_release_call": release,
         "slot_begin": SLOT_BEGIN,
         "slot_commit": SLOT_COMMIT,
         "slot_rollback": SLOT_ROLLBACK,

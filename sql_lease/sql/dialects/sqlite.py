@@ -203,14 +203,16 @@ SLOT_ROLLBACK = "ROLLBACK"
 # slot_lock_head (?1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released,
 #   has_waiters) of the key's row in the lease table (a plain lease or a head)
 SLOT_LOCK_HEAD = """
-SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data, acquired_at,
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+       data, acquired_at,
        expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), released, has_waiters
   FROM {table} WHERE key = ?1"""
 
 # slot_make_head (?1 key) -> nothing; an expired head (owner '') for a key without a row
 SLOT_MAKE_HEAD = """
 INSERT INTO {table} (key, owner, fence, expires_at, acquired_at)
-VALUES (?1, '', 0, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+VALUES (?1, '', 0, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+        CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
 ON CONFLICT (key) DO NOTHING"""
 
 # slot_to_head (?1 key) -> nothing; the expired plain lease of the key becomes its head
@@ -220,11 +222,14 @@ UPDATE {table} SET owner = '', data = NULL, released = 0 WHERE key = ?1"""
 # slot_state (?1 key, ?2 owner, ?3 min_hold_ms | NULL) -> (other owners' unexpired slots, owner's slot fence |
 #   NULL, owner's slot unexpired, owner's slot released, owner's tenure began less than min_hold_ms ago)
 SLOT_STATE = """
-SELECT count(CASE WHEN owner <> ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) THEN 1 END),
+SELECT count(CASE WHEN owner <> ?2
+                    AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) THEN 1 END),
        max(CASE WHEN owner = ?2 THEN fence END),
-       coalesce(max(CASE WHEN owner = ?2 THEN expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END), 0),
+       coalesce(max(CASE WHEN owner = ?2
+                         THEN expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END), 0),
        coalesce(max(CASE WHEN owner = ?2 THEN released END), 0),
-       coalesce(max(CASE WHEN owner = ?2 THEN acquired_at + ?3 > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END), 0)
+       coalesce(max(CASE WHEN owner = ?2
+                         THEN acquired_at + ?3 > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END), 0)
   FROM {slot_table} WHERE key = ?1"""
 
 # slot_next_fence () -> (fence,) the fence counter advanced
@@ -234,14 +239,16 @@ UPDATE {fence_counter} SET last_fence = last_fence + 1 RETURNING last_fence"""
 # slot_insert (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL, ?5 fence) -> nothing; a new tenure
 SLOT_INSERT = """
 INSERT INTO {slot_table} (key, owner, fence, acquired_at, expires_at, data)
-VALUES (?1, ?2, ?5, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, ?4)"""
+VALUES (?1, ?2, ?5, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+        CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, ?4)"""
 
 # slot_delete (?1 key, ?2 owner) -> nothing; the owner's slot row deleted
 SLOT_DELETE = "DELETE FROM {slot_table} WHERE key = ?1 AND owner = ?2"
 
 # slot_extend (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL: keep) -> nothing; the tenure goes on
 SLOT_EXTEND = """
-UPDATE {slot_table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, data = coalesce(?4, data)
+UPDATE {slot_table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3,
+       data = coalesce(?4, data)
  WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # slot_keep (?1 key, ?2 owner, ?3 min_hold_ms integer) -> nothing; released, kept until its tenure start + min_hold_ms
@@ -252,22 +259,26 @@ UPDATE {slot_table} SET released = 1, expires_at = acquired_at + ?3 WHERE key = 
 #   slot's, else now: free) and tenure start (the oldest holder's), its fence raised to ?2
 SLOT_REFRESH_HEAD = """
 UPDATE {table}
-   SET expires_at = coalesce((SELECT max(expires_at) FROM {slot_table}
-                               WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)), CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
-       acquired_at = coalesce((SELECT min(acquired_at) FROM {slot_table}
-                                WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)), acquired_at),
+   SET expires_at = coalesce((SELECT max(expires_at) FROM {slot_table} WHERE key = ?1
+                                 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
+                            CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
+       acquired_at = coalesce((SELECT min(acquired_at) FROM {slot_table} WHERE key = ?1
+                                  AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
+                             acquired_at),
        fence = max(fence, coalesce(?2, fence))
  WHERE key = ?1"""
 
 # slot_mine (?1 key, ?2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's slot (read back)
 SLOT_MINE = """
-SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) FROM {slot_table}
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+  FROM {slot_table}
  WHERE key = ?1 AND owner = ?2"""
 
 # slot_rows (?1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released, live) of
 #   every slot of the key, expired ones too, oldest tenure first
 SLOT_ROWS = """
-SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data, acquired_at, released,
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
+       acquired_at, released,
        expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
   FROM {slot_table} WHERE key = ?1 ORDER BY acquired_at, fence"""
 
@@ -282,10 +293,13 @@ DELETE FROM {table} WHERE key = ?1 AND owner = ''"""
 # holders (?1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of every
 #   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence
 HOLDERS = """
-SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data, acquired_at, released
-  FROM {table} WHERE key = ?1 AND owner <> '' AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
+       acquired_at, released
+  FROM {table}
+ WHERE key = ?1 AND owner <> '' AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 UNION ALL
-SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data, acquired_at, released
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
+       acquired_at, released
   FROM {slot_table} WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 ORDER BY 6, 2"""
 
@@ -311,7 +325,6 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
     the same in every variant."""
     return {
         "slot_acquire_call": None,  # a transaction of the steps below
-        "slot_release_call": None,
         "slot_begin": SLOT_BEGIN,
         "slot_commit": SLOT_COMMIT,
         "slot_rollback": SLOT_ROLLBACK,
