@@ -56,7 +56,7 @@ def upgrade() -> None:
             f"CREATE TABLE {prefix}`{names.slot_table}` (`key` VARBINARY(2048) NOT NULL, "
             "owner VARBINARY(2048) NOT NULL, fence BIGINT NOT NULL, acquired_at DATETIME(6) NOT NULL, "
             "expires_at DATETIME(6) NOT NULL, data LONGTEXT NULL, released BOOL NOT NULL DEFAULT false, "
-            "PRIMARY KEY (`key`, owner(1024))) ENGINE=InnoDB"
+            f"PRIMARY KEY (`key`, owner(1024)), INDEX `{names.slot_expires_at_index}` (expires_at)) ENGINE=InnoDB"
         )
         return
     op.create_table(
@@ -72,6 +72,8 @@ def upgrade() -> None:
         sqlite_with_rowid=False,
         mysql_engine="InnoDB",
     )
+    # the sweep's order (without it PostgreSQL's lease sessions, enable_seqscan off, plan a sort)
+    op.create_index(names.slot_expires_at_index, names.slot_table, ["expires_at"], schema=names.schema)
     if dialect == "postgresql":
         _create_functions()
 

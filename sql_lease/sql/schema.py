@@ -161,6 +161,11 @@ class LeaseTableNames:
         return f"{self.table}_slots"
 
     @property
+    def slot_expires_at_index(self) -> str:
+        """Index of the slot table's expiry (the sweep's order; within 63 bytes as the others)."""
+        return f"ix_{self.table}_slots_exp"
+
+    @property
     def slot_acquire_function(self) -> str:
         """PostgreSQL function of the slot acquire transaction (migration 0006)."""
         return f"{self.table}_slot_acquire"
@@ -233,6 +238,7 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
         Column("expires_at", expires_at_type, nullable=False),
         Column("data", data_type, nullable=True),
         Column("released", Boolean, nullable=False, server_default=false()),
+        Index(names.slot_expires_at_index, "expires_at"),
         sqlite_with_rowid=False,
     )
     Table(
