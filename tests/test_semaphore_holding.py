@@ -18,8 +18,8 @@ from sql_lease import (
     acquire_lease_wait,
     hold,
     leased,
+    sync_holding,
 )
-from sql_lease import sync_holding
 
 BAD_LIMITS = [(True, TypeError), (2.0, TypeError), ("2", TypeError), (0, ValueError), (10_001, ValueError)]
 
@@ -105,7 +105,9 @@ async def test_memory_renew_release_transfer_act_on_the_owners_slot() -> None:
     assert not await leases.renew_lease("k", "a", 5_000, fence=b.fence)
     info = await leases.renew_lease_info("k", "b", 5_000, fence=b.fence)
     assert info is not None and (info.owner, info.fence, info.remaining_ms) == ("b", b.fence, 5_000)
-    assert await leases.renew_leases([("k", "a", 6_000, a.fence)]) == {"k": await leases.renew_lease_info("k", "a", 6_000)}
+    assert await leases.renew_leases([("k", "a", 6_000, a.fence)]) == {
+        "k": await leases.renew_lease_info("k", "a", 6_000)
+    }
     assert not await leases.transfer_lease("k", "a", "b", 1_000)  # b holds a slot already
     clock.now += 1
     assert await leases.transfer_lease("k", "a", "c", 2_000, data={"to": "c"}, fence=a.fence)
@@ -190,7 +192,10 @@ def test_sync_memory_has_the_same_rules() -> None:
 
 
 async def test_hold_with_a_limit_admits_that_many_holders(provider: Any, key: str) -> None:
-    async with hold(provider, key, "a", ttl_ms=10_000, limit=2) as a, hold(provider, key, "b", ttl_ms=10_000, limit=2) as b:
+    async with (
+        hold(provider, key, "a", ttl_ms=10_000, limit=2) as a,
+        hold(provider, key, "b", ttl_ms=10_000, limit=2) as b,
+    ):
         assert b.fence > a.fence
         with pytest.raises(LeaseNotAcquiredError) as refused:
             async with hold(provider, key, "c", ttl_ms=10_000, limit=2):
@@ -334,9 +339,11 @@ async def test_leased_with_a_limit_runs_at_most_that_many_calls(provider: Any, k
 def test_sync_hold_with_a_limit_admits_that_many_holders(sync_provider: Any, key: str) -> None:
     with sync_provider.hold(key, "a", 10_000, limit=2) as a, sync_provider.hold(key, "b", 10_000, limit=2) as b:
         assert b.fence > a.fence
-        with pytest.raises(LeaseNotAcquiredError) as refused:
-            with sync_holding.hold(sync_provider, key, "c", 10_000, limit=2):
-                pytest.fail("a third holder of a limit of 2")
+        with (
+            pytest.raises(LeaseNotAcquiredError) as refused,
+            sync_holding.hold(sync_provider, key, "c", 10_000, limit=2),
+        ):
+            pytest.fail("a third holder of a limit of 2")
         assert refused.value.holder == "a"
     assert sync_provider.get_lease_holders(key) == []
 
