@@ -598,15 +598,7 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
             return self._start_holding(first_due)
         try:
             if self.wait:
-                waiting = AsyncWaitingAcquire(
-                    self.provider,
-                    self.key,
-                    self.owner,
-                    self._call_ttl_ms,
-                    self.timeout_s,
-                    data=self.data,
-                    limit=self.limit,
-                )
+                waiting = self._waiting(AsyncWaitingAcquire)
                 result, sent = await waiting.timed()
             else:
                 sent = loop.time()

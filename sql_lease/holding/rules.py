@@ -603,6 +603,12 @@ class HoldRules(Generic[ProviderT, OnLostT]):
             given["min_hold_ms"] = self.min_hold_ms
         return given
 
+    def _waiting(self, make: Callable[..., T]) -> T:
+        """This hold's waiting acquire (``wait=True``), made by the face's class."""
+        return make(
+            self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, data=self.data, limit=self.limit
+        )
+
     def _acquire_kw(self) -> dict[str, Any]:
         """The keywords of this hold's acquire: its data and its semaphore limit, where given."""
         return {**data_kw(self.data), **limit_kw(self.limit)}

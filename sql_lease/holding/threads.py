@@ -235,15 +235,7 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
             if self._handoff is not None:
                 first_due = self._adopted(*self._read_back())
             elif self.wait:
-                waiting = ThreadWaitingAcquire(
-                    self.provider,
-                    self.key,
-                    self.owner,
-                    self._call_ttl_ms,
-                    self.timeout_s,
-                    data=self.data,
-                    limit=self.limit,
-                )
+                waiting = self._waiting(ThreadWaitingAcquire)
                 result, sent = waiting.timed()
             else:
                 sent = time.monotonic()
