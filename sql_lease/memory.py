@@ -401,7 +401,8 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         return self._leases.get_owner(key)
 
     async def get_lease(self, key: str) -> LeaseInfo | None:
-        """The unexpired lease on ``key`` (owner, fence, expiry), or None."""
+        """The unexpired lease on ``key`` (owner, fence, expiry; of a semaphore, the holder with the
+        oldest tenure), or None."""
         return self._leases.get_lease(key)
 
     async def release_lease(
@@ -446,18 +447,21 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data, fence)
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
-        """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
+        """Forget up to ``batch_size`` leases and semaphore slots that expired at least ``grace_ms`` ms
+        ago; how many."""
         return self._leases.sweep(batch_size, grace_ms)
 
     async def list_leases(
         self, prefix: str | None = None, include_expired: bool = False, limit: int = 1000
     ) -> list[LeaseInfo]:
-        """Leases ordered by key whose key starts with ``prefix`` (all when None), at most ``limit``."""
+        """Leases ordered by key whose key starts with ``prefix`` (all when None), one per holder of a
+        semaphore key (oldest tenure first), at most ``limit`` rows."""
         return self._leases.list(prefix, include_expired, limit)
 
     async def break_lease(self, key: str, *, fence: int | None = None) -> LeaseInfo | None:
-        """Forget the lease on ``key`` whoever holds it, or (``fence`` given) only the tenure with
-        that fence; the lease broken, or None if no such lease was held."""
+        """Forget the lease on ``key`` whoever holds it (every slot of a semaphore), or (``fence``
+        given) only the tenure with that fence; the lease broken (of a semaphore, the holder with
+        the oldest tenure), or None if no such lease was held unexpired."""
         return self._leases.break_(key, fence)
 
 
@@ -515,7 +519,8 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         return self._leases.get_owner(key)
 
     def get_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
-        """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms), or None."""
+        """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms; of a semaphore, the
+        holder with the oldest tenure), or None."""
         return self._leases.get_lease(key)
 
     def release_lease(
@@ -579,7 +584,8 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
     def sweep_expired(
         self, batch_size: int = 1000, grace_ms: int | float = 0, *, timeout_s: float | None = None
     ) -> int:
-        """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
+        """Forget up to ``batch_size`` leases and semaphore slots that expired at least ``grace_ms`` ms
+        ago; how many."""
         return self._leases.sweep(batch_size, grace_ms)
 
     def list_leases(
@@ -590,10 +596,12 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         *,
         timeout_s: float | None = None,
     ) -> list[LeaseInfo]:
-        """Leases ordered by key whose key starts with ``prefix`` (all when None), at most ``limit``."""
+        """Leases ordered by key whose key starts with ``prefix`` (all when None), one per holder of a
+        semaphore key (oldest tenure first), at most ``limit`` rows."""
         return self._leases.list(prefix, include_expired, limit)
 
     def break_lease(self, key: str, *, fence: int | None = None, timeout_s: float | None = None) -> LeaseInfo | None:
-        """Forget the lease on ``key`` whoever holds it, or (``fence`` given) only the tenure with
-        that fence; the lease broken, or None if no such lease was held."""
+        """Forget the lease on ``key`` whoever holds it (every slot of a semaphore), or (``fence``
+        given) only the tenure with that fence; the lease broken (of a semaphore, the holder with
+        the oldest tenure), or None if no such lease was held unexpired."""
         return self._leases.break_(key, fence)
