@@ -555,13 +555,15 @@ def _loss_timer() -> _LossTimer:
 class HeldLease(HoldRules[LeaseProvider, OnLost]):
     """A lease held for the duration of an ``async with`` block; made by :func:`hold`, which
     takes the same arguments: ``HeldLease(provider, key, owner=None, ttl_ms=15_000, *,
-    renew_every_ms=None, wait=False, timeout_s=None, on_lost="cancel", data=None, min_hold_ms=None)``.
+    renew_every_ms=None, wait=False, timeout_s=None, on_lost="cancel", data=None, min_hold_ms=None,
+    limit=1)``.
 
     Attributes: ``key``, ``owner``, ``fence`` (the fencing token of this tenure), ``expires_at``
     (aware UTC, by the database's clock: the acquire's answer, then each renewal's; for providers
     without ``renew_lease_info``, the acquire's answer advanced by the time elapsed since), ``lost``
     (an ``asyncio.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to`` and
-    ``data`` (the lease data given to :func:`hold`, or None).
+    ``data`` (the lease data given to :func:`hold`, or None), ``limit`` (1, or the semaphore's
+    limit: the hold is then one slot of the key).
 
     ``check()`` raises ``LeaseLostError`` and ``valid`` is False once the local deadline (the last
     confirmed expiry less 10% of the TTL, by the loop's clock) has passed, judged when called: ask

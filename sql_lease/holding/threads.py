@@ -191,12 +191,13 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
     """A lease held while a ``with`` block runs, renewed by a background thread; made by
     :func:`hold`, which takes the same arguments: ``SyncHeldLease(provider, key, owner=None,
     ttl_ms=15_000, *, renew_every_ms=None, wait=False, timeout_s=None, on_lost="raise",
-    data=None)``.
+    data=None, min_hold_ms=None, limit=1)``.
 
     Attributes: ``key``, ``owner``, ``fence`` (this tenure's fencing token), ``expires_at`` (aware
     UTC, the database's answer: from the acquire, then from each renewal), ``lost`` (a
     ``threading.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to``, ``data``
-    (the lease data given to :func:`hold`, or None).
+    (the lease data given to :func:`hold`, or None), ``limit`` (1, or the semaphore's limit: the
+    hold is then one slot of the key).
     Call :meth:`check` (or read ``valid``) between steps of long work: it raises ``LeaseLostError``
     once the lease is lost, judged by the clock when called (the last known expiry less 10% of the
     TTL), even while a renewal or transfer statement hangs. A process-wide watch thread declares
