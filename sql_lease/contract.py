@@ -37,6 +37,7 @@ __all__ = [
     "LeaseInfo",
     "LeaseProvider",
     "LeaseProviderBase",
+    "ListsHolders",
     "ReleaseWaiter",
     "ReleaseWaiters",
     "RenewItem",
@@ -193,6 +194,35 @@ class LeaseProvider(Protocol):
     the release), and freed at once if that moment has passed. A kept lease refuses every acquire
     (its own owner's too: it was released), renewal, transfer and further release; it ends at
     that expiry (or by ``break_lease``), and the next acquire is a new tenure with a larger fence.
+
+    Semaphores (an extension of the bundled providers, which say so with ``accepts_limit = True``;
+    ``hold()``, ``acquire_lease_wait()``, ``@leased`` and ``exec`` pass ``limit`` only when it is
+    not 1, and only to such providers, else ``TypeError`` naming the provider before anything is
+    sent): ``acquire_lease`` takes a keyword-only ``limit`` (:func:`validate_limit`, an ``int``
+    from 1 to ``MAX_LIMIT``, checked first; default 1, the plain lease of rules 1-3). With
+    ``limit >= 2`` the key is a semaphore and each owner holds a *slot* of it, a tenure of its own:
+
+    - A key is held either as a plain lease or as a semaphore. A semaphore acquire of a key held as
+      an unexpired plain lease by another owner is refused naming it; by the same owner it is that
+      lease's re-acquire (rule 3: kept plain, same fence). A plain acquire (``limit=1``) of a key
+      with any unexpired slot is refused while anyone holds one, the slot holders included.
+    - The owner of an unexpired slot re-acquires it: TTL renewed, same fence, same tenure start.
+      Otherwise the slot is granted iff fewer than ``limit`` other owners hold unexpired slots (by
+      the provider's clock); ``limit`` is the caller's, per call. A granted slot's fence is larger
+      than every earlier grant of the key (one sequence per key across slots and plain tenures).
+      A refusal names the holder with the oldest tenure (owner, fence, expiry, ``remaining_ms``).
+    - A slot released with ``min_hold_ms`` is kept, and counted, until its minimum hold ends.
+    - ``renew_lease``, ``renew_lease_info``, ``release_lease`` and ``transfer_lease`` act on that
+      owner's slot (``fence`` scopes them to its tenure). A transfer to an owner that holds a slot
+      of the key already is refused (False); otherwise the slot passes with a new fence, its
+      tenure restarting; a transfer to oneself renews. Once the last slot is released or expired
+      the key is free at once for a plain acquire.
+    - ``get_lease_owner``/``get_lease`` name the holder with the oldest tenure; ``get_lease_holders(key)
+      -> list[LeaseInfo]`` lists every unexpired holder, oldest tenure first (then fence): ``[]`` or
+      the one plain lease for a plain key. ``list_leases`` gives one row per holder (``limit``
+      counts rows; ``include_expired`` shows expired slots). ``break_lease(key)`` ends every holder
+      and returns the oldest (None if none was unexpired); with ``fence`` only that holding.
+      ``sweep_expired`` forgets expired slots. ``check_held`` holds for a slot as for a lease.
     """
 
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int | float) -> AcquireResult:
@@ -213,6 +243,17 @@ class LeaseProvider(Protocol):
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool:
         """Hand ``from_owner``'s unexpired lease to ``to_owner`` for ``ttl_ms`` ms (rule 8)."""
+        ...
+
+
+@runtime_checkable
+class ListsHolders(Protocol):
+    """Optional: every holder of a key (see ``LeaseProvider``, "Semaphores"); the bundled providers
+    have it. ``sql-lease show`` uses it when a provider has it, and a semaphore ``hold()`` reads a
+    handed-on slot back with it."""
+
+    async def get_lease_holders(self, key: str) -> list[LeaseInfo]:
+        """Every unexpired holder of ``key``, oldest tenure first (then fence); ``[]`` when free."""
         ...
 
 
@@ -247,7 +288,8 @@ class ReleaseWaiter(Protocol):
     ) -> AcquireResult:
         """One acquire attempt (``data``: the lease data, given only when the caller gave it;
         ``timeout_s``: the attempt's time limit in seconds, None: the provider's); a refusal asks
-        to be woken when the holder lets go."""
+        to be woken when the holder lets go. A provider with ``accepts_limit`` also takes a
+        keyword ``limit`` (given only when not 1): a semaphore acquire, woken when any slot is let go."""
         ...
 
     async def wait(self, timeout_s: float) -> bool:
@@ -302,7 +344,8 @@ class SyncReleaseWaiter(Protocol):
         self, owner: str, ttl_ms: int | float, timeout_s: float | None, *, data: dict[str, Any] | None = None
     ) -> AcquireResult:
         """One acquire attempt with lease ``data`` (given only when the caller gave it), answered
-        within ``timeout_s`` seconds (None: the provider's own limit)."""
+        within ``timeout_s`` seconds (None: the provider's own limit); ``limit`` too, as
+        :class:`ReleaseWaiter`'s."""
         ...
 
     def wait(self, timeout_s: float) -> bool:

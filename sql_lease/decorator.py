@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Never, ParamSpec, Proto
 
 from .contract import LeaseProvider, encode_data, is_lease_provider, validate_key, validate_owner
 from .errors import LeaseNotAcquiredError
-from .holding.rules import validate_hold_options, validate_min_hold
+from .holding.rules import validate_hold_limit, validate_hold_options, validate_min_hold
 
 if TYPE_CHECKING:
     from .contract import SyncLeaseProvider
@@ -187,6 +187,7 @@ def leased(
     renew_every_ms: int | float | None = ...,
     data: dict[str, Any] | None = ...,
     min_hold_ms: int | float | None = ...,
+    limit: int = ...,
 ) -> _SyncLeasing[None]: ...
 @overload
 def leased(
@@ -200,6 +201,7 @@ def leased(
     renew_every_ms: int | float | None = ...,
     data: dict[str, Any] | None = ...,
     min_hold_ms: int | float | None = ...,
+    limit: int = ...,
 ) -> _SyncLeasing[Never]: ...
 @overload
 def leased(
@@ -213,6 +215,7 @@ def leased(
     renew_every_ms: int | float | None = ...,
     data: dict[str, Any] | None = ...,
     min_hold_ms: int | float | None = ...,
+    limit: int = ...,
 ) -> _AsyncLeasing[None]: ...
 @overload
 def leased(
@@ -226,6 +229,7 @@ def leased(
     renew_every_ms: int | float | None = ...,
     data: dict[str, Any] | None = ...,
     min_hold_ms: int | float | None = ...,
+    limit: int = ...,
 ) -> _AsyncLeasing[Never]: ...
 
 
@@ -240,6 +244,7 @@ def leased(
     renew_every_ms: int | float | None = None,
     data: dict[str, Any] | None = None,
     min_hold_ms: int | float | None = None,
+    limit: int = 1,
 ) -> Any:
     """Decorate a function so that each call holds the lease ``key`` (renewed in the background)
     while it runs, and never runs while another owner holds it.
@@ -269,6 +274,12 @@ def leased(
             released) until ``min_hold_ms`` milliseconds after the call's tenure began, by the
             provider's clock, so a call on another host in that time is skipped (or waits). Checked
             when decorating (``TypeError`` also for a provider without ``accepts_fence``).
+        limit: at most ``limit`` calls at once across every process (a semaphore: each call holds
+            one of ``limit`` slots of ``key``; default 1, a plain lease). Checked when decorating
+            (``TypeError``/``ValueError``; ``TypeError`` also for ``limit`` > 1 with a provider
+            without ``accepts_limit``). With a fixed ``owner`` the owner is one holder: a call
+            while another call of that owner holds a slot raises ``LeaseNotAcquiredError`` (or is
+            skipped), whatever ``on_conflict`` says.
 
     If the function has a parameter named ``lease``, it receives the held lease
     (``SyncHeldLease``/``HeldLease``: ``fence``, ``lost``, ``valid``, ``check()``, ``transfer_to``);
@@ -280,6 +291,7 @@ def leased(
     follow at most two positional parameters), and returns ``R`` (``R | None`` with ``"skip"``);
     an ``async def`` function stays one.
     """
+    validate_hold_limit(provider, limit)
     if on_conflict not in ("skip", "wait", "raise"):
         raise ValueError(f"on_conflict must be 'skip', 'wait' or 'raise', not {on_conflict!r}")
     if not is_lease_provider(provider):
@@ -301,6 +313,8 @@ def leased(
     }
     if data is not None:
         options["data"] = data
+    if limit != 1:
+        options["limit"] = limit
     # The hold the body runs in releases with the minimum hold; a claim handed on to the fixed
     # owner never ran it.
     running = options if min_hold_ms is None else {**options, "min_hold_ms": min_hold_ms}

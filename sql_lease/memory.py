@@ -20,6 +20,7 @@ from .contract import (
     encode_key,
     validate_fence,
     validate_key,
+    validate_limit,
     validate_list,
     validate_owner,
     validate_renew_items,
@@ -44,12 +45,20 @@ class NoopLeaseProvider(LeaseProviderBase):
 
     accepts_fence = True
     """The keywords of the SQL providers are taken (and checked), so ``hold(min_hold_ms=)`` serves."""
+    accepts_limit = True
+    """``acquire_lease`` takes (and checks) ``limit``, so ``hold(limit=)`` serves: every caller holds a slot."""
 
     async def acquire_lease(
-        self, key: str, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+        self, key: str, owner: str, ttl_ms: int | float, *, limit: int = 1, data: dict[str, Any] | None = None
     ) -> AcquireResult:
+        validate_limit(limit)
         validate_key(key), validate_owner(owner), validate_ttl_ms(ttl_ms), encode_data(data)
         return AcquireResult(acquired=True, owner=owner)
+
+    async def get_lease_holders(self, key: str) -> list[LeaseInfo]:
+        """Always ``[]``: the no-op provider keeps nothing."""
+        validate_key(key)
+        return []
 
     async def get_lease_owner(self, key: str) -> str | None:
         validate_key(key)
@@ -100,6 +109,11 @@ class _Tenure:
         return live and self.owner == owner and fence in (None, self.fence)
 
 
+def _tenure_order(tenure: _Tenure) -> tuple[float, int]:
+    """Holders of a key are ordered by tenure start, then fence: the oldest first."""
+    return tenure.acquired_at_ms, tenure.fence
+
+
 class MemoryLeases:
     """The lease table of the in-memory providers: every rule, synchronous and thread-safe (one
     lock around each operation). :class:`InMemoryLeaseProvider` (asyncio) and
@@ -107,6 +121,10 @@ class MemoryLeases:
 
     Expiry uses ``clock`` (a float number of milliseconds, default :func:`monotonic_ms`);
     ``expires_at`` is the UTC wall time at which the monotonic deadline falls.
+
+    A key is held either as a plain lease (``_tenures``) or as a semaphore (``_slots``: one tenure
+    per holder, by owner); fences come from one counter, so every grant's is larger than every
+    earlier one's.
     """
 
     def __init__(self, clock: Callable[[], float] = monotonic_ms) -> None:
@@ -114,6 +132,7 @@ class MemoryLeases:
         # Wall time of clock() == 0, fixed once so an expiry always maps to the same datetime.
         self._wall_epoch = datetime.now(UTC) - timedelta(milliseconds=clock())
         self._tenures: dict[str, _Tenure] = {}
+        self._slots: dict[str, dict[str, _Tenure]] = {}  # semaphore keys: each holder's slot by owner
         self._last_fence = 0
         self._lock = threading.Lock()
 
@@ -135,12 +154,81 @@ class MemoryLeases:
         self._last_fence += 1
         return self._last_fence
 
-    def acquire(self, key: str, owner: str, ttl_ms: object, data: object = None) -> AcquireResult:
+    # -- semaphores: the slots of a key ---------------------------------------------------------
+
+    def _live_slots(self, key: str, now_ms: float) -> list[_Tenure]:
+        """The unexpired slots of ``key`` (kept ones included), oldest tenure first (then fence)."""
+        slots = self._slots.get(key)
+        if not slots:
+            return []
+        return sorted((t for t in slots.values() if t.expires_at_ms > now_ms), key=_tenure_order)
+
+    def _holders(self, key: str, now_ms: float) -> list[_Tenure]:
+        """Every unexpired holder of ``key``: its plain lease, or its slots oldest first."""
+        plain = self._live(key, now_ms)
+        return [plain] if plain is not None else self._live_slots(key, now_ms)
+
+    def _own(self, key: str, owner: str) -> _Tenure | None:
+        """``owner``'s tenure of ``key``, expired or not: its plain lease, else its slot."""
+        plain = self._tenures.get(key)
+        if plain is not None and plain.owner == owner:
+            return plain
+        return self._slots.get(key, {}).get(owner)
+
+    def _drop(self, key: str, tenure: _Tenure) -> None:
+        """Forget ``tenure`` of ``key`` (the plain lease or a slot)."""
+        if self._tenures.get(key) is tenure:
+            del self._tenures[key]
+            return
+        slots = self._slots.get(key, {})
+        if slots.get(tenure.owner) is tenure:
+            del slots[tenure.owner]
+            if not slots:
+                del self._slots[key]
+
+    def _refusal(self, holder: _Tenure, now_ms: float) -> AcquireResult:
+        remaining = holder.expires_at_ms - now_ms
+        return AcquireResult(False, holder.owner, holder.fence, self._wall(holder.expires_at_ms), remaining)
+
+    def _acquire_slot(
+        self, key: str, owner: str, ttl: float, text: str | None, limit: int, now: float
+    ) -> AcquireResult:
+        """A semaphore acquire of a key no plain lease holds (under the lock)."""
+        holders = self._live_slots(key, now)
+        mine = self._slots.get(key, {}).get(owner)
+        if mine is not None and mine.expires_at_ms > now:
+            if mine.released:  # kept for its minimum hold: refused, as a kept lease is
+                return self._refusal(holders[0], now)
+            mine.expires_at_ms = now + ttl
+            mine.data = mine.data if text is None else text
+            return AcquireResult(True, owner, mine.fence, self._wall(mine.expires_at_ms), ttl)
+        if len(holders) >= limit:
+            return self._refusal(holders[0], now)
+        self._tenures.pop(key, None)  # an expired plain lease: the key is a semaphore now
+        slot = self._slots.setdefault(key, {})[owner] = _Tenure(owner, self._next_fence(), now + ttl, now, text)
+        return AcquireResult(True, owner, slot.fence, self._wall(slot.expires_at_ms), ttl)
+
+    def get_holders(self, key: str) -> list[LeaseInfo]:
+        key = validate_key(key)
+        with self._lock:
+            now = self._clock()
+            return [self._info(key, tenure, now) for tenure in self._holders(key, now)]
+
+    # -- every key ------------------------------------------------------------------------------
+
+    def acquire(self, key: str, owner: str, ttl_ms: object, data: object = None, limit: object = 1) -> AcquireResult:
+        checked_limit = validate_limit(limit)
         key, owner = validate_key(key), validate_owner(owner)
         ttl = validate_ttl_ms(ttl_ms)
         text = encode_data(data)
         with self._lock:
             now = self._clock()
+            if self._live(key, now) is None:  # no plain lease holds it
+                if checked_limit > 1:
+                    return self._acquire_slot(key, owner, ttl, text, checked_limit, now)
+                slots = self._live_slots(key, now)
+                if slots:  # a plain acquire is refused while anyone holds a slot
+                    return self._refusal(slots[0], now)
             current = self._tenures.get(key)
             if current is not None and (current.owner != owner or current.released) and current.expires_at_ms > now:
                 return AcquireResult(
@@ -156,35 +244,35 @@ class MemoryLeases:
     def get_owner(self, key: str) -> str | None:
         key = validate_key(key)
         with self._lock:
-            tenure = self._live(key, self._clock())
-            return tenure.owner if tenure else None
+            holders = self._holders(key, self._clock())
+            return holders[0].owner if holders else None
 
     def get_lease(self, key: str) -> LeaseInfo | None:
         key = validate_key(key)
         with self._lock:
             now = self._clock()
-            tenure = self._live(key, now)
-            if tenure is None:
+            holders = self._holders(key, now)
+            if not holders:
                 return None
-            return self._info(key, tenure, now)
+            return self._info(key, holders[0], now)
 
     def release(self, key: str, owner: str, fence: object = None, min_hold_ms: object = None) -> bool:
         key, owner = validate_key(key), validate_owner(owner)
         checked_fence, min_hold = validate_tenure_options(fence, min_hold_ms)
         with self._lock:
             now = self._clock()
-            current = self._tenures.get(key)
-            if current is None or current.owner != owner or checked_fence not in (None, current.fence):
+            current = self._own(key, owner)
+            if current is None or checked_fence not in (None, current.fence):
                 return False
             if current.expires_at_ms <= now:
-                del self._tenures[key]
+                self._drop(key, current)
                 return False
             if current.released:
                 return False  # kept for its minimum hold
             if min_hold is not None and current.acquired_at_ms + min_hold > now:
                 current.released, current.expires_at_ms = True, current.acquired_at_ms + min_hold
                 return True
-            del self._tenures[key]
+            self._drop(key, current)
             return True
 
     def renew(self, key: str, owner: str, ttl_ms: object, fence: object = None) -> LeaseInfo | None:
@@ -193,7 +281,7 @@ class MemoryLeases:
         checked_fence = validate_tenure_options(fence)[0]
         with self._lock:
             now = self._clock()
-            current = self._tenures.get(key)
+            current = self._own(key, owner)
             if current is None or not current.matches(owner, checked_fence, now):
                 return None
             current.expires_at_ms = now + ttl
@@ -217,9 +305,16 @@ class MemoryLeases:
         checked_fence = validate_tenure_options(fence)[0]
         with self._lock:
             now = self._clock()
-            current = self._tenures.get(key)
+            current = self._own(key, from_owner)
             if current is None or not current.matches(from_owner, checked_fence, now):
                 return False
+            slots = self._slots.get(key, {})
+            if to_owner != from_owner and slots.get(from_owner) is current:
+                taken = slots.get(to_owner)
+                if taken is not None and taken.expires_at_ms > now:
+                    return False  # to_owner holds a slot of the key already
+                del slots[from_owner]
+                slots[to_owner] = current
             if to_owner != from_owner:
                 current.owner, current.fence, current.data = to_owner, self._next_fence(), text
                 current.acquired_at_ms = now
@@ -232,34 +327,40 @@ class MemoryLeases:
         size, grace = validate_sweep(batch_size, grace_ms)
         with self._lock:
             now = self._clock()
-            expired = [k for k, t in self._tenures.items() if t.expires_at_ms + grace <= now]
-            for key in expired[:size]:
-                del self._tenures[key]
+            expired = [(k, t) for k, t in self._tenures.items() if t.expires_at_ms + grace <= now]
+            expired += [(k, t) for k, s in self._slots.items() for t in s.values() if t.expires_at_ms + grace <= now]
+            for key, tenure in expired[:size]:
+                self._drop(key, tenure)
             return min(len(expired), size)
 
     def list(self, prefix: object = None, include_expired: object = False, limit: object = 1000) -> list[LeaseInfo]:
         prefix, include_expired, limit = validate_list(prefix, include_expired, limit)
         with self._lock:
             now = self._clock()
-            rows = [
-                self._info(key, t, now)
-                for key, t in self._tenures.items()
+            tenures = [*self._tenures.items(), *((k, t) for k, s in self._slots.items() for t in s.values())]
+            found = [
+                (key, t)
+                for key, t in tenures
                 if (prefix is None or key.startswith(prefix)) and (include_expired or t.expires_at_ms > now)
             ]
-        rows.sort(key=lambda info: encode_key(info.key))  # the order of the stored keys, as SQLite's
-        return rows[:limit]
+            # The order of the stored keys, as SQLite's; a key's holders oldest tenure first.
+            found.sort(key=lambda row: (encode_key(row[0]), _tenure_order(row[1])))
+            return [self._info(key, t, now) for key, t in found[:limit]]
 
     def break_(self, key: str, fence: object = None) -> LeaseInfo | None:
         key = validate_key(key)
         fence = None if fence is None else validate_fence(fence)
         with self._lock:
             now = self._clock()
-            tenure = self._tenures.get(key)
-            if tenure is not None and fence is not None and tenure.fence != fence:
-                return None  # another tenure: left alone
-            tenure = self._tenures.pop(key, None)
-            if tenure is None or tenure.expires_at_ms <= now:
+            every = [*filter(None, [self._tenures.get(key)]), *self._slots.get(key, {}).values()]
+            if fence is not None:  # only that tenure; any other is left alone
+                every = [tenure for tenure in every if tenure.fence == fence]
+            for tenure in every:
+                self._drop(key, tenure)
+            live = sorted((tenure for tenure in every if tenure.expires_at_ms > now), key=_tenure_order)
+            if not live:
                 return None
+            tenure = live[0]
             expires_at, remaining = self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now
             return LeaseInfo(key, tenure.owner, tenure.fence, expires_at, remaining)
 
@@ -276,20 +377,32 @@ class InMemoryLeaseProvider(LeaseProviderBase):
     accepts_fence = True
     """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, ``renew_leases``
     items a fourth, and ``release_lease`` ``min_hold_ms``, as the SQL providers' do."""
+    accepts_limit = True
+    """``acquire_lease`` takes ``limit`` (semaphores) and ``get_lease_holders`` lists every holder."""
 
     def __init__(self, *, clock: Callable[[], float] = monotonic_ms) -> None:
         self._leases = MemoryLeases(clock)
 
     async def acquire_lease(
-        self, key: str, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+        self, key: str, owner: str, ttl_ms: int | float, *, limit: int = 1, data: dict[str, Any] | None = None
     ) -> AcquireResult:
-        return self._leases.acquire(key, owner, ttl_ms, data)
+        """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``)
+        with lease ``data``; ``limit`` >= 2 takes one of at most ``limit`` slots of a semaphore
+        (``LeaseProvider``, "Semaphores"). ``TypeError``/``ValueError`` for bad input (``limit``
+        first); nothing changes."""
+        return self._leases.acquire(key, owner, ttl_ms, data, limit)
+
+    async def get_lease_holders(self, key: str) -> list[LeaseInfo]:
+        """Every unexpired holder of ``key``, oldest tenure first (then fence): ``[]`` or the one
+        plain lease, or each slot of a semaphore (kept ones included, ``released``)."""
+        return self._leases.get_holders(key)
 
     async def get_lease_owner(self, key: str) -> str | None:
         return self._leases.get_owner(key)
 
     async def get_lease(self, key: str) -> LeaseInfo | None:
-        """The unexpired lease on ``key`` (owner, fence, expiry), or None."""
+        """The unexpired lease on ``key`` (owner, fence, expiry; of a semaphore, the holder with the
+        oldest tenure), or None."""
         return self._leases.get_lease(key)
 
     async def release_lease(
@@ -334,18 +447,21 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         return self._leases.transfer(key, from_owner, to_owner, ttl_ms, data, fence)
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
-        """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
+        """Forget up to ``batch_size`` leases and semaphore slots that expired at least ``grace_ms`` ms
+        ago; how many."""
         return self._leases.sweep(batch_size, grace_ms)
 
     async def list_leases(
         self, prefix: str | None = None, include_expired: bool = False, limit: int = 1000
     ) -> list[LeaseInfo]:
-        """Leases ordered by key whose key starts with ``prefix`` (all when None), at most ``limit``."""
+        """Leases ordered by key whose key starts with ``prefix`` (all when None), one per holder of a
+        semaphore key (oldest tenure first), at most ``limit`` rows."""
         return self._leases.list(prefix, include_expired, limit)
 
     async def break_lease(self, key: str, *, fence: int | None = None) -> LeaseInfo | None:
-        """Forget the lease on ``key`` whoever holds it, or (``fence`` given) only the tenure with
-        that fence; the lease broken, or None if no such lease was held."""
+        """Forget the lease on ``key`` whoever holds it (every slot of a semaphore), or (``fence``
+        given) only the tenure with that fence; the lease broken (of a semaphore, the holder with
+        the oldest tenure), or None if no such lease was held unexpired."""
         return self._leases.break_(key, fence)
 
 
@@ -363,6 +479,8 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
     accepts_fence = True
     """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, and ``release_lease``
     ``min_hold_ms``, as the SQL providers' do."""
+    accepts_limit = True
+    """``acquire_lease`` takes ``limit`` (semaphores) and ``get_lease_holders`` lists every holder."""
 
     def __init__(self, *, clock: Callable[[], float] = monotonic_ms) -> None:
         self._leases = MemoryLeases(clock)
@@ -382,19 +500,27 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         owner: str,
         ttl_ms: int | float,
         *,
+        limit: int = 1,
         data: dict[str, Any] | None = None,
         timeout_s: float | None = None,
     ) -> AcquireResult:
         """Acquire ``key`` for ``owner`` for ``ttl_ms`` milliseconds (rules 1-3 of ``LeaseProvider``)
-        with lease ``data`` (see ``LeaseProvider``)."""
-        return self._leases.acquire(key, owner, ttl_ms, data)
+        with lease ``data`` (see ``LeaseProvider``); ``limit`` >= 2 takes one of at most ``limit``
+        slots of a semaphore. ``TypeError``/``ValueError`` for bad input (``limit`` first)."""
+        return self._leases.acquire(key, owner, ttl_ms, data, limit)
+
+    def get_lease_holders(self, key: str, *, timeout_s: float | None = None) -> list[LeaseInfo]:
+        """Every unexpired holder of ``key``, oldest tenure first (then fence): ``[]`` or the one
+        plain lease, or each slot of a semaphore (kept ones included, ``released``)."""
+        return self._leases.get_holders(key)
 
     def get_lease_owner(self, key: str, *, timeout_s: float | None = None) -> str | None:
         """The owner of the unexpired lease on ``key``, or None."""
         return self._leases.get_owner(key)
 
     def get_lease(self, key: str, *, timeout_s: float | None = None) -> LeaseInfo | None:
-        """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms), or None."""
+        """The unexpired lease on ``key`` (owner, fence, expiry, remaining ms; of a semaphore, the
+        holder with the oldest tenure), or None."""
         return self._leases.get_lease(key)
 
     def release_lease(
@@ -458,7 +584,8 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
     def sweep_expired(
         self, batch_size: int = 1000, grace_ms: int | float = 0, *, timeout_s: float | None = None
     ) -> int:
-        """Forget up to ``batch_size`` leases that expired at least ``grace_ms`` ms ago; the count."""
+        """Forget up to ``batch_size`` leases and semaphore slots that expired at least ``grace_ms`` ms
+        ago; how many."""
         return self._leases.sweep(batch_size, grace_ms)
 
     def list_leases(
@@ -469,10 +596,12 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         *,
         timeout_s: float | None = None,
     ) -> list[LeaseInfo]:
-        """Leases ordered by key whose key starts with ``prefix`` (all when None), at most ``limit``."""
+        """Leases ordered by key whose key starts with ``prefix`` (all when None), one per holder of a
+        semaphore key (oldest tenure first), at most ``limit`` rows."""
         return self._leases.list(prefix, include_expired, limit)
 
     def break_lease(self, key: str, *, fence: int | None = None, timeout_s: float | None = None) -> LeaseInfo | None:
-        """Forget the lease on ``key`` whoever holds it, or (``fence`` given) only the tenure with
-        that fence; the lease broken, or None if no such lease was held."""
+        """Forget the lease on ``key`` whoever holds it (every slot of a semaphore), or (``fence``
+        given) only the tenure with that fence; the lease broken (of a semaphore, the holder with
+        the oldest tenure), or None if no such lease was held unexpired."""
         return self._leases.break_(key, fence)

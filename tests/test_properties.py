@@ -54,7 +54,12 @@ SETTINGS = settings(
 )
 
 
-def machine_for(sql: SqlLeaseProvider, loop: asyncio.AbstractEventLoop, stats: dict[str, int]) -> type[Any]:
+def machine_for(
+    sql: SqlLeaseProvider, loop: asyncio.AbstractEventLoop, stats: dict[str, int], limits: tuple[int, ...] = (1,)
+) -> type[Any]:
+    """The machine comparing ``sql`` with the model; ``limits``: the acquires' semaphore limits
+    (more than plain 1: every holder of each key is compared too, ``get_lease_holders``)."""
+
     class LeaseMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
@@ -68,9 +73,9 @@ def machine_for(sql: SqlLeaseProvider, loop: asyncio.AbstractEventLoop, stats: d
             stats["calls"] += 1
             return loop.run_until_complete(coroutine)
 
-        def both(self, method: str, key: str, *args: Any) -> tuple[Any, Any]:
-            expected = self.run(getattr(self.model, method)(key, *args))
-            actual = self.run(getattr(sql, method)(f"{self.prefix}:{key}", *args))
+        def both(self, method: str, key: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            expected = self.run(getattr(self.model, method)(key, *args, **kwargs))
+            actual = self.run(getattr(sql, method)(f"{self.prefix}:{key}", *args, **kwargs))
             return expected, actual
 
         def settle(self, ttl: int) -> None:
@@ -94,10 +99,10 @@ def machine_for(sql: SqlLeaseProvider, loop: asyncio.AbstractEventLoop, stats: d
                     assert (model_fence < expected) == (sql_fence < actual), (expected, actual, self.fences)
                 self.fences[expected] = actual
 
-        @rule(key=keys, owner=owners, ttl=ttls)
-        def acquire(self, key: str, owner: str, ttl: int) -> None:
+        @rule(key=keys, owner=owners, ttl=ttls, limit=st.sampled_from(limits))
+        def acquire(self, key: str, owner: str, ttl: int, limit: int) -> None:
             sent = datetime.now(UTC)
-            expected, actual = self.both("acquire_lease", key, owner, ttl)
+            expected, actual = self.both("acquire_lease", key, owner, ttl, **({"limit": limit} if limit != 1 else {}))
             self.settle(ttl)
             assert (actual.acquired, actual.owner) == (expected.acquired, expected.owner), (expected, actual)
             self.same_fence(expected.fence, actual.fence)
@@ -148,6 +153,11 @@ def machine_for(sql: SqlLeaseProvider, loop: asyncio.AbstractEventLoop, stats: d
                 if expected is not None:
                     assert actual.owner == expected.owner, (key, expected, actual)
                     self.same_fence(expected.fence, actual.fence)
+                if limits != (1,):  # every holder, oldest tenure first
+                    expected, actual = self.both("get_lease_holders", key)
+                    assert [h.owner for h in actual] == [h.owner for h in expected], (key, expected, actual)
+                    for model_holder, sql_holder in zip(expected, actual, strict=True):
+                        self.same_fence(model_holder.fence, sql_holder.fence)
 
         def teardown(self) -> None:
             for key in KEYS:  # leave no row behind for the next run's sweeps to count
@@ -157,7 +167,7 @@ def machine_for(sql: SqlLeaseProvider, loop: asyncio.AbstractEventLoop, stats: d
     return LeaseMachine
 
 
-def check_against_the_model(url: str, schema: str | None, label: str) -> None:
+def check_against_the_model(url: str, schema: str | None, label: str, limits: tuple[int, ...] = (1,)) -> None:
     loop = asyncio.new_event_loop()
     stats = {"runs": 0, "calls": 0}
     started = time.monotonic()
@@ -165,7 +175,7 @@ def check_against_the_model(url: str, schema: str | None, label: str) -> None:
         sql = SqlLeaseProvider(url, schema=schema, operation_timeout_s=10)
         try:
             loop.run_until_complete(sql.migrate())
-            run_state_machine_as_test(machine_for(sql, loop, stats), settings=SETTINGS)
+            run_state_machine_as_test(machine_for(sql, loop, stats, limits), settings=SETTINGS)
         finally:
             loop.run_until_complete(sql.close())
     finally:
@@ -186,6 +196,21 @@ def test_sqlite_behaves_like_the_model(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_postgres_behaves_like_the_model(pg_url: str, fresh_pg_schema: str) -> None:
     check_against_the_model(pg_url, fresh_pg_schema, "postgres")
+
+
+SEMAPHORE_LIMITS = (1, 2, 3)
+"""Plain acquires and semaphores of 2 and 3 slots, on the same keys: the two kinds must refuse each other."""
+
+
+@pytest.mark.slow
+def test_sqlite_semaphores_behave_like_the_model(tmp_path: Path) -> None:
+    check_against_the_model(f"sqlite:///{tmp_path}/model.db", None, "sqlite-semaphores", SEMAPHORE_LIMITS)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_postgres_semaphores_behave_like_the_model(pg_url: str, fresh_pg_schema: str) -> None:
+    check_against_the_model(pg_url, fresh_pg_schema, "postgres-semaphores", SEMAPHORE_LIMITS)
 
 
 def test_the_machine_catches_a_wrong_answer(tmp_path: Path) -> None:

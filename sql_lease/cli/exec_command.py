@@ -13,10 +13,10 @@ from typing import Any
 
 import click
 
-from ..contract import validate_key, validate_min_hold_ms, validate_owner, validate_ttl_ms
+from ..contract import MAX_LIMIT, validate_key, validate_min_hold_ms, validate_owner, validate_ttl_ms
 from ..errors import LeaseNotAcquiredError
 from ..holding import acquire_lease_wait, hold, new_owner_id
-from ..holding.rules import Handoff, fence_kw
+from ..holding.rules import Handoff, fence_kw, limit_kw
 from .exits import EX_TEMPFAIL, EXIT_LEASE_LOST, fail
 from .options import DURATION, data_option, parse_data, schema_option, table_option, url_option
 from .render import expiry_words, printable
@@ -74,6 +74,12 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     An owner id names one holder: with --owner, exec refuses (exit 75) to run while that
     owner already holds KEY (another run with the same --owner) unless --retry-owner says
     this run retries the same job (it then shares that tenure and its fence).
+
+    \b
+    --limit N: at most N of these jobs at once across the fleet. KEY is then a semaphore:
+    each run holds one of N slots (with a fence of its own), exit 75 when all N are held
+    (--wait: until any slot is let go). Every run of one KEY should pass the same N; a
+    KEY held as a plain lease refuses a semaphore run, and the other way round.
     """
 
 
@@ -96,6 +102,13 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     is_flag=True,
     help="With --owner: this run retries a job whose earlier run may still hold KEY under the same "
     "owner id; run even then (sharing its tenure) instead of refusing.",
+)
+@click.option(
+    "--limit",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, MAX_LIMIT),
+    help="At most this many runs hold KEY at once across the fleet (a semaphore of N slots); 1: a plain lease.",
 )
 @click.option("--wait", is_flag=True, help="Wait for the lease instead of exiting 75 when it is held.")
 @click.option("--timeout", default=None, type=DURATION, help="With --wait: give up after this long (exit 75).")
@@ -153,6 +166,7 @@ def exec_(
     owner: str | None,
     data_json: str | None,
     retry_owner: bool,
+    limit: int,
     wait: bool,
     timeout: float | None,
     min_hold: float | None,
@@ -210,6 +224,7 @@ def exec_(
         quiet,
         data,
         min_hold_ms,
+        limit,
     )
     code = run(lambda: _exec(provider, url, options))
     sys.exit(code)
@@ -230,6 +245,7 @@ class _ExecOptions:
     quiet: bool = False  # a refusal prints nothing
     data: dict[str, Any] | None = None  # --data, stored with the lease
     min_hold_ms: float | None = None  # --min-hold, kept by the release
+    limit: int = 1  # --limit: one of this many slots (a semaphore); 1, a plain lease
 
 
 _TEST_HOOK_ENV = "_SQL_LEASE_TEST_AFTER_ACQUIRE"  # private: tests pause exec between acquire and start
@@ -297,6 +313,7 @@ async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: Signals, 
             on_lost="flag",
             data=opts.data,
             min_hold_ms=opts.min_hold_ms,
+            limit=opts.limit,
         )
         if handoff is not None:  # the tenure just handed to opts.owner, not a second acquire
             held.adopting(handoff)
@@ -326,15 +343,28 @@ class _WaitStatus:
     async def _run(self) -> None:
         while True:
             try:  # the waiter reports database failures; the status line only goes quiet
-                lease = await self.provider.get_lease(self.opts.key)
-                if lease is not None and lease.owner != self.opts.owner:
-                    self._draw(
-                        f"waiting for {printable(self.opts.key)}, held by {printable(lease.owner)}, "
-                        f"{expiry_words(lease.remaining_ms)}"
-                    )
+                if self.opts.limit > 1:
+                    await self._draw_slots()
+                else:
+                    lease = await self.provider.get_lease(self.opts.key)
+                    if lease is not None and lease.owner != self.opts.owner:
+                        self._draw(
+                            f"waiting for {printable(self.opts.key)}, held by {printable(lease.owner)}, "
+                            f"{expiry_words(lease.remaining_ms)}"
+                        )
             except Exception:
                 pass
             await asyncio.sleep(self.REFRESH_S)
+
+    async def _draw_slots(self) -> None:
+        """A semaphore's line: how many slots are held, and the first expiry among them."""
+        holders = await self.provider.get_lease_holders(self.opts.key)
+        if holders:
+            first = min(holders, key=lambda holder: holder.remaining_ms or 0.0)
+            self._draw(
+                f"waiting for a slot of {printable(self.opts.key)}, {len(holders)} of {self.opts.limit} held, "
+                f"the first {expiry_words(first.remaining_ms)}"
+            )
 
     def _draw(self, text: str) -> None:
         width = shutil.get_terminal_size().columns - 1  # never wrap: a wrapped line cannot be redrawn
@@ -369,11 +399,14 @@ async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Take
     claim = new_owner_id()
     taken.add(claim)
     ttl_ms = opts.ttl_s * 1000
+    slots = limit_kw(opts.limit)
     try:
         if opts.wait:
-            result = await acquire_lease_wait(provider, opts.key, claim, ttl_ms, opts.timeout_s, data=opts.data)
+            result = await acquire_lease_wait(
+                provider, opts.key, claim, ttl_ms, opts.timeout_s, data=opts.data, limit=opts.limit
+            )
         else:
-            result = await provider.acquire_lease(opts.key, claim, ttl_ms, data=opts.data)
+            result = await provider.acquire_lease(opts.key, claim, ttl_ms, data=opts.data, **slots)
             if not result.acquired:
                 raise LeaseNotAcquiredError(opts.key, result.owner, result.fence, result.expires_at)
     except LeaseNotAcquiredError as exc:
@@ -385,6 +418,11 @@ async def _acquire_as_new_holder(provider: Any, opts: _ExecOptions, taken: _Take
     moved = await provider.transfer_lease(
         opts.key, claim, opts.owner, ttl_ms, data=opts.data, **fence_kw(provider, result.fence)
     )
+    if not moved and slots:  # refused: the owner may hold a slot already; the claim's slot is let go
+        await provider.release_lease(opts.key, claim, **fence_kw(provider, result.fence))
+        mine = [h for h in await provider.get_lease_holders(opts.key) if h.owner == opts.owner]
+        if mine:
+            raise _SameOwnerError(opts.key, opts.owner, mine[0].fence, mine[0].expires_at)
     if not moved:
         raise LeaseNotAcquiredError(opts.key, None)  # expired between two statements: TTL too short
     return Handoff(opts.key, opts.owner, ttl_ms, sent, result.fence)

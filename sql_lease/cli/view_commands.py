@@ -24,23 +24,29 @@ def status(key: str, url: str, table_name: str, schema: str | None) -> None:
     """Show who holds KEY (exit 0), or that it is free (exit 1)."""
     provider = open_provider(url, table_name, schema)
 
-    async def main() -> Any:
+    async def main() -> list[Any]:
         async with provider:
-            return await provider.get_lease(key)
+            return await lease_holders(provider, key)
 
     try:
         validate_key(key)
     except ValueError as exc:
         fail(EX_CONFIG, str(exc))
-    lease = run(main)
-    if lease is None:
+    holders = run(main)
+    if not holders:
         click.echo(f"{printable(key)}: free")
         sys.exit(1)
+    lease = holders[0]
     holder, until = printable(lease.owner), lease.expires_at.isoformat()
+    more = (
+        f" and {len(holders) - 1} more holder{'s' if len(holders) > 2 else ''} (a semaphore)"
+        if len(holders) > 1
+        else ""
+    )
     if lease.released:  # by a minimum hold: nobody acquires it until then
-        click.echo(f"{printable(key)}: released by {holder} (fence {lease.fence}), kept until {until}")
+        click.echo(f"{printable(key)}: released by {holder} (fence {lease.fence}), kept until {until}{more}")
     else:
-        click.echo(f"{printable(key)}: held by {holder} (fence {lease.fence}) until {until}")
+        click.echo(f"{printable(key)}: held by {holder} (fence {lease.fence}) until {until}{more}")
 
 
 _LIST_HELP = """List leases by key: key, owner, fence, time left and time held (both by the database's
@@ -49,8 +55,9 @@ _LIST_HELP = """List leases by key: key, owner, fence, time left and time held (
     A table on a terminal (rich, with `pip install 'sql-lease[cli]'`), plain aligned columns
     when piped; lease data is shown as compact JSON, cut at 60 characters. HELD FOR is blank for a
     lease taken before migration 0003 recorded tenure starts. A lease its owner released with a
-    minimum hold shows "released, kept 12.0s" until it is free. --json prints one JSON array of
-    objects (key, owner, fence, expires_at, remaining_ms, expired, data, acquired_at, held_ms,
+    minimum hold shows "released, kept 12.0s" until it is free. A key held as a semaphore shows
+    one row per holder, oldest tenure first (--limit counts rows). --json prints one JSON array
+    of objects (key, owner, fence, expires_at, remaining_ms, expired, data, acquired_at, held_ms,
     released) on one line; with --watch, one such line per refresh.
     """
 
@@ -117,22 +124,41 @@ def list_(
 @schema_option
 @json_option
 def show(key: str, url: str, table_name: str, schema: str | None, as_json: bool) -> None:
-    """Show the lease on KEY: owner, fence, expiry, data (exit 0), or that KEY is free (exit 1)."""
+    """Show the lease on KEY: owner, fence, expiry, data (exit 0), or that KEY is free (exit 1).
+
+    A key held as a semaphore shows every holder, oldest tenure first. --json prints the holder
+    with the oldest tenure as one object (null when free) whose "holders" lists every holder."""
     validated(lambda: validate_key(key))
     provider = open_provider(url, table_name, schema)
 
-    async def main() -> Any:
+    async def main() -> list[Any]:
         async with provider:
-            return await provider.get_lease(key)
+            return await lease_holders(provider, key)
 
-    lease = run(main)
+    holders = run(main)
     if as_json:
-        print_json(None if lease is None else lease_json(lease))
-    elif lease is None:
+        print_json({**lease_json(holders[0]), "holders": [lease_json(h) for h in holders]} if holders else None)
+    elif not holders:
         click.echo(f"{printable(key)}: free")
     else:
-        for label, value in zip(
-            ("key", "owner", "fence", "expires in", "held for", "expires at", "data"), lease_cells(lease), strict=True
-        ):
-            click.echo(f"{label + ':':<12}{value}".rstrip())
-    sys.exit(0 if lease is not None else 1)
+        if len(holders) > 1:
+            click.echo(f"{printable(key)}: {len(holders)} holders (a semaphore), oldest tenure first")
+        for number, lease in enumerate(holders):
+            if number:
+                click.echo("")
+            for label, value in zip(
+                ("key", "owner", "fence", "expires in", "held for", "expires at", "data"),
+                lease_cells(lease),
+                strict=True,
+            ):
+                click.echo(f"{label + ':':<12}{value}".rstrip())
+    sys.exit(0 if holders else 1)
+
+
+async def lease_holders(provider: Any, key: str) -> list[Any]:
+    """Every holder of ``key`` (``get_lease_holders``), or the lease of a provider without it."""
+    reader = getattr(provider, "get_lease_holders", None)
+    if callable(reader):
+        return list(await reader(key))
+    lease = await provider.get_lease(key)
+    return [] if lease is None else [lease]

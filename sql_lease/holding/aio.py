@@ -36,6 +36,7 @@ from .rules import (
     distinct_key_chunks,
     due_losses,
     itself,
+    limit_kw,
     renewal_answer,
     renewal_method,
     shortcut,
@@ -80,10 +81,21 @@ class _PollingWaiter:
         return None
 
     async def acquire(
-        self, owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None, timeout_s: float | None = None
+        self,
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        limit: int = 1,
     ) -> AcquireResult:
         return await self._provider.acquire_lease(
-            self.key, owner, ttl_ms, **data_kw(data), **_acquire_timeout_kw(self._provider, timeout_s)
+            self.key,
+            owner,
+            ttl_ms,
+            **data_kw(data),
+            **limit_kw(limit),
+            **_acquire_timeout_kw(self._provider, timeout_s),
         )
 
     async def wait(self, timeout_s: float) -> bool:
@@ -230,10 +242,13 @@ acquire_lease_wait = shortcut(
     AsyncWaitingAcquire.result,
     "acquire_lease_wait",
     """Acquire ``key`` for ``owner``, waiting up to ``timeout_s`` seconds (None: no limit) while
-    another owner holds it; ``data``: the lease data to store (passed to the provider only when given).
+    another owner holds it; ``data``: the lease data to store (passed to the provider only when given);
+    ``limit``: take one of at most ``limit`` slots of a semaphore (1: a plain lease; passed on only
+    when > 1, and then ``TypeError`` for a provider without ``accepts_limit``), woken by a release
+    of any slot.
 
     ``acquire_lease_wait(provider, key, owner, ttl_ms, timeout_s=None, *, poll_initial_s=0.02,
-    poll_max_s=1.0, listen_max_wait_s=5.0, data=None)``, awaited.
+    poll_max_s=1.0, listen_max_wait_s=5.0, data=None, limit=1)``, awaited.
 
     Returns the successful ``AcquireResult``. Raises ``LeaseNotAcquiredError`` naming the holder
     when the timeout passes, and ``LeaseBackendError`` when the database fails. ``timeout_s``
@@ -540,13 +555,15 @@ def _loss_timer() -> _LossTimer:
 class HeldLease(HoldRules[LeaseProvider, OnLost]):
     """A lease held for the duration of an ``async with`` block; made by :func:`hold`, which
     takes the same arguments: ``HeldLease(provider, key, owner=None, ttl_ms=15_000, *,
-    renew_every_ms=None, wait=False, timeout_s=None, on_lost="cancel", data=None, min_hold_ms=None)``.
+    renew_every_ms=None, wait=False, timeout_s=None, on_lost="cancel", data=None, min_hold_ms=None,
+    limit=1)``.
 
     Attributes: ``key``, ``owner``, ``fence`` (the fencing token of this tenure), ``expires_at``
     (aware UTC, by the database's clock: the acquire's answer, then each renewal's; for providers
     without ``renew_lease_info``, the acquire's answer advanced by the time elapsed since), ``lost``
     (an ``asyncio.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to`` and
-    ``data`` (the lease data given to :func:`hold`, or None).
+    ``data`` (the lease data given to :func:`hold`, or None), ``limit`` (1, or the semaphore's
+    limit: the hold is then one slot of the key).
 
     ``check()`` raises ``LeaseLostError`` and ``valid`` is False once the local deadline (the last
     confirmed expiry less 10% of the TTL, by the loop's clock) has passed, judged when called: ask
@@ -583,14 +600,12 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
             return self._start_holding(first_due)
         try:
             if self.wait:
-                waiting = AsyncWaitingAcquire(
-                    self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, data=self.data
-                )
+                waiting = self._waiting(AsyncWaitingAcquire)
                 result, sent = await waiting.timed()
             else:
                 sent = loop.time()
                 result = await self.provider.acquire_lease(
-                    self.key, self.owner, self._call_ttl_ms, **data_kw(self.data)
+                    self.key, self.owner, self._call_ttl_ms, **self._acquire_kw()
                 )
         except NOTHING_TAKEN:
             raise  # nothing can have been acquired
@@ -611,16 +626,16 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
             raise late
         return self._start_holding(first_due)
 
-    async def _read_back(self) -> tuple[LeaseInfo | AcquireResult | None, float]:
+    async def _read_back(self) -> tuple[LeaseInfo | AcquireResult | list[LeaseInfo] | None, float]:
         """The tenure handed to this owner, as the database has it, and when the answer came,
-        bounded by the handoff's deadline: ``get_lease``, or, for a provider without it, an
-        acquire by the owner (it extends the tenure, whichever it is)."""
+        bounded by the handoff's deadline: ``get_lease`` (``get_lease_holders`` for a semaphore),
+        or, for a provider without it, an acquire by the owner (it extends the tenure, whichever it is)."""
         loop = asyncio.get_running_loop()
-        reader = getattr(self.provider, "get_lease", None)
-        if callable(reader):
+        reader = self._reader()
+        if reader is not None:
             call = reader(self.key)
         else:
-            call = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **data_kw(self.data))
+            call = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **self._acquire_kw())
         answer = await _until(asyncio.ensure_future(call), max(0.001, self._handoff_window(loop.time())))
         if answer is NO_ANSWER:
             return None, loop.time()  # judged too late: the window has passed
@@ -806,7 +821,7 @@ hold = shortcut(
     """Hold ``key`` while an ``async with`` block runs, renewing it in the background.
 
     ``hold(provider, key, owner=None, ttl_ms=15_000, *, renew_every_ms=None, wait=False,
-    timeout_s=None, on_lost="cancel", data=None, min_hold_ms=None)`` returns a :class:`HeldLease`::
+    timeout_s=None, on_lost="cancel", data=None, min_hold_ms=None, limit=1)`` returns a :class:`HeldLease`::
 
         async with hold(provider, "thread:42", ttl_ms=15_000) as lease:
             await work(fence=lease.fence)
@@ -823,6 +838,9 @@ hold = shortcut(
             on leaving the block keeps the lease, marked released, until that long after the
             tenure began (by the provider's clock), so a job that ran 50 ms does not run again on
             another host before then; ``TypeError`` for a provider without ``accepts_fence``.
+        limit: hold one of at most ``limit`` slots of ``key`` (a semaphore: "at most N of these at
+            once"); default 1, a plain lease. ``wait=True`` waits for any slot. ``TypeError`` for
+            ``limit`` > 1 with a provider without ``accepts_limit``, before anything is sent.
 
     Every renewal, transfer and release the block sends carries its tenure's fence (on providers
     with ``accepts_fence``), so it never renews or releases a later tenure of the same owner id.

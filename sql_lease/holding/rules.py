@@ -33,6 +33,7 @@ from ..contract import (
     LeaseInfo,
     encode_data,
     validate_key,
+    validate_limit,
     validate_min_hold_ms,
     validate_owner,
     validate_seconds,
@@ -125,6 +126,24 @@ def validate_min_hold(provider: Any, min_hold_ms: object) -> float | None:
             f"min_hold_ms needs a provider whose release_lease takes it; {type(provider).__name__} does not"
         )
     return checked
+
+
+def validate_hold_limit(provider: Any, limit: object) -> int:
+    """A hold's or waiting acquire's semaphore ``limit`` (1: a plain lease), checked
+    (:func:`~sql_lease.contract.validate_limit`); ``TypeError`` also for ``limit`` > 1 with a provider
+    whose class does not say ``accepts_limit = True`` (naming it), before anything is sent."""
+    checked = validate_limit(limit)
+    if checked != 1 and getattr(type(provider), "accepts_limit", False) is not True:
+        raise TypeError(
+            f"limit={checked} needs a provider whose acquire_lease takes it (accepts_limit); "
+            f"{type(provider).__name__} does not"
+        )
+    return checked
+
+
+def limit_kw(limit: int) -> dict[str, int]:
+    """``{"limit": limit}`` for a semaphore, nothing for a plain lease: providers without ``limit`` serve."""
+    return {} if limit == 1 else {"limit": limit}
 
 
 def validate_timeout_s(timeout_s: object) -> float | None:
@@ -235,11 +254,13 @@ class WaitingAcquire(Generic[ProviderT]):
         poll_max_s: float = 1.0,
         listen_max_wait_s: float = 5.0,
         data: dict[str, Any] | None = None,
+        limit: int = 1,
     ) -> None:
+        checked_limit = validate_hold_limit(provider, limit)
         self.provider = provider
         self.key, self.owner = validate_key(key), validate_owner(owner)
         validate_ttl_ms(ttl_ms), encode_data(data)
-        self.ttl_ms, self.given = ttl_ms, data_kw(data)
+        self.ttl_ms, self.given = ttl_ms, {**data_kw(data), **limit_kw(checked_limit)}
         self.limit = validate_timeout_s(timeout_s)
         self.delay, self.poll_max_s, self.listen_max_wait_s = poll_initial_s, poll_max_s, listen_max_wait_s
         self.started = 0.0
@@ -517,9 +538,12 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         on_lost: OnLostT | None = None,
         data: dict[str, Any] | None = None,
         min_hold_ms: int | float | None = None,
+        limit: int = 1,
     ) -> None:
         """``ttl_ms``/``renew_every_ms``/``min_hold_ms`` in milliseconds, ``timeout_s`` in seconds
-        (None: no limit); ``on_lost`` None: the face's default. ``TypeError``/``ValueError`` on bad input."""
+        (None: no limit); ``on_lost`` None: the face's default; ``limit``: a semaphore's (1: a
+        plain lease). ``TypeError``/``ValueError`` on bad input."""
+        self.limit = validate_hold_limit(provider, limit)
         self.provider = provider
         encode_data(data)
         self.data = data
@@ -578,6 +602,22 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         if ran and self.min_hold_ms is not None:
             given["min_hold_ms"] = self.min_hold_ms
         return given
+
+    def _waiting(self, make: Callable[..., T]) -> T:
+        """This hold's waiting acquire (``wait=True``), made by the face's class."""
+        return make(
+            self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, data=self.data, limit=self.limit
+        )
+
+    def _acquire_kw(self) -> dict[str, Any]:
+        """The keywords of this hold's acquire: its data and its semaphore limit, where given."""
+        return {**data_kw(self.data), **limit_kw(self.limit)}
+
+    def _reader(self) -> Callable[..., Any] | None:
+        """The call that reads back a handed tenure: ``get_lease_holders`` for a semaphore (the
+        oldest holder may be another), else ``get_lease``; None when the provider has neither."""
+        reader = getattr(self.provider, "get_lease_holders" if self.limit != 1 else "get_lease", None)
+        return reader if callable(reader) else None
 
     def _renew_kw(self) -> dict[str, Any]:
         """The keywords of this hold's renewals and transfers: its own tenure's fence."""
@@ -642,13 +682,15 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         assert self._handoff is not None
         return self._handoff.sent + self.ttl_ms / 1000 * (1 - LOSS_MARGIN) - now
 
-    def _adopted(self, found: LeaseInfo | AcquireResult | None, answered: float) -> float:
+    def _adopted(self, found: LeaseInfo | AcquireResult | list[LeaseInfo] | None, answered: float) -> float:
         """The read-back of the handed tenure, answered at ``answered``: hold it, its lease counted
         from when the transfer was sent. ``LeaseNotAcquiredError`` (nothing to release) when it
         answered past the deadline, names another owner, or is not a later tenure than the one
         handed on. Returns when the first renewal is due."""
         handoff = self._handoff
         assert handoff is not None
+        if isinstance(found, list):  # every holder: this owner's slot, else the oldest
+            found = next((h for h in found if h.owner == self.owner), found[0] if found else None)
         late = -self._handoff_window(answered)
         if late >= 0:
             raise LateAcquireError(self.key, "the transfer to this owner", late)

@@ -56,11 +56,16 @@ class _PollingWaiter:
         return None
 
     def acquire(
-        self, owner: str, ttl_ms: int | float, timeout_s: float | None, *, data: dict[str, Any] | None = None
+        self,
+        owner: str,
+        ttl_ms: int | float,
+        timeout_s: float | None,
+        *,
+        data: dict[str, Any] | None = None,
+        limit: int = 1,
     ) -> AcquireResult:
-        result: AcquireResult = self._provider.acquire_lease(
-            self.key, owner, ttl_ms, **rules.data_kw(data), **_timeout_kw(self._provider, timeout_s)
-        )
+        given = {**rules.data_kw(data), **rules.limit_kw(limit), **_timeout_kw(self._provider, timeout_s)}
+        result: AcquireResult = self._provider.acquire_lease(self.key, owner, ttl_ms, **given)
         return result
 
     def wait(self, timeout_s: float) -> bool:
@@ -96,11 +101,13 @@ acquire_lease_wait = rules.shortcut(
     "acquire_lease_wait",
     """Acquire ``key`` for ``owner`` (``ttl_ms`` milliseconds), blocking up to ``timeout_s``
     seconds (None: no limit) while another owner holds it; ``data``: the lease data to store
-    (passed on only when given). The thread twin of :func:`sql_lease.holding.acquire_lease_wait`,
-    with the same pacing (the same rules: :class:`sql_lease.holding.rules.WaitingAcquire`).
+    (passed on only when given); ``limit``: one of at most ``limit`` slots of a semaphore (1: a plain
+    lease; ``TypeError`` for ``limit`` > 1 with a provider without ``accepts_limit``). The thread
+    twin of :func:`sql_lease.holding.acquire_lease_wait`, with the same pacing (the same rules:
+    :class:`sql_lease.holding.rules.WaitingAcquire`).
 
     ``acquire_lease_wait(provider, key, owner, ttl_ms, timeout_s=None, *, poll_initial_s=0.02,
-    poll_max_s=1.0, listen_max_wait_s=5.0, data=None)``.
+    poll_max_s=1.0, listen_max_wait_s=5.0, data=None, limit=1)``.
 
     Returns the successful ``AcquireResult``. Raises ``LeaseNotAcquiredError`` naming the holder
     when the timeout passes, ``LeaseBackendError`` when the database fails. ``timeout_s`` bounds
@@ -184,12 +191,13 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
     """A lease held while a ``with`` block runs, renewed by a background thread; made by
     :func:`hold`, which takes the same arguments: ``SyncHeldLease(provider, key, owner=None,
     ttl_ms=15_000, *, renew_every_ms=None, wait=False, timeout_s=None, on_lost="raise",
-    data=None)``.
+    data=None, min_hold_ms=None, limit=1)``.
 
     Attributes: ``key``, ``owner``, ``fence`` (this tenure's fencing token), ``expires_at`` (aware
     UTC, the database's answer: from the acquire, then from each renewal), ``lost`` (a
     ``threading.Event`` set when the lease is lost), ``lost_reason``, ``transferred_to``, ``data``
-    (the lease data given to :func:`hold`, or None).
+    (the lease data given to :func:`hold`, or None), ``limit`` (1, or the semaphore's limit: the
+    hold is then one slot of the key).
     Call :meth:`check` (or read ``valid``) between steps of long work: it raises ``LeaseLostError``
     once the lease is lost, judged by the clock when called (the last known expiry less 10% of the
     TTL), even while a renewal or transfer statement hangs. A process-wide watch thread declares
@@ -228,15 +236,11 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
             if self._handoff is not None:
                 first_due = self._adopted(*self._read_back())
             elif self.wait:
-                waiting = ThreadWaitingAcquire(
-                    self.provider, self.key, self.owner, self._call_ttl_ms, self.timeout_s, data=self.data
-                )
+                waiting = self._waiting(ThreadWaitingAcquire)
                 result, sent = waiting.timed()
             else:
                 sent = time.monotonic()
-                result = self.provider.acquire_lease(
-                    self.key, self.owner, self._call_ttl_ms, **rules.data_kw(self.data)
-                )
+                result = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **self._acquire_kw())
             if self._handoff is None:
                 first_due = self._acquired(result, sent)
                 late = self._entered_late()
@@ -259,22 +263,17 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
             raise
         return self
 
-    def _read_back(self) -> tuple[LeaseInfo | AcquireResult | None, float]:
+    def _read_back(self) -> tuple[LeaseInfo | AcquireResult | list[LeaseInfo] | None, float]:
         """The tenure handed to this owner, as the database has it, and when the answer came,
-        bounded by the handoff's deadline: ``get_lease``, or, for a provider without it, an
-        acquire by the owner (it extends the tenure, whichever it is)."""
+        bounded by the handoff's deadline: ``get_lease`` (``get_lease_holders`` for a semaphore),
+        or, for a provider without it, an acquire by the owner (it extends the tenure, whichever it is)."""
         window = max(0.001, self._handoff_window(time.monotonic()))
-        reader = getattr(self.provider, "get_lease", None)
-        if callable(reader):
+        reader = self._reader()
+        if reader is not None:
             found = reader(self.key, **_timeout_kw(self.provider, window))
         else:
-            found = self.provider.acquire_lease(
-                self.key,
-                self.owner,
-                self._call_ttl_ms,
-                **rules.data_kw(self.data),
-                **_timeout_kw(self.provider, window),
-            )
+            given = {**self._acquire_kw(), **_timeout_kw(self.provider, window)}
+            found = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **given)
         return found, time.monotonic()
 
     def _undo_acquire(self, exc: BaseException) -> None:
@@ -399,7 +398,7 @@ hold = rules.shortcut(
     background thread.
 
     ``hold(provider, key, owner=None, ttl_ms=15_000, *, renew_every_ms=None, wait=False,
-    timeout_s=None, on_lost="raise", data=None, min_hold_ms=None)`` returns a :class:`SyncHeldLease`::
+    timeout_s=None, on_lost="raise", data=None, min_hold_ms=None, limit=1)`` returns a :class:`SyncHeldLease`::
 
         with leases.hold("report:daily", ttl_ms=30_000) as lease:
             for chunk in chunks:
@@ -418,6 +417,8 @@ hold = rules.shortcut(
             provider only when given.
         min_hold_ms: the release on leaving the block keeps the lease until this many
             milliseconds after the tenure began, as with :func:`sql_lease.hold`.
+        limit: hold one of at most ``limit`` slots of ``key`` (a semaphore), as with
+            :func:`sql_lease.hold`; ``wait=True`` waits for any slot.
 
     Renewals, transfers and the release carry the tenure's fence, as with :func:`sql_lease.hold`.
 
