@@ -163,6 +163,7 @@ def machine_for(
             for key in KEYS:  # leave no row behind for the next run's sweeps to count
                 for owner in OWNERS:
                     self.run(sql.release_lease(f"{self.prefix}:{key}", owner))
+            self.run(sql.sweep_expired(100_000, 0))  # expired slots, which no release removes
 
     return LeaseMachine
 

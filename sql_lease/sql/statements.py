@@ -175,8 +175,8 @@ class LeaseStatements:
         return holder is not None and (holder[0] != owner or bool(holder[6]))
 
     def swept_count(self, rows: list[Any]) -> int:
-        """How many rows ``sweep`` removed, from the rows it returned."""
-        return len(rows)
+        """How many leases ``sweep`` removed, from the rows it returned (a falsy row: a semaphore's head)."""
+        return sum(1 for row in rows if row[0])
 
     def listed(self, row: Sequence[Any]) -> LeaseInfo:
         """``(key, owner, fence, expires_at, remaining_ms, data, acquired_at, released)`` from list_leases and

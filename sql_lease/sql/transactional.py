@@ -220,8 +220,10 @@ def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseIn
 
 
 def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
-    """Delete expired rows, then the fence table's rows but the newest."""
+    """Delete expired leases and semaphores' expired heads, then the fence table's rows but the newest;
+    the number of leases deleted."""
     (count,) = yield Query(s.sweep, params)
+    yield Query(s.steps["sweep_heads"], params)
     yield Query(s.steps["prune_fences"], ())
     return int(count)
 

@@ -274,9 +274,15 @@ DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $
 PRUNE_FENCES = """
 DELETE FROM {fence_counter} WHERE id < (SELECT newest FROM (SELECT MAX(id) AS newest FROM {fence_counter}) AS last)"""
 
-# sweep ($1 grace_us, $2 batch_size) -> row count: rows deleted
+# sweep ($1 grace_us, $2 batch_size) -> row count: leases deleted (semaphores' heads: SWEEP_HEADS)
 SWEEP = """
-DELETE FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND
+DELETE FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND AND owner <> ''
+ ORDER BY expires_at LIMIT $2"""
+
+# sweep_heads ($1 grace_us, $2 batch_size) -> row count: expired heads of semaphores deleted (not counted:
+#   a head expires with its last slot)
+SWEEP_HEADS = """
+DELETE FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND AND owner = ''
  ORDER BY expires_at LIMIT $2"""
 
 # -- fenced writes, on the caller's connection in the caller's transaction ------------------------
@@ -315,6 +321,7 @@ STEP_NAMES = (
     "release_expired",
     "renewed_many",
     "prune_fences",
+    "sweep_heads",
     "acquire_packet",
     "acquire_packet_nowait",
     "renew_packet",
@@ -366,6 +373,7 @@ def steps() -> dict[str, str]:
         "release_expired": RELEASE_EXPIRED,
         "renewed_many": RENEWED_MANY,
         "prune_fences": PRUNE_FENCES,
+        "sweep_heads": SWEEP_HEADS,
         "acquire_packet": ACQUIRE_PACKET,
         "acquire_packet_nowait": ACQUIRE_PACKET_NOWAIT,
         "renew_packet": RENEW_PACKET,

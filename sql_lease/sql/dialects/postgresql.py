@@ -440,7 +440,7 @@ WITH gone AS (
 SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, expires_at > now(),
        CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END FROM gone"""
 
-# sweep ($1 grace_ms, $2 batch_size) -> (rows deleted, notified)
+# sweep ($1 grace_ms, $2 batch_size) -> (leases deleted, notified): semaphores' heads go uncounted
 SWEEP = """
 WITH doomed AS (
     SELECT key FROM {table}
@@ -449,9 +449,10 @@ WITH doomed AS (
      LIMIT $2
        FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM {table} AS l USING doomed WHERE l.key = doomed.key RETURNING l.key, l.has_waiters
+    DELETE FROM {table} AS l USING doomed WHERE l.key = doomed.key RETURNING l.key, l.owner, l.has_waiters
 )
-SELECT count(*), count(CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END)
+SELECT count(*) FILTER (WHERE owner <> ''),
+       count(CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END)
   FROM gone"""
 
 # -- fenced writes, on the caller's connection in the caller's transaction ------------------------

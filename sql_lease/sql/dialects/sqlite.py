@@ -138,13 +138,13 @@ DELETE FROM {table} WHERE key = ?1 AND (?2 IS NULL OR fence = ?2)
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
           expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# sweep (?1 grace_ms, ?2 batch_size) -> one row per row deleted
+# sweep (?1 grace_ms, ?2 batch_size) -> one row per row deleted: true for a lease, false for a semaphore's head
 SWEEP = """
 DELETE FROM {table} WHERE key IN (
     SELECT key FROM {table}
      WHERE expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) - ?1
      ORDER BY expires_at LIMIT ?2
-) RETURNING 1"""
+) RETURNING owner <> ''"""
 
 # -- fenced writes, on the caller's connection in the caller's transaction ------------------------
 
