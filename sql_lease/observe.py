@@ -48,7 +48,7 @@ class OperationEvent:
 
     Attributes:
         operation: ``acquire``, ``get_owner``, ``get_lease``, ``release``, ``renew``,
-            ``renew_many`` (``renew_leases``: ``hold()``'s batched renewals), ``transfer``,
+            ``renew_many`` (``renew_many``: ``hold()``'s batched renewals), ``transfer``,
             ``sweep``, ``list`` or ``break``.
         outcome: ``acquired``/``refused`` (acquire), ``renewed``/``lost`` (renew; renew_many:
             ``renewed`` when it renewed at least one lease), ``released``/``not_held`` (release),

@@ -287,7 +287,7 @@ class _BatchedRenewal:
 
 class _RenewalBatcher:
     """Coalesced renewals of the ``hold()`` blocks on one provider in one event loop (the provider
-    has ``renew_leases``). When the earliest renewal falls due, one statement (per
+    has ``renew_many``). When the earliest renewal falls due, one statement (per
     ``RENEW_BATCH_SIZE``) renews every lease due before the next tick (now plus the shortest
     renewal interval waiting): a lease is renewed up to one interval early, never late. Renewed
     together, leases stay together, so N leases with one interval cost about N / 1000 statements per
@@ -399,7 +399,7 @@ class _RenewalBatcher:
             items.append((*item, fence) if fenced and fence is not None else item)
         answered_early = False
         try:
-            statement = asyncio.ensure_future(provider.renew_leases(items))
+            statement = asyncio.ensure_future(provider.renew_many(items))
         except Exception as raised:  # a provider's plain method that raised before returning an awaitable
             for renewal in waiting:
                 self._answer(renewal, raised)
@@ -473,8 +473,8 @@ _batchers: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, _Renewa
 
 def _batcher_for(provider: LeaseProvider) -> _RenewalBatcher | None:
     """The renewal batcher of ``provider`` in the running event loop, if the provider has
-    ``renew_leases`` (looked up on the class, as ``renew_lease_info``); else None."""
-    if not callable(getattr(type(provider), "renew_leases", None)):
+    ``renew_many`` (looked up on the class, as ``renew_lease_info``); else None."""
+    if not callable(getattr(type(provider), "renew_many", None)):
         return None
     try:
         per_loop = _batchers.get(provider)
@@ -729,7 +729,7 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
         return renewal_answer(await call(self.key, self.owner, self._call_ttl_ms, **self._renew_kw()), with_info)
 
     async def _renew_loop(self, first_due: float) -> None:
-        """Renew this lease on its own, for a provider without ``renew_leases``; a provider with it
+        """Renew this lease on its own, for a provider without ``renew_many``; a provider with it
         renews through the batcher, which follows the same rules (:class:`RenewalCourse`)."""
         loop = asyncio.get_running_loop()
         course = RenewalCourse(self, self.renew_every_ms / 1000)

@@ -20,7 +20,17 @@ from ..contract import AcquireResult, LeaseInfo, RenewItem
 from .plans import RENEW_BATCH_SIZE, Plan, Query
 from .statements import LeaseStatements
 
-__all__ = ["CONFLICT_RETRIES", "acquire", "break_lease", "release", "renew", "renew_checked", "sweep", "transfer"]
+__all__ = [
+    "CONFLICT_RETRIES",
+    "acquire",
+    "acquire_keys",
+    "break_lease",
+    "release",
+    "renew",
+    "renew_checked",
+    "sweep",
+    "transfer",
+]
 
 T = TypeVar("T")
 
@@ -198,3 +208,45 @@ def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     (count,) = yield Query(s.sweep, params)
     yield Query(s.steps["prune_fences"], ())
     return int(count)
+
+
+class _Refused(Exception):
+    """A key of an all-or-nothing acquire was refused under its row lock: the transaction rolls back."""
+
+    def __init__(self, key: str, result: AcquireResult) -> None:
+        super().__init__(key)
+        self.key, self.result = key, result
+
+
+def acquire_keys(
+    s: LeaseStatements, keys: list[str], owner: str, ttl: Any, data: str | None, lock_wait_ms: float | None
+) -> Plan[list[AcquireResult]]:
+    """Acquire every stored key of ``keys`` or none: a plain read of their holders first (a held key is
+    refused in one statement), then one transaction that locks and grants each key as
+    :func:`acquire` does, in byte order of the keys (so overlapping calls never wait for each other
+    in a cycle), and rolls back at the first key refused under its lock."""
+    waits = s.lock_wait_ms is not None and (lock_wait_ms is None or lock_wait_ms >= s.lock_wait_ms)
+    lock = "lock_row" if waits else "lock_row_nowait"
+    refused = s.keys_refusals(keys, owner, (yield Query(s.holders, (s.keys_param(keys),), many=True)))
+    if refused is not None:
+        return refused
+
+    def body() -> Plan[dict[str, AcquireResult]]:
+        granted: dict[str, AcquireResult] = {}
+        for key in sorted(keys, key=str.encode):
+            result = yield from _acquire_locked(s, key, owner, ttl, data, lock)
+            if not result.acquired:
+                raise _Refused(key, result)
+            granted[key] = result
+        return granted
+
+    try:
+        granted = yield from _transaction(s, body)
+    except _Refused as blocked:
+        return [blocked.result if key == blocked.key else AcquireResult(False, None) for key in keys]
+    except Exception as exc:
+        if not s.lock_timed_out(exc):
+            raise
+        refused = s.keys_refusals(keys, owner, (yield Query(s.holders, (s.keys_param(keys),), many=True)))
+        return refused if refused is not None else [AcquireResult(False, None)] * len(keys)
+    return [granted[key] for key in keys]

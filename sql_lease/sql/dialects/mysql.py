@@ -299,6 +299,28 @@ ON DUPLICATE KEY UPDATE accepted_at = IF(fence <= VALUES(fence), VALUES(accepted
 ACCEPTED = "SELECT fence FROM {fence_table} WHERE resource = :resource"
 
 
+# -- several keys at once, all or nothing (issue 25; docs/statements.md, "All-or-nothing acquire") --
+
+# holders ($1 JSON array of stored keys) -> rows (stored key, owner, fence, expires_at, remaining_ms, data,
+#   acquired_at, released) of the unexpired leases among the keys, read without a lock (an all-or-nothing
+#   acquire's first statement; then, unless one is held by another, a transaction locking each key's row
+#   in key order, as acquire's)
+HOLDERS_OF_KEYS = """
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
+       held.released
+  FROM {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r ON held.`key` = r.k
+ WHERE held.expires_at > UTC_TIMESTAMP(6)"""
+
+# release_keys ($1 JSON array of stored keys, $2 owner) -> row count: the owner's unexpired leases deleted (not
+#   those released already and kept for a minimum hold)
+RELEASE_KEYS = """
+DELETE held FROM {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r ON held.`key` = r.k
+ WHERE held.owner = $2 AND NOT held.released AND held.expires_at > UTC_TIMESTAMP(6)"""
+
+
 STEP_NAMES = (
     "begin",
     "commit",
@@ -345,6 +367,9 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "check_held": CHECK_HELD,
         "accept_fence": ACCEPT_FENCE,
         "accepted": ACCEPTED,
+        "acquire_keys": HOLDERS_OF_KEYS,  # then, unless held by another, a transaction from LOCK_ROW (steps)
+        "holders": HOLDERS_OF_KEYS,
+        "release_keys": RELEASE_KEYS,
     }
 
 
