@@ -568,3 +568,32 @@ async def test_acquire_leases_takes_keys_with_nul_and_surrogates(provider: Any, 
     assert [r.owner for r in blocked] == ["alice", None]
     assert await provider.renew_leases(keys, "alice", TTL) == [True] * len(keys)
     assert await provider.release_leases(keys, "alice") == len(keys)
+
+
+async def test_all_or_nothing_calls_are_observed(sql_provider: Any, key: str) -> None:
+    from sql_lease.observe import LeaseObserver, OperationEvent, add_observer
+
+    class Seen(LeaseObserver):
+        def __init__(self) -> None:
+            self.events: list[tuple[str, str, int | None]] = []
+
+        def on_operation(self, event: OperationEvent) -> None:
+            if event.operation.endswith("_leases"):
+                self.events.append((event.operation, event.outcome, event.rows))
+
+    seen = Seen()
+    remove = add_observer(seen)
+    try:
+        keys = [f"{key}:1", f"{key}:2"]
+        assert all(await sql_provider.acquire_leases(keys, "alice", TTL))
+        assert not any(await sql_provider.acquire_leases(keys, "bob", TTL))
+        assert await sql_provider.renew_leases(keys, "alice", TTL) == [True, True]
+        assert await sql_provider.release_leases(keys, "alice") == 2
+    finally:
+        remove()
+    assert seen.events == [
+        ("acquire_leases", "acquired", 2),
+        ("acquire_leases", "refused", 2),
+        ("renew_leases", "renewed", 2),
+        ("release_leases", "released", 2),
+    ]

@@ -46,8 +46,8 @@ __all__ = [
     "release",
     "release_keys",
     "renew",
-    "renew_keys",
     "renew_checked",
+    "renew_keys",
     "renew_many",
     "run_async",
     "run_sync",
@@ -426,8 +426,16 @@ def release_keys(s: LeaseStatements, keys: object, owner: object) -> Plan[int]:
 
 
 def _release_keys(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
-    rows = yield Query(s.release_keys, params, many=True)
-    return sum(int(row[0]) for row in rows)  # a flag per row deleted; MySQL: one row, the row count
+    conflicts = 0
+    while True:
+        try:
+            rows = yield Query(s.release_keys, params, many=True)
+        except Exception as exc:  # a deadlock the database broke rolled the statement back: run it again
+            if s.conflicted(exc) and conflicts < transactional.CONFLICT_RETRIES:
+                conflicts += 1
+                continue
+            raise
+        return sum(int(row[0]) for row in rows)  # a flag per row deleted; MySQL: one row, the row count
 
 
 def renew_keys(

@@ -314,12 +314,12 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
  WHERE held.expires_at > UTC_TIMESTAMP(6)"""
 
 # release_keys ($1 JSON array of stored keys, $2 owner) -> row count: the owner's unexpired leases deleted (not
-#   those released already and kept for a minimum hold)
+#   those released already and kept for a minimum hold), rows locked in key order
 RELEASE_KEYS = """
-DELETE held FROM {table} AS held
-  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r ON held.`key` = r.k
- WHERE held.owner = $2 AND NOT held.released AND held.expires_at > UTC_TIMESTAMP(6)"""
-
+DELETE FROM {table}
+ WHERE `key` IN (SELECT r.k FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r)
+   AND owner = $2 AND NOT released AND expires_at > UTC_TIMESTAMP(6)
+ ORDER BY `key`"""
 
 STEP_NAMES = (
     "begin",

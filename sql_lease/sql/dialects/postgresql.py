@@ -460,7 +460,8 @@ ACCEPTED = "SELECT fence FROM {fence_table} WHERE resource = :resource"
 # acquire_keys ($1 stored keys varchar[], $2 owner, $3 ttl_ms, $4 data JSON text | NULL, $5 lock_timeout | NULL)
 #   -> rows (stored key, true, owner, fence, expires_at, remaining_ms), one per key, if every key was granted;
 #   no row if the snapshot shows a key held by another (nothing locked or written: the plan reads HOLDERS);
-#   fails with 22P02 naming "sql_lease: all-or-nothing acquire refused" (nothing written) if the upsert's recheck refused a key
+#   fails with 22P02 naming "sql_lease: all-or-nothing acquire refused" (nothing written) if the upsert's
+#   recheck refused a key
 ACQUIRE_KEYS = """
 WITH wanted AS (
     SELECT w.key, hashtext(w.key) AS lock_key FROM unnest($1::varchar[]) AS w(key)

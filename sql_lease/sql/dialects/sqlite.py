@@ -177,28 +177,35 @@ ACCEPTED = "SELECT fence FROM {fence_table} WHERE resource = :resource"
 ACQUIRE_KEYS = """
 INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
 SELECT w.value, ?2, (SELECT last_fence FROM {fence_counter}) + w.key + 1,
-       CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, ?4, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, ?4,
+       CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
   FROM json_each(?1) AS w
  WHERE NOT EXISTS (
        SELECT 1 FROM json_each(?1) AS k JOIN {table} AS l ON l.key = k.value
-        WHERE l.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) AND (l.owner <> ?2 OR l.released))
+        WHERE l.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+          AND (l.owner <> ?2 OR l.released))
 ON CONFLICT (key) DO UPDATE
    SET owner = excluded.owner,
        expires_at = excluded.expires_at,
-       fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       fence = CASE WHEN held.owner = excluded.owner
+                         AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
                     THEN held.fence ELSE excluded.fence END,
-       data = CASE WHEN held.owner = excluded.owner AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       data = CASE WHEN held.owner = excluded.owner
+                        AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
                    THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
-       acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       acquired_at = CASE WHEN held.owner = excluded.owner
+                               AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
                           THEN held.acquired_at ELSE excluded.acquired_at END,
        released = 0
- WHERE (held.owner = excluded.owner AND NOT held.released) OR held.expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+ WHERE (held.owner = excluded.owner AND NOT held.released)
+    OR held.expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
 RETURNING key, 1, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # holders (?1 JSON array of stored keys) -> rows (stored key, owner, fence, expires_at, remaining_ms, data,
 #   acquired_at, released) of the unexpired leases among the keys
 HOLDERS = """
-SELECT l.key, l.owner, l.fence, l.expires_at, l.expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), l.data, l.acquired_at, l.released
+SELECT l.key, l.owner, l.fence, l.expires_at, l.expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+       l.data, l.acquired_at, l.released
   FROM json_each(?1) AS w JOIN {table} AS l ON l.key = w.value
  WHERE l.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
