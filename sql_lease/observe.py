@@ -183,8 +183,10 @@ def operation_done(operation: str, key: str | None, backend: str, duration_s: fl
     messages; ``result``: what the operation returns)."""
     kind = _kind(operation, key)
     rows = result if type(result) is int else len(result) if isinstance(result, (list, dict)) else None
-    several = kind in ("acquire_leases", "renew_leases") and isinstance(result, list)
-    success = all(result) if several else getattr(result, "acquired", result)
+    if kind in ("acquire_leases", "renew_leases") and isinstance(result, list):
+        success: object = all(result)
+    else:
+        success = getattr(result, "acquired", result)
     outcome = _OUTCOMES.get(kind, ("ok", "ok"))[0 if success else 1]
     _deliver("on_operation", OperationEvent(kind, outcome, key, duration_s, backend, rows))
 
