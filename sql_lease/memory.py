@@ -19,6 +19,7 @@ from .contract import (
     encode_data,
     encode_key,
     validate_fence,
+    validate_fences,
     validate_key,
     validate_keys,
     validate_list,
@@ -201,12 +202,7 @@ class MemoryLeases:
     def renew_keys(self, keys: object, owner: object, ttl_ms: object, fences: object = None) -> list[bool]:
         """Whether each of ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given) was renewed."""
         checked, owner, ttl = validate_keys(keys), validate_owner(owner), validate_ttl_ms(ttl_ms)
-        if fences is None:
-            tenures: list[int | None] = [None] * len(checked)
-        elif isinstance(fences, (str, bytes)) or not isinstance(fences, Sequence) or len(fences) != len(checked):
-            raise TypeError("fences must be a sequence of fences, one for each key")
-        else:
-            tenures = [validate_fence(fence) for fence in fences]
+        tenures = validate_fences(fences, len(checked))
         with self._lock:
             return [
                 self._renew(key, owner, ttl, fence) is not None for key, fence in zip(checked, tenures, strict=True)

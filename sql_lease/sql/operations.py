@@ -20,6 +20,7 @@ from ..contract import (
     encode_data,
     encode_key,
     validate_fence,
+    validate_fences,
     validate_key,
     validate_keys,
     validate_list,
@@ -445,12 +446,7 @@ def renew_keys(
     given: a sequence aligned with ``keys``) with ``renew_many``'s statement; whether each was renewed,
     in the order of ``keys``."""
     checked, owner, ttl = validate_keys(keys), validate_owner(owner), validate_ttl_ms(ttl_ms)
-    if fences is None:
-        tenures: list[int | None] = [None] * len(checked)
-    elif isinstance(fences, (str, bytes)) or not isinstance(fences, Sequence) or len(fences) != len(checked):
-        raise TypeError("fences must be a sequence of fences, one for each key")
-    else:
-        tenures = [validate_fence(fence) for fence in fences]
+    tenures = validate_fences(fences, len(checked))
     return _renew_keys(s, checked, [(key, owner, ttl, fence) for key, fence in zip(checked, tenures, strict=True)])
 
 
