@@ -4,6 +4,7 @@ PostgreSQL and MySQL/MariaDB."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import multiprocessing
 import random
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sql_lease import SyncSqlLeaseProvider
+from sql_lease import AcquireResult, SyncSqlLeaseProvider
 
 WORKERS, KEYS, DURATION_S, TTL_MS, LIMIT_S = 4, 6, 3.0, 30_000, 10.0
 
@@ -87,3 +88,40 @@ def test_overlapping_all_or_nothing_acquires_never_share_a_key(
         for earlier, later in itertools.pairwise(tenures):
             assert later["from"] > earlier["to"], (key, earlier, later)  # never two holders at once
             assert later["db_ms"] >= earlier["db_ms"] - 1, (key, earlier, later)  # fences follow grant order
+
+
+@pytest.mark.postgres
+async def test_a_holder_the_statement_could_not_see_undoes_the_whole_acquire(pg_schema: tuple[str, str]) -> None:
+    """PostgreSQL: a key inserted by a transaction that commits while ``acquire_keys`` waits on its row
+    is refused by the upsert's recheck; the statement then fails on purpose, so the keys it had
+    granted are not written, and the refusal names the holder read afresh."""
+    import asyncpg
+
+    from sql_lease import SqlLeaseProvider
+
+    url, schema = pg_schema
+    prefix = f"recheck-{uuid.uuid4().hex[:8]}"
+    free, raced = f"{prefix}:a", f"{prefix}:b"
+    async with SqlLeaseProvider(url, schema=schema) as provider:
+        rival = await asyncpg.connect(url)
+        try:
+            sent: list[str] = []
+            provider.on_statement(lambda sql, params: sent.append(sql))
+            transaction = rival.transaction()
+            await transaction.start()
+            await rival.execute(
+                f'INSERT INTO "{schema}".sql_leases (key, owner, fence, expires_at) '
+                "VALUES ($1, 'bob', nextval($2::regclass), now() + interval '30 s')",
+                raced,
+                f'"{schema}".sql_leases_fence_seq',
+            )
+            call = asyncio.ensure_future(provider.acquire_leases([free, raced], "alice", TTL_MS))
+            await asyncio.sleep(0.5)  # the upsert now waits for the rival's row
+            assert not call.done()
+            await transaction.commit()
+            results = await call
+        finally:
+            await rival.close()
+        assert sent == [provider.statements.acquire_keys, provider.statements.holders]
+        assert results[0] == AcquireResult(False, None) and (results[1].acquired, results[1].owner) == (False, "bob")
+        assert await provider.get_lease_owner(free) is None  # the granted key was undone with the statement
