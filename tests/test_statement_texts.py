@@ -174,6 +174,9 @@ async def exercise_async(provider: SqlLeaseProvider, engine: Any, prefix: str) -
     assert not any(await provider.acquire_leases([*several, f"{prefix}:e"], "hal", TTL))  # refused: holders read
     assert await provider.renew_leases(several, "gina", TTL) == [True, True]
     assert await provider.release_leases(several, "gina") == 2
+    lapsing = await provider.acquire_leases(several, "ivy", 1)
+    await asyncio.sleep(max(0.0, lapsing[0].remaining_ms or 0.0) / 1000 + 0.01)
+    assert all(await provider.acquire_leases(several, "jay", TTL))  # expired keys taken over
     assert await provider.acquire_lease(key, "alice", 1)
     await asyncio.sleep(0.01)
     assert await provider.sweep_expired(grace_ms=0) >= 0
@@ -355,6 +358,13 @@ def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> Non
             assert (await on_engine.acquire_lease(key, "a", 10_000)).acquired
             assert await on_engine.renew_lease_info(key, "a", 10_000) is not None
             assert key in await on_engine.renew_many([(key, "a", 10_000)])
+            pair = [f"{key}:x", f"{key}:y"]
+            assert all(await on_engine.acquire_leases(pair, "a", 10_000))  # rows locked NOWAIT on an engine
+            assert all(await on_engine.acquire_leases(pair, "a", 10_000))  # the owner's tenures extended
+        aiomysql_url = to_async_url(url).set(drivername="mysql+aiomysql").render_as_string(hide_password=False)
+        async with SqlLeaseProvider(aiomysql_url, schema=schema) as stepwise:  # its own engine: step by step
+            stepwise.on_statement(seen.statement)
+            assert all(await stepwise.acquire_leases([f"{key}:z"], "a", 10_000))  # rows locked, waiting
         await engine.dispose()
 
     run_in_own_loop(run)
