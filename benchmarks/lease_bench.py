@@ -17,7 +17,7 @@ Measurements (times are wall-clock ``time.perf_counter``; latencies in milliseco
   without it.
 - renewals: L leases held with ``hold()`` and renewed every 5 s (Mastra's cadence); statements per
   second and the client's CPU share (process CPU time / wall time). ``hold()`` coalesces the
-  renewals of one provider (``renew_leases``): about L / 1000 statements per interval.
+  renewals of one provider (``renew_many``): about L / 1000 statements per interval.
 - handoffs (``--only handoffs``): 64 tasks take one key in turn with ``acquire_lease_wait``, on one
   provider, on 8 and on 32 (standing for processes; 2 connections each); statements per handoff.
 
@@ -357,7 +357,7 @@ async def renewal_load(
         "gc_cpu_share": collecting["seconds"] / wall,
         "full_collections": collecting["full"],
         "lost": lost,
-        "batched": callable(getattr(type(provider), "renew_leases", None)),
+        "batched": callable(getattr(type(provider), "renew_many", None)),
     }
 
 

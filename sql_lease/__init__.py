@@ -36,7 +36,7 @@ from .errors import (
     SchemaMissingError,
     StaleFenceError,
 )
-from .holding import ExpirySweeper, HeldLease, acquire_lease_wait, hold
+from .holding import ExpirySweeper, HeldLease, HeldLeases, acquire_lease_wait, hold, hold_all
 from .memory import InMemoryLeaseProvider, NoopLeaseProvider, SyncInMemoryLeaseProvider
 from .sync_holding import SyncHeldLease, SyncLeaseProvider
 
@@ -53,6 +53,7 @@ __all__ = [
     "AcquireResult",
     "ExpirySweeper",
     "HeldLease",
+    "HeldLeases",
     "InMemoryLeaseProvider",
     "LeaseBackendError",
     "LeaseConfigError",
@@ -73,6 +74,7 @@ __all__ = [
     "SyncSqlLeaseProvider",
     "acquire_lease_wait",
     "hold",
+    "hold_all",
     "is_lease_provider",
     "leased",
 ]

@@ -491,6 +491,19 @@ def validate_keys(keys: object) -> list[str]:
     return checked
 
 
+def validate_fences(fences: object, count: int) -> list[int | None]:
+    """The optional tenure ``fences`` of an all-or-nothing call on ``count`` keys: None (any tenure)
+    gives ``count`` Nones; else a sequence (not a ``str``) of ``count`` fences, each checked as
+    :func:`validate_fence` checks one; ``TypeError``/``ValueError`` otherwise."""
+    if fences is None:
+        return [None] * count
+    if isinstance(fences, (str, bytes)) or not isinstance(fences, Sequence):
+        raise TypeError(f"fences must be a sequence of fences, not {type(fences).__name__}")
+    if len(fences) != count:
+        raise ValueError(f"fences must hold one fence per key ({count}), not {len(fences)}")
+    return [validate_fence(fence) for fence in fences]
+
+
 MAX_LIST_LIMIT = 100_000
 """Most rows one ``list_leases`` call returns."""
 

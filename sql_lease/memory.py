@@ -19,7 +19,9 @@ from .contract import (
     encode_data,
     encode_key,
     validate_fence,
+    validate_fences,
     validate_key,
+    validate_keys,
     validate_limit,
     validate_list,
     validate_owner,
@@ -87,6 +89,25 @@ class NoopLeaseProvider(LeaseProviderBase):
         validate_key(key), validate_owner(from_owner, "from_owner"), validate_tenure_options(fence)
         validate_owner(to_owner, "to_owner"), validate_ttl_ms(ttl_ms), encode_data(data)
         return True
+
+    async def acquire_leases(
+        self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+    ) -> list[AcquireResult]:
+        checked = validate_keys(keys)
+        validate_owner(owner), validate_ttl_ms(ttl_ms), encode_data(data)
+        return [AcquireResult(acquired=True, owner=owner) for _ in checked]
+
+    async def release_leases(self, keys: Sequence[str], owner: str) -> int:
+        checked = validate_keys(keys)
+        validate_owner(owner)
+        return len(checked)
+
+    async def renew_leases(
+        self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, fences: Sequence[int] | None = None
+    ) -> list[bool]:
+        checked = validate_keys(keys)
+        validate_owner(owner), validate_ttl_ms(ttl_ms)
+        return [True for _ in checked]
 
 
 def monotonic_ms() -> float:
@@ -223,23 +244,53 @@ class MemoryLeases:
         text = encode_data(data)
         with self._lock:
             now = self._clock()
-            if self._live(key, now) is None:  # no plain lease holds it
-                if checked_limit > 1:
-                    return self._acquire_slot(key, owner, ttl, text, checked_limit, now)
-                slots = self._live_slots(key, now)
-                if slots:  # a plain acquire is refused while anyone holds a slot
-                    return self._refusal(slots[0], now)
-            current = self._tenures.get(key)
-            if current is not None and (current.owner != owner or current.released) and current.expires_at_ms > now:
-                return AcquireResult(
-                    False, current.owner, current.fence, self._wall(current.expires_at_ms), current.expires_at_ms - now
-                )
-            if current is None or current.owner != owner or current.expires_at_ms <= now:
-                current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl, now, text)
-            else:
-                current.expires_at_ms = now + ttl
-                current.data = current.data if text is None else text
-            return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms), ttl)
+            if self._live(key, now) is None and checked_limit > 1:
+                return self._acquire_slot(key, owner, ttl, text, checked_limit, now)
+            refusal = self._blocker(key, owner, now)
+            return self._grant(key, owner, ttl, text, now) if refusal is None else refusal
+
+    def _blocker(self, key: str, owner: str, now: float) -> AcquireResult | None:
+        """The refusal of a plain acquire of ``key`` by ``owner`` naming the holder: another owner's
+        lease, ``owner``'s released one kept, or any slot (the oldest holder named); None if free."""
+        current = self._live(key, now)
+        if current is None:
+            slots = self._live_slots(key, now)
+            return self._refusal(slots[0], now) if slots else None
+        return self._refusal(current, now) if current.owner != owner or current.released else None
+
+    def _grant(self, key: str, owner: str, ttl: float, text: str | None, now: float) -> AcquireResult:
+        current = self._tenures.get(key)
+        if current is None or current.owner != owner or current.expires_at_ms <= now:
+            current = self._tenures[key] = _Tenure(owner, self._next_fence(), now + ttl, now, text)
+        else:
+            current.expires_at_ms = now + ttl
+            current.data = current.data if text is None else text
+        return AcquireResult(True, owner, current.fence, self._wall(current.expires_at_ms), ttl)
+
+    def acquire_many(self, keys: object, owner: object, ttl_ms: object, data: object = None) -> list[AcquireResult]:
+        """Every key of ``keys`` granted to ``owner``, or none (each key that blocked names its holder)."""
+        checked, owner = validate_keys(keys), validate_owner(owner)
+        ttl, text = validate_ttl_ms(ttl_ms), encode_data(data)
+        with self._lock:
+            now = self._clock()
+            refusals = [self._blocker(key, owner, now) for key in checked]
+            if any(refusal is not None for refusal in refusals):
+                return [AcquireResult(False, None) if refusal is None else refusal for refusal in refusals]
+            return [self._grant(key, owner, ttl, text, now) for key in checked]
+
+    def release_many(self, keys: object, owner: object) -> int:
+        """How many of ``owner``'s unexpired leases on ``keys`` were released."""
+        checked, owner = validate_keys(keys), validate_owner(owner)
+        return sum(self.release(key, owner) for key in checked)
+
+    def renew_keys(self, keys: object, owner: object, ttl_ms: object, fences: object = None) -> list[bool]:
+        """Whether each of ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given) was renewed."""
+        checked, owner, ttl = validate_keys(keys), validate_owner(owner), validate_ttl_ms(ttl_ms)
+        tenures = validate_fences(fences, len(checked))
+        with self._lock:
+            return [
+                self._renew(key, owner, ttl, fence) is not None for key, fence in zip(checked, tenures, strict=True)
+            ]
 
     def get_owner(self, key: str) -> str | None:
         key = validate_key(key)
@@ -280,12 +331,15 @@ class MemoryLeases:
         ttl = validate_ttl_ms(ttl_ms)
         checked_fence = validate_tenure_options(fence)[0]
         with self._lock:
-            now = self._clock()
-            current = self._own(key, owner)
-            if current is None or not current.matches(owner, checked_fence, now):
-                return None
-            current.expires_at_ms = now + ttl
-            return LeaseInfo(key, owner, current.fence, self._wall(current.expires_at_ms), ttl)
+            return self._renew(key, owner, ttl, checked_fence)
+
+    def _renew(self, key: str, owner: str, ttl: float, fence: int | None) -> LeaseInfo | None:
+        now = self._clock()
+        current = self._own(key, owner)
+        if current is None or not current.matches(owner, fence, now):
+            return None
+        current.expires_at_ms = now + ttl
+        return LeaseInfo(key, owner, current.fence, self._wall(current.expires_at_ms), ttl)
 
     def renew_many(self, items: object) -> dict[str, LeaseInfo]:
         renewed: dict[str, LeaseInfo] = {}
@@ -375,7 +429,7 @@ class InMemoryLeaseProvider(LeaseProviderBase):
     """
 
     accepts_fence = True
-    """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, ``renew_leases``
+    """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, ``renew_many``
     items a fourth, and ``release_lease`` ``min_hold_ms``, as the SQL providers' do."""
     accepts_limit = True
     """``acquire_lease`` takes ``limit`` (semaphores) and ``get_lease_holders`` lists every holder."""
@@ -426,10 +480,28 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.renew(key, owner, ttl_ms, fence)
 
-    async def renew_leases(self, items: Sequence[tuple[Any, ...]]) -> dict[str, LeaseInfo]:
+    async def renew_many(self, items: Sequence[tuple[Any, ...]]) -> dict[str, LeaseInfo]:
         """Renew each ``(key, owner, ttl_ms[, fence])`` (keys distinct) as ``renew_lease_info``; the
-        renewed leases by key (a missing key was refused), as ``SqlLeaseProvider.renew_leases``."""
+        renewed leases by key (a missing key was refused), as ``SqlLeaseProvider.renew_many``."""
         return self._leases.renew_many(items)
+
+    async def acquire_leases(
+        self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, data: dict[str, Any] | None = None
+    ) -> list[AcquireResult]:
+        """Acquire every key of ``keys`` for ``owner`` or none, in the order of ``keys``, as
+        ``SqlLeaseProvider.acquire_leases``. ``TypeError``/``ValueError`` for bad input; nothing changes."""
+        return self._leases.acquire_many(keys, owner, ttl_ms, data)
+
+    async def release_leases(self, keys: Sequence[str], owner: str) -> int:
+        """Release ``owner``'s leases on ``keys``; how many unexpired ones were released."""
+        return self._leases.release_many(keys, owner)
+
+    async def renew_leases(
+        self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, fences: Sequence[int] | None = None
+    ) -> list[bool]:
+        """Renew ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given) by ``ttl_ms``
+        milliseconds; whether each was renewed, in the order of ``keys``."""
+        return self._leases.renew_keys(keys, owner, ttl_ms, fences)
 
     async def transfer_lease(
         self,
@@ -564,6 +636,35 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         ``owner``'s unexpired lease.
         ``TypeError``/``ValueError`` for bad input (``fence`` included); nothing changes."""
         return self._leases.renew(key, owner, ttl_ms, fence)
+
+    def acquire_leases(
+        self,
+        keys: Sequence[str],
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[AcquireResult]:
+        """Acquire every key of ``keys`` for ``owner`` or none, in the order of ``keys``, as
+        ``SqlLeaseProvider.acquire_leases``."""
+        return self._leases.acquire_many(keys, owner, ttl_ms, data)
+
+    def release_leases(self, keys: Sequence[str], owner: str, *, timeout_s: float | None = None) -> int:
+        """Release ``owner``'s leases on ``keys``; how many unexpired ones were released."""
+        return self._leases.release_many(keys, owner)
+
+    def renew_leases(
+        self,
+        keys: Sequence[str],
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        fences: Sequence[int] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[bool]:
+        """Renew ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given); whether each was renewed."""
+        return self._leases.renew_keys(keys, owner, ttl_ms, fences)
 
     def transfer_lease(
         self,

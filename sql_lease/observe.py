@@ -48,18 +48,22 @@ class OperationEvent:
 
     Attributes:
         operation: ``acquire``, ``get_owner``, ``get_lease``, ``release``, ``renew``,
-            ``renew_many`` (``renew_leases``: ``hold()``'s batched renewals), ``transfer``,
-            ``sweep``, ``list`` or ``break``.
+            ``renew_many`` (``hold()``'s batched renewals), ``transfer``, ``sweep``, ``list``, ``break``,
+            or an all-or-nothing call on several keys: ``acquire_leases``, ``release_leases``,
+            ``renew_leases``.
         outcome: ``acquired``/``refused`` (acquire), ``renewed``/``lost`` (renew; renew_many:
             ``renewed`` when it renewed at least one lease), ``released``/``not_held`` (release),
             ``transferred``/``refused`` (transfer), ``found``/``absent`` (get_owner, get_lease),
-            ``broken``/``absent`` (break), ``swept``, ``listed``; ``error`` when it raised,
+            ``broken``/``absent`` (break), ``swept``, ``listed``; ``acquired``/``refused``
+            (acquire_leases), ``released``/``not_held`` (release_leases: at least one / none),
+            ``renewed``/``lost`` (renew_leases: every key / not every key); ``error`` when it raised,
             ``cancelled`` when its task was cancelled.
-        key: the lease key, None for operations on many keys (renew_many, sweep, list).
+        key: the lease key, None for operations on many keys (renew_many, the ``*_leases`` calls, sweep, list).
         duration_s: seconds from the start of the operation (after validation) to its end, by a
             monotonic clock; pool checkout and retries included.
         backend: ``postgresql`` or ``sqlite``.
-        rows: rows swept (sweep), listed (list) or renewed (renew_many); else None.
+        rows: rows swept (sweep), listed (list) or renewed (renew_many); the number of keys of an
+            ``acquire_leases``/``renew_leases`` call, the leases released by ``release_leases``; else None.
         error: the exception the caller got (a ``LeaseError`` subclass: ``LeaseBackendError``,
             ``SchemaMissingError``, ...), original on ``__cause__``; None on success.
     """
@@ -162,6 +166,9 @@ _OUTCOMES = {
     "break": ("broken", "absent"),
     "sweep": ("swept", "swept"),
     "list": ("listed", "listed"),
+    "acquire_leases": ("acquired", "refused"),
+    "release_leases": ("released", "not_held"),
+    "renew_leases": ("renewed", "lost"),
 }
 
 
@@ -176,7 +183,10 @@ def operation_done(operation: str, key: str | None, backend: str, duration_s: fl
     messages; ``result``: what the operation returns)."""
     kind = _kind(operation, key)
     rows = result if type(result) is int else len(result) if isinstance(result, (list, dict)) else None
-    success = getattr(result, "acquired", result)
+    if kind in ("acquire_leases", "renew_leases") and isinstance(result, list):
+        success: object = all(result)
+    else:
+        success = getattr(result, "acquired", result)
     outcome = _OUTCOMES.get(kind, ("ok", "ok"))[0 if success else 1]
     _deliver("on_operation", OperationEvent(kind, outcome, key, duration_s, backend, rows))
 

@@ -6,14 +6,16 @@ Kept so ``from sql_lease.sync_holding import hold`` goes on working; the code is
 """
 
 from .contract import SyncLeaseProvider, SyncLeaseProviderBase, SyncReleaseWaiter
-from .holding.threads import SyncHeldLease, SyncOnLost, acquire_lease_wait, hold
+from .holding.threads import SyncHeldLease, SyncHeldLeases, SyncOnLost, acquire_lease_wait, hold, hold_all
 
 __all__ = [
     "SyncHeldLease",
+    "SyncHeldLeases",
     "SyncLeaseProvider",
     "SyncLeaseProviderBase",
     "SyncOnLost",
     "SyncReleaseWaiter",
     "acquire_lease_wait",
     "hold",
+    "hold_all",
 ]

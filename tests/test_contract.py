@@ -259,7 +259,7 @@ async def test_any_str_is_a_key_of_its_own_and_reads_back_exactly(provider: Any,
     nul, escape, surrogate, pair = keys[0], keys[5], keys[7], keys[9]
     renewed = await provider.renew_lease_info(nul, "o0", TTL)
     assert renewed is not None and renewed.key == nul
-    batch = await provider.renew_leases([(k, f"o{i}", TTL) for i, k in enumerate(keys)])
+    batch = await provider.renew_many([(k, f"o{i}", TTL) for i, k in enumerate(keys)])
     assert sorted(batch, key=key_order) == in_order and all(info.key == k for k, info in batch.items())
     assert await provider.transfer_lease(nul, "o0", "next", TTL)
     assert not await provider.transfer_lease(keys[2], "o0", "next", TTL)  # the look-alike is o2's
@@ -306,7 +306,7 @@ async def test_key_length_counts_the_key_as_given(provider: Any, key: str, char:
     lease = await provider.get_lease(longest)
     assert lease is not None and lease.key == longest
     assert [lease.key for lease in await provider.list_leases(prefix=longest)] == [longest]
-    assert list(await provider.renew_leases([(longest, "alice", TTL)])) == [longest]
+    assert list(await provider.renew_many([(longest, "alice", TTL)])) == [longest]
     assert await provider.release_lease(longest, "alice")
     with pytest.raises(ValueError):
         await provider.acquire_lease(longest + char, "alice", TTL)
@@ -368,11 +368,11 @@ async def test_an_old_tenures_release_never_ends_the_owners_new_one(provider: Le
     assert (await provider.get_lease(key)).fence == new.fence  # type: ignore[attr-defined]
 
 
-async def test_renew_leases_items_may_carry_a_fence(provider: LeaseProvider, key: str) -> None:
+async def test_renew_many_items_may_carry_a_fence(provider: LeaseProvider, key: str) -> None:
     a = await provider.acquire_lease(f"{key}:a", "alice", TTL)
     await provider.acquire_lease(f"{key}:b", "alice", TTL)
     items = [(f"{key}:a", "alice", TTL, a.fence), (f"{key}:b", "alice", TTL, a.fence), (f"{key}:c", "x", TTL)]
-    renewed = await provider.renew_leases(items)  # type: ignore[attr-defined]
+    renewed = await provider.renew_many(items)  # type: ignore[attr-defined]
     assert set(renewed) == {f"{key}:a"} and renewed[f"{key}:a"].fence == a.fence
 
 
@@ -473,3 +473,127 @@ async def test_an_old_tenures_release_racing_a_new_acquire_never_frees_it(provid
         assert current is not None and current.fence == new.fence, f"round {round_}: the new tenure was freed"
         assert await provider.release_lease(key, "job", fence=new.fence)  # type: ignore[call-arg]
     assert new_first > 0  # the dangerous order (the new acquire answered before the old release) happened
+
+
+# -- all-or-nothing acquire of several keys (issue 25) ----------------------------------------------
+
+
+async def test_acquire_leases_grants_every_key_its_own_fence_in_the_order_given(provider: Any, key: str) -> None:
+    keys = [f"{key}:c", f"{key}:a", f"{key}:b"]
+    results = await provider.acquire_leases(keys, "alice", TTL)
+    assert [r.acquired for r in results] == [True, True, True]
+    assert [r.owner for r in results] == ["alice"] * 3
+    fences = [r.fence for r in results]
+    assert all(isinstance(f, int) and f > 0 for f in fences) and len(set(fences)) == 3
+    for k, r in zip(keys, results, strict=True):
+        assert_near_now_plus(r.expires_at, TTL)
+        lease = await provider.get_lease(k)
+        assert (lease.owner, lease.fence) == ("alice", r.fence)
+
+
+async def test_acquire_leases_is_all_or_nothing_and_names_the_blockers(provider: Any, key: str) -> None:
+    free, held, also_free = f"{key}:free", f"{key}:held", f"{key}:also"
+    blocker = await provider.acquire_lease(held, "bob", TTL)
+    results = await provider.acquire_leases([free, held, also_free], "alice", TTL)
+    assert [bool(r) for r in results] == [False, False, False]
+    assert results[0] == AcquireResult(False, None) and results[2] == AcquireResult(False, None)
+    assert (results[1].owner, results[1].fence, results[1].expires_at) == ("bob", blocker.fence, blocker.expires_at)
+    assert await provider.get_lease_owner(free) is None and await provider.get_lease_owner(also_free) is None
+    assert (await provider.get_lease(held)).fence == blocker.fence
+
+
+async def test_acquire_leases_refusal_changes_nothing_the_owner_held(provider: Any, key: str) -> None:
+    mine, theirs = f"{key}:mine", f"{key}:theirs"
+    first = await provider.acquire_lease(mine, "alice", TTL)
+    await provider.acquire_lease(theirs, "bob", TTL)
+    results = await provider.acquire_leases([mine, theirs], "alice", 60_000)
+    assert not any(results) and results[0] == AcquireResult(False, None) and results[1].owner == "bob"
+    after = await provider.get_lease(mine)
+    assert (after.owner, after.fence, after.expires_at) == ("alice", first.fence, first.expires_at)
+
+
+async def test_acquire_leases_reacquire_keeps_tenures_and_fences(provider: Any, key: str) -> None:
+    keys = [f"{key}:1", f"{key}:2"]
+    single = await provider.acquire_lease(keys[1], "alice", 1_000)
+    first = await provider.acquire_leases(keys, "alice", 1_000)
+    assert first[1].fence == single.fence
+    again = await provider.acquire_leases(keys, "alice", TTL)
+    assert [r.fence for r in again] == [r.fence for r in first] and all(again)
+    assert all(a.expires_at > f.expires_at for a, f in zip(again, first, strict=True))
+
+
+async def test_acquire_leases_fences_exceed_earlier_tenures_and_expired_keys_are_taken_over(
+    provider: Any, key: str
+) -> None:
+    keys = [f"{key}:x", f"{key}:y"]
+    earlier = [
+        await provider.acquire_lease(keys[0], "bob", SHORT_TTL),
+        await provider.acquire_lease(keys[1], "carol", TTL),
+    ]
+    assert await provider.release_lease(keys[1], "carol")
+    await asyncio.sleep(SHORT_WAIT)
+    results = await provider.acquire_leases(keys, "alice", TTL)
+    assert all(results)
+    assert all(r.fence > e.fence for r, e in zip(results, earlier, strict=True))
+    assert [await provider.get_lease_owner(k) for k in keys] == ["alice", "alice"]
+
+
+async def test_release_leases_counts_the_owners_unexpired_leases(provider: Any, key: str) -> None:
+    mine, other, free, short = f"{key}:m", f"{key}:o", f"{key}:f", f"{key}:s"
+    assert all(await provider.acquire_leases([mine, short], "alice", TTL))
+    await provider.renew_lease(short, "alice", 1)
+    await provider.acquire_lease(other, "bob", TTL)
+    await asyncio.sleep(0.05)
+    assert await provider.release_leases([mine, other, free, short], "alice") == 1
+    assert await provider.get_lease_owner(mine) is None and await provider.get_lease_owner(other) == "bob"
+    assert await provider.release_leases([mine], "alice") == 0
+
+
+async def test_renew_leases_answers_per_key_in_order(provider: Any, key: str) -> None:
+    mine, other, free = f"{key}:m", f"{key}:o", f"{key}:f"
+    held = await provider.acquire_lease(mine, "alice", 1_000)
+    await provider.acquire_lease(other, "bob", TTL)
+    assert await provider.renew_leases([other, mine, free], "alice", TTL) == [False, True, False]
+    renewed = await provider.get_lease(mine)
+    assert renewed.fence == held.fence and renewed.expires_at > held.expires_at
+    assert_near_now_plus(renewed.expires_at, TTL)
+
+
+async def test_acquire_leases_takes_keys_with_nul_and_surrogates(provider: Any, key: str) -> None:
+    keys = look_alike_keys(key)
+    results = await provider.acquire_leases(keys, "alice", TTL)
+    assert all(results) and len({r.fence for r in results}) == len(keys)
+    assert [(await provider.get_lease(k)).key for k in keys] == keys
+    blocked = await provider.acquire_leases([keys[0], key + "\x00other"], "bob", TTL)
+    assert [r.owner for r in blocked] == ["alice", None]
+    assert await provider.renew_leases(keys, "alice", TTL) == [True] * len(keys)
+    assert await provider.release_leases(keys, "alice") == len(keys)
+
+
+async def test_all_or_nothing_calls_are_observed(sql_provider: Any, key: str) -> None:
+    from sql_lease.observe import LeaseObserver, OperationEvent, add_observer
+
+    class Seen(LeaseObserver):
+        def __init__(self) -> None:
+            self.events: list[tuple[str, str, int | None]] = []
+
+        def on_operation(self, event: OperationEvent) -> None:
+            if event.operation.endswith("_leases"):
+                self.events.append((event.operation, event.outcome, event.rows))
+
+    seen = Seen()
+    remove = add_observer(seen)
+    try:
+        keys = [f"{key}:1", f"{key}:2"]
+        assert all(await sql_provider.acquire_leases(keys, "alice", TTL))
+        assert not any(await sql_provider.acquire_leases(keys, "bob", TTL))
+        assert await sql_provider.renew_leases(keys, "alice", TTL) == [True, True]
+        assert await sql_provider.release_leases(keys, "alice") == 2
+    finally:
+        remove()
+    assert seen.events == [
+        ("acquire_leases", "acquired", 2),
+        ("acquire_leases", "refused", 2),
+        ("renew_leases", "renewed", 2),
+        ("release_leases", "released", 2),
+    ]

@@ -63,7 +63,7 @@ async def every_operation(leases: SqlLeaseProvider, key: str) -> None:
     assert held is not None and held.owner == "a" and held.data == {"n": 1}
     assert await leases.get_lease_owner(key) == "a"
     assert await leases.renew_lease(key, "a", 10_000)
-    assert set(await leases.renew_leases([(key, "a", 10_000)])) == {key}
+    assert set(await leases.renew_many([(key, "a", 10_000)])) == {key}
     assert await leases.transfer_lease(key, "a", "b", 10_000)
     assert [lease.owner for lease in await leases.list_leases()] == ["b"]
     assert await leases.release_lease(key, "b")

@@ -174,8 +174,8 @@ async def test_acknowledged_acquire_renew_transfer_survive_a_crash_with_synchron
             await raw.close()
             acquired = [await leases("acquire_lease", f"k{i}", "owner", 600_000) for i in range(3)]
             assert await leases("renew_lease", "renewed", "r", 600_000)
-            if hasattr(leases.provider, "renew_leases"):  # the batch statement, pinned as renew is
-                assert await leases("renew_leases", [("renewed", "r", 600_000)])
+            if hasattr(leases.provider, "renew_many"):  # the batch statement, pinned as renew is
+                assert await leases("renew_many", [("renewed", "r", 600_000)])
             assert await leases("transfer_lease", "moved", "m", "m2", 600_000)
             stop_server(executor, "immediate")  # acknowledged, then the server crashes at once
         finally:
@@ -556,7 +556,7 @@ async def test_close_while_a_waiter_opens_its_listen_connection_keeps_nothing(
 
 
 class _RenewsOneByOne:
-    """Forwards to a provider but hides ``renew_leases``: ``hold()`` then renews with a task per lease."""
+    """Forwards to a provider but hides ``renew_many``: ``hold()`` then renews with a task per lease."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -662,10 +662,10 @@ class _HangingRenewals(InMemoryLeaseProvider):
             await self.release.wait()
         return await super().renew_lease_info(*args, **kwargs)
 
-    async def renew_leases(self, *args: Any, **kwargs: Any) -> Any:
+    async def renew_many(self, *args: Any, **kwargs: Any) -> Any:
         if self.hang_renewals:
             await self.release.wait()
-        return await super().renew_leases(*args, **kwargs)
+        return await super().renew_many(*args, **kwargs)
 
     async def transfer_lease(self, *args: Any, **kwargs: Any) -> bool:
         if self.hang_transfers:
@@ -759,9 +759,9 @@ async def test_20_13_renewals_run_in_no_requests_context() -> None:
     seen: list[str] = []
 
     class Recording(InMemoryLeaseProvider):
-        async def renew_leases(self, *args: Any, **kwargs: Any) -> Any:
+        async def renew_many(self, *args: Any, **kwargs: Any) -> Any:
             seen.append(request.get())
-            return await super().renew_leases(*args, **kwargs)
+            return await super().renew_many(*args, **kwargs)
 
     provider = Recording()
     request.set("first request")

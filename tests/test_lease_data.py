@@ -350,8 +350,8 @@ class _PreviousRelease(_OldContractProvider):
     async def renew_lease_info(self, key: str, owner: str, ttl_ms: int | float) -> LeaseInfo | None:
         return await self.leases.renew_lease_info(key, owner, ttl_ms)
 
-    async def renew_leases(self, items: Any) -> dict[str, LeaseInfo]:
-        return await self.leases.renew_leases(items)
+    async def renew_many(self, items: Any) -> dict[str, LeaseInfo]:
+        return await self.leases.renew_many(items)
 
 
 @pytest.mark.parametrize("revision", ["0001", "0002", "0003"])

@@ -101,7 +101,7 @@ async def test_async_renewal_and_a_batch_are_one_round_trip_each(mysql_db: tuple
         assert await provider.renew_lease_info(keys[0], "b", 20_000) is None
         assert len(sent) == 2, sent
         sent.clear()
-        batch = await provider.renew_leases([(key, "a", 30_000) for key in keys] + [("renew:none", "a", 30_000)])
+        batch = await provider.renew_many([(key, "a", 30_000) for key in keys] + [("renew:none", "a", 30_000)])
         assert sorted(batch) == sorted(keys) and [batch[key].fence for key in keys] == fences
         assert len(sent) == 1, sent
 

@@ -226,11 +226,11 @@ class _FlakyRenewals(InMemoryLeaseProvider):
             raise LeaseBackendError("renew 'k': no answer from postgresql://app:***@db/app within 10 s")
         return await super().renew_lease_info(key, owner, ttl_ms)
 
-    async def renew_leases(self, items: Any) -> Any:  # hold() renews in batches where it can
+    async def renew_many(self, items: Any) -> Any:  # hold() renews in batches where it can
         if self.failures:
             self.failures -= 1
             raise LeaseBackendError("renew 'k': no answer from postgresql://app:***@db/app within 10 s")
-        return await super().renew_leases(items)
+        return await super().renew_many(items)
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

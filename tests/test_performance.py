@@ -194,14 +194,14 @@ async def test_a_crash_right_after_relaxed_releases_never_hands_a_lease_to_anoth
 # -- batch renewal ------------------------------------------------------------------------------------
 
 
-async def test_renew_leases_renews_owned_live_leases_and_refuses_others(provider: Any, key: str) -> None:
+async def test_renew_many_renews_owned_live_leases_and_refuses_others(provider: Any, key: str) -> None:
     mine, theirs, short = f"{key}:mine", f"{key}:theirs", f"{key}:short"
     assert (await provider.acquire_lease(mine, "a", 5_000)).acquired
     assert (await provider.acquire_lease(theirs, "b", 5_000)).acquired
     assert (await provider.acquire_lease(short, "a", 50)).acquired
     await asyncio.sleep(0.15)
     seen = Counted(provider)
-    renewed = await provider.renew_leases(
+    renewed = await provider.renew_many(
         [(mine, "a", 60_000), (theirs, "a", 60_000), (short, "a", 60_000), (f"{key}:none", "a", 60_000)]
     )
     assert set(renewed) == {mine}
@@ -213,10 +213,10 @@ async def test_renew_leases_renews_owned_live_leases_and_refuses_others(provider
     assert await provider.get_lease_owner(short) is None
     if hasattr(provider, "on_statement"):
         assert seen.batch() == 1
-    assert await provider.renew_leases([]) == {}
+    assert await provider.renew_many([]) == {}
 
 
-async def test_renew_leases_refuses_bad_input_before_any_sql(provider: Any, key: str) -> None:
+async def test_renew_many_refuses_bad_input_before_any_sql(provider: Any, key: str) -> None:
     seen = Counted(provider)
     bad: list[Any] = [
         "abc",
@@ -230,16 +230,16 @@ async def test_renew_leases_refuses_bad_input_before_any_sql(provider: Any, key:
     ]
     for items in bad:
         with pytest.raises((TypeError, ValueError)):
-            await provider.renew_leases(items)
+            await provider.renew_many(items)
     assert seen.sql == []
 
 
-async def test_renew_leases_beyond_one_statement(sql_provider: SqlLeaseProvider, key: str) -> None:
+async def test_renew_many_beyond_one_statement(sql_provider: SqlLeaseProvider, key: str) -> None:
     keys = [f"{key}:{i}" for i in range(1_500)]
     for k in keys:
         assert (await sql_provider.acquire_lease(k, "a", 30_000)).acquired
     seen = Counted(sql_provider)
-    renewed = await sql_provider.renew_leases([(k, "a", 60_000) for k in keys])
+    renewed = await sql_provider.renew_many([(k, "a", 60_000) for k in keys])
     assert set(renewed) == set(keys)
     assert seen.batch() == 2
 
@@ -283,20 +283,20 @@ async def test_200_held_leases_renew_in_a_few_statements_per_interval(provider: 
 
 async def test_batched_renewals_fail_over_to_loss_at_the_deadline(sql_provider: SqlLeaseProvider, key: str) -> None:
     """A batch statement that never answers: each hold declares its loss by its own deadline."""
-    original = type(sql_provider).renew_leases
+    original = type(sql_provider).renew_many
 
     async def hang(self: Any, items: Any) -> Any:
         await asyncio.sleep(3600)
 
     async with hold(sql_provider, key, "a", 1_000, renew_every_ms=200, on_lost="flag") as lease:
-        type(sql_provider).renew_leases = hang  # type: ignore[method-assign]
+        type(sql_provider).renew_many = hang  # type: ignore[method-assign]
         try:
             started = time.monotonic()
             await asyncio.wait_for(lease.lost.wait(), 1.5)
             assert time.monotonic() - started < 1.0
             assert lease.lost_reason and "no renewal succeeded" in lease.lost_reason
         finally:
-            type(sql_provider).renew_leases = original  # type: ignore[method-assign]
+            type(sql_provider).renew_many = original  # type: ignore[method-assign]
 
 
 async def test_a_batch_renews_with_the_longest_ttl_of_a_nested_hold_not_due_in_it(provider: Any, key: str) -> None:
@@ -338,13 +338,13 @@ async def test_held_leases_renewed_in_batches_cost_no_task_each(sql_provider: Sq
     assert await sql_provider.list_leases(prefix=key) == []
 
 
-async def test_a_renew_leases_that_raises_at_the_call_still_ends_in_a_declared_loss() -> None:
-    """A provider whose ``renew_leases`` is a plain method that raises before returning an
+async def test_a_renew_many_that_raises_at_the_call_still_ends_in_a_declared_loss() -> None:
+    """A provider whose ``renew_many`` is a plain method that raises before returning an
     awaitable: each hold retries, then declares its loss by its deadline (never runs on unrenewed)."""
     from sql_lease import InMemoryLeaseProvider
 
     class Broken(InMemoryLeaseProvider):
-        def renew_leases(self, items: Any) -> Any:  # type: ignore[override]
+        def renew_many(self, items: Any) -> Any:  # type: ignore[override]
             raise ConnectionError("the database went away")
 
     provider = Broken()

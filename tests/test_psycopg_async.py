@@ -53,7 +53,7 @@ async def test_every_operation_on_psycopg(pg_url: str, fresh_pg_schema: str, psy
         held = await leases.get_lease(key)
         assert held is not None and held.data == {"n": 1} and held.remaining_ms > 0
         assert await leases.renew_lease(key, "a", 10_000)
-        assert set(await leases.renew_leases([(key, "a", 10_000)])) == {key}
+        assert set(await leases.renew_many([(key, "a", 10_000)])) == {key}
         assert await leases.transfer_lease(key, "a", "b", 10_000)
         assert [lease.owner for lease in await leases.list_leases()] == ["b"]
         assert await leases.release_lease(key, "b")

@@ -365,3 +365,32 @@ async def test_a_release_of_any_slot_wakes_a_waiter(face: Any, key: str) -> None
         assert await waiter.wait(20)
         assert time.monotonic() - started < 10 and await release
         assert (await waiter.acquire("c", TTL, limit=2)).acquired
+
+
+# -- semaphores beside all-or-nothing calls -------------------------------------------------------
+
+
+async def test_an_all_or_nothing_acquire_refused_by_a_semaphore_names_its_oldest_holder(
+    face: Any, key: str
+) -> None:
+    await face.acquire_lease(key, "a", TTL, limit=3)
+    await face.acquire_lease(key, "b", TTL, limit=3)
+    free = f"{key}:free"
+    results = await face.acquire_leases([free, key], "c", TTL)
+    assert [r.acquired for r in results] == [False, False]
+    assert results[0].owner is None and results[1].owner == "a"
+    assert await face.get_lease_owner(free) is None
+    assert [h.owner for h in await face.get_lease_holders(key)] == ["a", "b"]
+
+
+async def test_release_and_renew_of_several_keys_reach_the_owners_slots(face: Any, key: str) -> None:
+    plain = f"{key}:plain"
+    slot = await face.acquire_lease(key, "a", TTL, limit=2)
+    await face.acquire_lease(key, "b", TTL, limit=2)
+    assert (await face.acquire_lease(plain, "a", TTL)).acquired
+    assert await face.renew_leases([key, plain], "a", TTL) == [True, True]
+    assert [h.fence for h in await face.get_lease_holders(key) if h.owner == "a"] == [slot.fence]
+    assert await face.release_leases([key, plain], "a") == 2
+    assert [h.owner for h in await face.get_lease_holders(key)] == ["b"]
+    assert await face.get_lease_owner(plain) is None
+    assert await face.release_leases([key, plain], "a") == 0

@@ -162,7 +162,7 @@ async def exercise_async(provider: SqlLeaseProvider, engine: Any, prefix: str) -
     await asyncio.sleep(max(0.0, short.remaining_ms or 0.0) / 1000 + 0.01)
     assert (await provider.acquire_lease(other, "dave", TTL)).owner == "dave"  # takeover
     assert await provider.renew_lease(key, "alice", TTL)
-    assert set(await provider.renew_leases([(key, "alice", TTL), (other, "dave", TTL)])) == {key, other}
+    assert set(await provider.renew_many([(key, "alice", TTL), (other, "dave", TTL)])) == {key, other}
     assert await provider.get_lease(other) is not None
     assert await provider.get_lease_owner(key) == "alice"
     assert [lease.key for lease in await provider.list_leases(prefix=prefix)] == [key, other]
@@ -179,6 +179,14 @@ async def exercise_async(provider: SqlLeaseProvider, engine: Any, prefix: str) -
     assert await provider.break_lease(other) is not None
     kept = await provider.acquire_lease(other, "frank", TTL)
     assert await provider.release_lease(other, "frank", fence=kept.fence, min_hold_ms=TTL)  # kept
+    several = [f"{prefix}:c", f"{prefix}:d"]
+    assert all(await provider.acquire_leases(several, "gina", TTL))  # granted
+    assert not any(await provider.acquire_leases([*several, f"{prefix}:e"], "hal", TTL))  # refused: holders read
+    assert await provider.renew_leases(several, "gina", TTL) == [True, True]
+    assert await provider.release_leases(several, "gina") == 2
+    lapsing = await provider.acquire_leases(several, "ivy", 1)
+    await asyncio.sleep(max(0.0, lapsing[0].remaining_ms or 0.0) / 1000 + 0.01)
+    assert all(await provider.acquire_leases(several, "jay", TTL))  # expired keys taken over
     assert await provider.acquire_lease(key, "alice", 1)
     await asyncio.sleep(0.01)
     assert await provider.sweep_expired(grace_ms=0) >= 0
@@ -250,6 +258,11 @@ def exercise_sync(provider: SyncSqlLeaseProvider, engine: Any, prefix: str) -> N
     assert provider.break_lease(other) is not None
     kept = provider.acquire_lease(other, "frank", TTL)
     assert provider.release_lease(other, "frank", fence=kept.fence, min_hold_ms=TTL)  # kept
+    several = [f"{prefix}:c", f"{prefix}:d"]
+    assert all(provider.acquire_leases(several, "gina", TTL))
+    assert not any(provider.acquire_leases([*several, f"{prefix}:e"], "hal", TTL))
+    assert provider.renew_leases(several, "gina", TTL) == [True, True]
+    assert provider.release_leases(several, "gina") == 2
     assert provider.acquire_lease(key, "alice", 1)
     time.sleep(0.01)
     assert provider.sweep_expired(grace_ms=0) >= 0
@@ -369,8 +382,8 @@ def test_postgres_sends_each_statement_as_written(
             exercise_sync(provider, engine, f"texts:{uuid.uuid4().hex}")
         engine.dispose()
         assert seen.strays == [], case
-        # The sync face has no batch renewal; its LISTEN channel query goes through psycopg.
-        without = ("renew_many", "notify_channel") + (no_listen if "pgbouncer" in case else ())
+        # The sync face renews many leases only through renew_leases; its LISTEN channel query goes through psycopg.
+        without = ("notify_channel",) + (no_listen if "pgbouncer" in case else ())
         assert seen.names == seen.expected(variant, without), case
     assert sent == set(statement_constants(postgresql))  # no dead text
 
@@ -403,7 +416,7 @@ def test_sqlite_sends_each_statement_as_written(tmp_path: Path) -> None:
         exercise_sync(provider, engine, "sync")
     engine.dispose()
     assert synced.strays == []
-    assert synced.names == synced.expected(VARIANT["session"], ("renew_many",))
+    assert synced.names == synced.expected(VARIANT["session"])
 
 
 @pytest.mark.mysql
@@ -427,7 +440,14 @@ def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> Non
             key = f"texts:{uuid.uuid4().hex}"
             assert (await on_engine.acquire_lease(key, "a", 10_000)).acquired
             assert await on_engine.renew_lease_info(key, "a", 10_000) is not None
-            assert key in await on_engine.renew_leases([(key, "a", 10_000)])
+            assert key in await on_engine.renew_many([(key, "a", 10_000)])
+            pair = [f"{key}:x", f"{key}:y"]
+            assert all(await on_engine.acquire_leases(pair, "a", 10_000))  # rows locked NOWAIT on an engine
+            assert all(await on_engine.acquire_leases(pair, "a", 10_000))  # the owner's tenures extended
+        aiomysql_url = to_async_url(url).set(drivername="mysql+aiomysql").render_as_string(hide_password=False)
+        async with SqlLeaseProvider(aiomysql_url, schema=schema) as stepwise:  # its own engine: step by step
+            stepwise.on_statement(seen.statement)
+            assert all(await stepwise.acquire_leases([f"{key}:z"], "a", 10_000))  # rows locked, waiting
         await engine.dispose()
 
     run_in_own_loop(run)

@@ -402,7 +402,7 @@ def test_bad_input_is_rejected_before_any_sql(provider: Any, method: str, args: 
 
 @pytest.mark.parametrize(
     ("method", "args", "kwargs", "expected"),
-    [case for case in KW_CASES if case.values[0] != "renew_leases"],  # the sync face renews one by one
+    [case for case in KW_CASES if case.values[0] != "renew_many"],  # the sync face renews one by one
 )
 def test_bad_fences_and_minimum_holds_are_rejected_before_any_sql(
     provider: Any, method: str, args: tuple, kwargs: dict[str, Any], expected: type
@@ -696,3 +696,33 @@ def test_an_old_tenures_release_racing_a_new_acquire_never_frees_it(provider: An
             assert current is not None and current.fence == new.fence, f"round {round_}: the new tenure was freed"
             assert provider.release_lease(key, "job", fence=new.fence)
     assert new_first > 0  # the dangerous order (the new acquire answered before the old release) happened
+
+
+# -- all-or-nothing acquire of several keys (issue 25) ----------------------------------------------
+
+
+def test_acquire_leases_all_or_nothing_on_the_sync_face(provider: Any, key: str) -> None:
+    keys = [f"{key}:b", f"{key}:a", f"{key}:c"]
+    blocker = provider.acquire_lease(keys[2], "bob", TTL)
+    refused = provider.acquire_leases(keys, "alice", TTL)
+    assert refused[:2] == [AcquireResult(False, None)] * 2
+    assert (refused[2].acquired, refused[2].owner, refused[2].fence) == (False, "bob", blocker.fence)
+    assert [provider.get_lease_owner(k) for k in keys] == [None, None, "bob"]
+    assert provider.release_lease(keys[2], "bob")
+    granted = provider.acquire_leases(keys, "alice", TTL)
+    assert all(granted) and len({r.fence for r in granted}) == 3 and granted[2].fence > blocker.fence
+    assert [provider.get_lease(k).fence for k in keys] == [r.fence for r in granted]
+    again = provider.acquire_leases(list(reversed(keys)), "alice", TTL)
+    assert [r.fence for r in again] == [r.fence for r in reversed(granted)]
+
+
+def test_renew_and_release_leases_on_the_sync_face(provider: Any, key: str) -> None:
+    keys = look_alike_keys(key)[:4]
+    assert all(provider.acquire_leases(keys[:3], "alice", SHORT_TTL))
+    time.sleep(SHORT_WAIT)
+    taken = provider.acquire_leases(keys[1:], "bob", TTL)  # two expired keys and a free one
+    assert all(taken)
+    assert provider.renew_leases(keys, "bob", TTL) == [False, True, True, True]
+    assert provider.renew_leases(keys, "alice", TTL) == [False] * 4
+    assert provider.release_leases(keys, "bob") == 3
+    assert provider.release_leases(keys, "bob") == 0

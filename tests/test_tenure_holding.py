@@ -35,9 +35,9 @@ class Recording(InMemoryLeaseProvider):
         self.calls.append(("release", kw))
         return await super().release_lease(key, owner, **kw)
 
-    async def renew_leases(self, items: Any) -> Any:
-        self.calls.append(("renew_leases", list(items)))
-        return await super().renew_leases(items)
+    async def renew_many(self, items: Any) -> Any:
+        self.calls.append(("renew_many", list(items)))
+        return await super().renew_many(items)
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: Any, **kw: Any) -> bool:
         self.calls.append(("transfer", kw))
@@ -45,9 +45,9 @@ class Recording(InMemoryLeaseProvider):
 
 
 class RecordingOneByOne(Recording):
-    """Without ``renew_leases``: ``hold()`` renews each lease with ``renew_lease_info``."""
+    """Without ``renew_many``: ``hold()`` renews each lease with ``renew_lease_info``."""
 
-    renew_leases = None  # type: ignore[assignment]
+    renew_many = None  # type: ignore[assignment]
 
     async def renew_lease_info(self, key: str, owner: str, ttl_ms: Any, **kw: Any) -> Any:
         self.calls.append(("renew", kw))
@@ -104,10 +104,10 @@ async def test_hold_sends_its_fence_with_every_renewal_transfer_and_release(make
         assert await lease.transfer_to("b")
     async with hold(provider, "k2", "c", TTL, min_hold_ms=MIN_HOLD) as other:
         pass
-    renewals = [c for c in provider.calls if c[0] in ("renew", "renew_leases")]
+    renewals = [c for c in provider.calls if c[0] in ("renew", "renew_many")]
     assert renewals, provider.calls
     for kind, sent in renewals:
-        assert (sent == [("k", "a", TTL, lease.fence)]) if kind == "renew_leases" else sent == {"fence": lease.fence}
+        assert (sent == [("k", "a", TTL, lease.fence)]) if kind == "renew_many" else sent == {"fence": lease.fence}
     assert ("transfer", {"fence": lease.fence}) in provider.calls
     assert provider.calls[-1] == ("release", {"fence": other.fence, "min_hold_ms": MIN_HOLD})
     kept = await provider.get_lease("k2")

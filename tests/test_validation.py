@@ -64,6 +64,28 @@ for label, bad, exc in BAD_TTL:
         pytest.param("transfer_lease", (GOOD_KEY, GOOD_OWNER, "next", bad), exc, id=f"transfer-ttl-{label}"),
     ]
 CASES.append(pytest.param("acquire_lease", (GOOD_KEY, "o" * (MAX_OWNER_LENGTH + 1), 1), ValueError, id="owner-513"))
+# All-or-nothing calls (issue 25): a bad keys list, owner or TTL sends nothing and writes nothing.
+BAD_KEYS: list[tuple[str, Any, type[Exception]]] = [
+    ("str", "ab", TypeError),
+    ("set", {GOOD_KEY}, TypeError),
+    ("empty", [], ValueError),
+    ("repeated", [GOOD_KEY, "other", GOOD_KEY], ValueError),
+    ("101 keys", [f"k{i}" for i in range(101)], ValueError),
+    ("an int among them", ["other", 1], TypeError),
+    ("an empty key among them", ["other", ""], ValueError),
+]
+for label, bad, exc in BAD_KEYS:
+    CASES += [
+        pytest.param("acquire_leases", (bad, GOOD_OWNER, GOOD_TTL), exc, id=f"acquire-keys-{label}"),
+        pytest.param("release_leases", (bad, GOOD_OWNER), exc, id=f"release-keys-{label}"),
+        pytest.param("renew_leases", (bad, GOOD_OWNER, GOOD_TTL), exc, id=f"renew-keys-{label}"),
+    ]
+CASES += [
+    pytest.param("acquire_leases", ([GOOD_KEY, "other"], None, GOOD_TTL), TypeError, id="acquire-keys-owner-None"),
+    pytest.param("acquire_leases", ([GOOD_KEY, "other"], GOOD_OWNER, 0), ValueError, id="acquire-keys-ttl-0"),
+    pytest.param("renew_leases", ([GOOD_KEY], GOOD_OWNER, math.nan), ValueError, id="renew-keys-ttl-NaN"),
+    pytest.param("release_leases", ([GOOD_KEY], ""), ValueError, id="release-keys-owner-empty"),
+]
 
 BAD_FENCE: list[tuple[str, Any, type[Exception]]] = [
     ("zero", 0, ValueError),
@@ -96,9 +118,7 @@ for label, bad, exc in BAD_FENCE:
             exc,
             id=f"transfer-fence-{label}",
         ),
-        pytest.param(
-            "renew_leases", ([(GOOD_KEY, GOOD_OWNER, GOOD_TTL, bad)],), {}, exc, id=f"renew-many-fence-{label}"
-        ),
+        pytest.param("renew_many", ([(GOOD_KEY, GOOD_OWNER, GOOD_TTL, bad)],), {}, exc, id=f"renew-many-fence-{label}"),
     ]
 for label, bad, exc in BAD_MIN_HOLD:
     KW_CASES.append(

@@ -14,7 +14,7 @@ it registers the functions the providers' ``hold()``/``acquire_lease_wait()`` me
 
 from ..contract import LeaseProviderBase, provide_holding
 from . import aio, threads
-from .aio import HeldLease, OnLost, acquire_lease_wait, hold
+from .aio import HeldLease, HeldLeases, OnLost, acquire_lease_wait, hold, hold_all
 from .rules import (
     ATTEMPT_GRACE_S,
     JITTER_S,
@@ -39,6 +39,7 @@ __all__ = [
     "SWEEP_BATCH_SIZE",
     "ExpirySweeper",
     "HeldLease",
+    "HeldLeases",
     "HoldRegistry",
     "HoldRules",
     "LeaseProviderBase",
@@ -48,6 +49,7 @@ __all__ = [
     "acquire_lease_wait",
     "data_kw",
     "hold",
+    "hold_all",
     "new_owner_id",
     "validate_hold_options",
 ]

@@ -28,6 +28,9 @@ from ..errors import LeaseBackendError
 from .rules import (
     NO_ANSWER,
     NOTHING_TAKEN,
+    GroupMember,
+    HeldKeys,
+    HoldGroup,
     HoldRegistry,
     HoldRules,
     RenewalCourse,
@@ -44,9 +47,11 @@ from .rules import (
     timeout_kw,
 )
 
-__all__ = ["HeldLease", "acquire_lease_wait", "hold"]
+__all__ = ["HeldLease", "HeldLeases", "acquire_lease_wait", "hold", "hold_all"]
 
 OnLost = Literal["cancel", "flag"]
+
+log = logging.getLogger("sql_lease")
 
 
 def _release_if_taken(taking: asyncio.Future[Any], lock: asyncio.Lock) -> None:
@@ -302,7 +307,7 @@ class _BatchedRenewal:
 
 class _RenewalBatcher:
     """Coalesced renewals of the ``hold()`` blocks on one provider in one event loop (the provider
-    has ``renew_leases``). When the earliest renewal falls due, one statement (per
+    has ``renew_many``). When the earliest renewal falls due, one statement (per
     ``RENEW_BATCH_SIZE``) renews every lease due before the next tick (now plus the shortest
     renewal interval waiting): a lease is renewed up to one interval early, never late. Renewed
     together, leases stay together, so N leases with one interval cost about N / 1000 statements per
@@ -414,7 +419,7 @@ class _RenewalBatcher:
             items.append((*item, fence) if fenced and fence is not None else item)
         answered_early = False
         try:
-            statement = asyncio.ensure_future(provider.renew_leases(items))
+            statement = asyncio.ensure_future(provider.renew_many(items))
         except Exception as raised:  # a provider's plain method that raised before returning an awaitable
             for renewal in waiting:
                 self._answer(renewal, raised)
@@ -488,8 +493,8 @@ _batchers: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, _Renewa
 
 def _batcher_for(provider: LeaseProvider) -> _RenewalBatcher | None:
     """The renewal batcher of ``provider`` in the running event loop, if the provider has
-    ``renew_leases`` (looked up on the class, as ``renew_lease_info``); else None."""
-    if not callable(getattr(type(provider), "renew_leases", None)):
+    ``renew_many`` (looked up on the class, as ``renew_lease_info``); else None."""
+    if not callable(getattr(type(provider), "renew_many", None)):
         return None
     try:
         per_loop = _batchers.get(provider)
@@ -744,7 +749,7 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
         return renewal_answer(await call(self.key, self.owner, self._call_ttl_ms, **self._renew_kw()), with_info)
 
     async def _renew_loop(self, first_due: float) -> None:
-        """Renew this lease on its own, for a provider without ``renew_leases``; a provider with it
+        """Renew this lease on its own, for a provider without ``renew_many``; a provider with it
         renews through the batcher, which follows the same rules (:class:`RenewalCourse`)."""
         loop = asyncio.get_running_loop()
         course = RenewalCourse(self, self.renew_every_ms / 1000)
@@ -857,4 +862,112 @@ hold = shortcut(
     ``check()`` raises ``LeaseLostError``, and leaving the block neither releases nor renews it
     (nor declares it lost); the parent keeps it.
     """,
+)
+
+
+class _Member(GroupMember, HeldLease):
+    """One key of a :class:`HeldLeases`: renewed as a ``hold()`` (through the batcher, with its fence)."""
+
+    _callback = None
+
+
+class HeldLeases(HeldKeys):
+    """Several leases held, all or nothing, while an ``async with`` block runs; made by
+    :func:`hold_all`, which takes the same arguments: ``HeldLeases(provider, keys, owner=None,
+    ttl_ms=15_000, *, renew_every_ms=None, on_lost="cancel", data=None)``.
+
+    Entering takes every key with one ``acquire_leases`` (``LeaseNotAcquiredError`` naming the holder
+    of the first key that blocked; nothing is held then). Each key is then held as by ``hold()``:
+    renewed with its own fencing token, and on a provider with ``renew_many`` by the one renewal
+    batcher, so the keys of one block are renewed by one statement per interval. A loss of any key
+    is the loss of the whole hold: ``lost`` is set, ``on_lost="cancel"`` cancels the block once, and
+    leaving raises ``LeaseLostError`` as ``hold()`` does. Leaving releases every key with one
+    ``release_leases``.
+
+    Attributes: ``keys``, ``owner``, ``fences`` (each key's fencing token, by key), ``leases`` (the
+    :class:`HeldLease` of each key, in the order of ``keys``), ``lost`` (an ``asyncio.Event``),
+    ``lost_reason``; ``check()`` and ``valid`` as on a ``HeldLease``, for every key at once.
+    """
+
+    _member = _Member
+    _event = asyncio.Event
+    lost: asyncio.Event
+    leases: list[HeldLease]
+
+    async def __aenter__(self) -> HeldLeases:
+        loop = asyncio.get_running_loop()
+        first = self.leases[0]
+        sent = loop.time()
+        try:
+            results = await self.provider.acquire_leases(  # type: ignore[attr-defined]
+                self.keys, self.owner, first._call_ttl_ms, **data_kw(first.data)
+            )
+        except NOTHING_TAKEN:
+            raise
+        except BaseException:  # the acquire may have committed: free what it took
+            self._release_in_background(self.keys)
+            raise
+        due, late = self._granted(results, sent)
+        if late is not None:  # the body must not start on leases about to be lost
+            await self._release(self._group.take_releasing(), first._margin_s)
+            raise late
+        for lease, first_due in zip(self.leases, due, strict=True):
+            lease._start_holding(first_due)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        errors: list[BaseException] = []
+        for lease in self.leases:
+            try:
+                await lease.__aexit__(exc_type, exc, tb)
+            except BaseException as error:
+                errors.append(error)
+        await self._release(self._group.take_releasing(), self._exit_limit_s())
+        raised = HoldGroup.first_error(errors)
+        if raised is not None:
+            raise raised
+
+    async def _release(self, keys: list[str], limit_s: float | None) -> None:
+        """Release ``keys`` in one statement, finishing it even if cancelled meanwhile; give up after
+        ``limit_s`` seconds (None: the provider's own timeout)."""
+        if not keys:
+            return
+        release = asyncio.ensure_future(self.provider.release_leases(keys, self.owner))  # type: ignore[attr-defined]
+        try:
+            try:
+                await asyncio.wait({release}, timeout=limit_s)
+            except asyncio.CancelledError:
+                await asyncio.wait({release}, timeout=limit_s)
+                raise
+        finally:
+            if not release.done():
+                _abandon(release)
+                log.warning(
+                    "releasing %d leases of %r: no answer in time; they expire by their TTL", len(keys), self.owner
+                )
+            elif not release.cancelled() and (failure := release.exception()) is not None:
+                log.error("releasing %d leases of %r failed: %s", len(keys), self.owner, failure)
+
+    def _release_in_background(self, keys: list[str]) -> None:
+        release = asyncio.ensure_future(self.provider.release_leases(keys, self.owner))  # type: ignore[attr-defined]
+        release.add_done_callback(_consume_result)
+
+
+hold_all = shortcut(
+    HeldLeases,
+    itself,
+    "hold_all",
+    """Hold every key of ``keys`` (all or nothing) while an ``async with`` block runs, renewing them together.
+
+    ``hold_all(provider, keys, owner=None, ttl_ms=15_000, *, renew_every_ms=None, on_lost="cancel",
+    data=None)`` returns a :class:`HeldLeases`::
+
+        async with hold_all(provider, ["account:1", "account:2"], ttl_ms=15_000) as leases:
+            await move_money(fences=leases.fences)
+
+    ``provider`` must have ``acquire_leases`` and ``release_leases`` (every provider of sql_lease).
+    ``LeaseNotAcquiredError`` when a key is held by another owner (nothing is held then); a loss of
+    any key is the loss of all (``lost``, ``check()``, ``LeaseLostError`` as ``hold()``).""",
 )

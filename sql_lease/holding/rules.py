@@ -20,7 +20,7 @@ import random
 import socket
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +33,7 @@ from ..contract import (
     LeaseInfo,
     encode_data,
     validate_key,
+    validate_keys,
     validate_limit,
     validate_min_hold_ms,
     validate_owner,
@@ -874,3 +875,166 @@ def due_losses(leases: set[W], now: float) -> tuple[list[tuple[W, float]], float
         elif deadline < earliest:
             earliest = deadline
     return due, earliest
+
+
+class HoldGroup:
+    """The rules of ``hold_all()``, a hold of several keys, all or nothing, on both faces: one hold
+    per key (``members``, of the face's hold class), each judged by the rules of a single hold, and
+    acquired together by one ``acquire_leases``. A loss of any member is the loss of all: the first
+    one lost is declared as a single hold declares it (it cancels or flags the block), the others are
+    then declared lost without acting on the block again. Leaving, the keys the block must release
+    (no other ``hold()`` of the owner keeps them) are collected in ``releasing`` for one
+    ``release_leases``. No I/O here."""
+
+    def __init__(self, provider: Any, keys: object, owner: str | None) -> None:
+        """``TypeError``/``ValueError`` for bad ``keys`` (1 to ``MAX_KEYS`` distinct keys) or owner."""
+        self.provider = provider
+        self.keys = validate_keys(keys)
+        self.owner = validate_owner(owner) if owner is not None else new_owner_id()
+        self.members: list[Any] = []
+        self.lost_reason: str | None = None
+        self.lost: Any = None  # the face's event, set once every member was declared lost
+        self.releasing: list[str] = []
+
+    def refusal(self, results: Sequence[AcquireResult]) -> LeaseNotAcquiredError | None:
+        """The error ``hold_all()`` raises for the answer of its ``acquire_leases`` (None: all
+        granted): the first key that blocked, naming its holder."""
+        if all(result.acquired for result in results):
+            return None
+        for key, result in zip(self.keys, results, strict=True):
+            if result.owner is not None:
+                return LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at)
+        return LeaseNotAcquiredError(self.keys[0], None)
+
+    def member_lost(self, member: Any, reason: str) -> list[Any]:
+        """``member`` is lost for ``reason``, so the whole hold is: the other members to declare lost
+        (none when the hold was lost already)."""
+        if self.lost_reason is not None:
+            return []
+        self.lost_reason = f"lease {member.key!r} lost: {reason}"
+        return [other for other in self.members if other is not member and not other._finished()]
+
+    def leaving(self, member: Any, must_release: bool) -> None:
+        """``member`` leaves the block; ``must_release``: its own rules would release it."""
+        if must_release:
+            self.releasing.append(member.key)
+
+    def take_releasing(self) -> list[str]:
+        """The keys to release now (once)."""
+        keys, self.releasing = self.releasing, []
+        return keys
+
+    @property
+    def fences(self) -> dict[str, int | None]:
+        """Each key's fencing token, by key."""
+        return {member.key: member.fence for member in self.members}
+
+    @property
+    def valid(self) -> bool:
+        """True while every member is (``HoldRules.valid``)."""
+        return bool(self.members) and all(member.valid for member in self.members)
+
+    def check(self) -> None:
+        """``LeaseLostError`` (of the first key lost) if the hold is lost, judged when called."""
+        for member in self.members:
+            member.check()
+
+    @staticmethod
+    def first_error(errors: Sequence[BaseException]) -> BaseException | None:
+        """What leaving the members raised, as one error: a ``LeaseLostError`` first."""
+        for error in errors:
+            if isinstance(error, LeaseLostError):
+                return error
+        return errors[0] if errors else None
+
+
+class GroupMember:
+    """What makes a face's hold class (``HeldLease``, ``SyncHeldLease``) a member of a
+    :class:`HoldGroup`: it leaves without releasing (the group releases its keys together), and its
+    loss is the loss of every member. Put it first among the bases."""
+
+    group: HoldGroup
+
+    def _leave(self) -> bool:
+        self.group.leaving(self, super()._leave())  # type: ignore[misc]
+        return False
+
+    def _declare_lost(self, reason: str) -> None:
+        first = self.group.lost_reason is None
+        others = self.group.member_lost(self, reason)
+        super()._declare_lost(reason)  # type: ignore[misc]
+        for other in others:  # the block is cancelled (or called back) once, by the first loss
+            other.on_lost, other._callback = "flag", None
+            other._declare_lost(f"the hold of several keys was lost ({self.group.lost_reason})")
+        if first and self.group.lost is not None:  # every member is lost by now
+            self.group.lost.set()
+
+
+class HeldKeys:
+    """What both faces' ``hold_all()`` objects share (``HeldLeases``, ``SyncHeldLeases``): one
+    member hold per key (of the face's ``_member`` class, a :class:`GroupMember`) in a
+    :class:`HoldGroup`, the group's answers, and the judging of the ``acquire_leases`` answer."""
+
+    _member: Callable[..., Any]
+    _event: Callable[[], Any]
+
+    def __init__(
+        self,
+        provider: Any,
+        keys: Sequence[str],
+        owner: str | None = None,
+        ttl_ms: int | float = 15_000,
+        *,
+        renew_every_ms: int | float | None = None,
+        on_lost: Any = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """``ttl_ms``/``renew_every_ms`` in milliseconds; ``on_lost`` None: the face's default.
+        ``TypeError``/``ValueError`` on bad input."""
+        self._group = group = HoldGroup(provider, keys, owner)
+        self.provider, self.keys, self.owner = provider, group.keys, group.owner
+        self.leases: list[Any] = group.members
+        for key in group.keys:
+            member = self._member(
+                provider, key, group.owner, ttl_ms, renew_every_ms=renew_every_ms, on_lost=on_lost, data=data
+            )
+            member.group = group
+            group.members.append(member)
+        self.lost = group.lost = self._event()
+
+    @property
+    def fences(self) -> dict[str, int | None]:
+        """Each key's fencing token, by key."""
+        return self._group.fences
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Why the hold was lost (the key lost first, and its reason), or None."""
+        return self._group.lost_reason
+
+    @property
+    def valid(self) -> bool:
+        """True while every key is held (see ``valid`` of a single hold)."""
+        return self._group.valid
+
+    def check(self) -> None:
+        """``LeaseLostError`` if any key is lost (see ``check()`` of a single hold)."""
+        self._group.check()
+
+    def _granted(self, results: Sequence[AcquireResult], sent: float) -> tuple[list[float], LateAcquireError | None]:
+        """The answer of ``acquire_leases`` sent at ``sent``: when each member's first renewal is due,
+        and the error to raise if it came too late (its members then left: release
+        ``_group.take_releasing()``); ``LeaseNotAcquiredError`` if refused."""
+        refused = self._group.refusal(results)
+        if refused is not None:
+            raise refused
+        due = [lease._acquired(result, sent) for lease, result in zip(self.leases, results, strict=True)]
+        late = self.leases[0]._entered_late()
+        if late is not None:
+            for lease in self.leases:
+                lease._leave()
+        return due, late
+
+    def _exit_limit_s(self) -> float | None:
+        """Seconds the release on exit may take (see ``_release_limit_s`` of a single hold)."""
+        return max((lease._release_limit_s() or 0.0) for lease in self.leases) or None

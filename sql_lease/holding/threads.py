@@ -29,7 +29,7 @@ from .. import observe
 from ..contract import AcquireResult, LeaseInfo, SyncLeaseProvider, SyncReleaseWaiter
 from . import rules
 
-__all__ = ["SyncHeldLease", "acquire_lease_wait", "hold"]
+__all__ = ["SyncHeldLease", "SyncHeldLeases", "acquire_lease_wait", "hold", "hold_all"]
 
 log = logging.getLogger("sql_lease")
 
@@ -434,4 +434,116 @@ hold = rules.shortcut(
     ``check()`` raises ``LeaseLostError``, and leaving the block neither releases nor renews it
     (nor declares it lost); the parent keeps it.
     """,
+)
+
+
+class _Member(rules.GroupMember, SyncHeldLease):
+    """One key of a :class:`SyncHeldLeases`; the first key's renewer renews every key (the others have none)."""
+
+    def _renew_once(self, wait_s: float) -> LeaseInfo | bool:
+        sent, members = time.monotonic(), self.group.members
+        renewed = self.provider.renew_leases(  # type: ignore[attr-defined]
+            [member.key for member in members],
+            self.owner,
+            self._call_ttl_ms,
+            fences=[member.fence for member in members],
+            **_timeout_kw(self.provider, wait_s),
+        )
+        if not all(renewed):  # a key of the hold is no longer ours: the whole hold is lost, named by that key
+            refused = next(member for member, done in zip(members, renewed, strict=True) if not done)
+            if refused is not self:
+                refused._declare_lost("renewal refused: the lease expired or another owner holds it")
+            return False
+        for member in members:
+            if member is not self:
+                member._renewed(True, sent)
+        return True
+
+
+class SyncHeldLeases(rules.HeldKeys):
+    """Several leases held, all or nothing, while a ``with`` block runs; made by :func:`hold_all`,
+    which takes the same arguments: ``SyncHeldLeases(provider, keys, owner=None, ttl_ms=15_000, *,
+    renew_every_ms=None, on_lost="raise", data=None)``.
+
+    Entering takes every key with one ``acquire_leases`` (``LeaseNotAcquiredError`` naming the holder
+    of the first key that blocked; nothing is held then). One background thread renews every key
+    with one ``renew_leases`` per interval, each key's fencing token given, so an old tenure is never
+    renewed; the process-wide watch declares losses at each key's deadline. A loss of any key is the
+    loss of the whole hold (``lost`` is set, the ``on_lost`` callable is called once, leaving raises
+    ``LeaseLostError`` unless ``on_lost="flag"``). Leaving releases every key with one ``release_leases``.
+
+    Attributes: ``keys``, ``owner``, ``fences`` (by key), ``leases`` (the :class:`SyncHeldLease` of
+    each key, in the order of ``keys``), ``lost`` (a ``threading.Event``), ``lost_reason``;
+    ``check()`` and ``valid`` as on a ``SyncHeldLease``, for every key at once.
+    """
+
+    _member = _Member
+    _event = threading.Event
+    lost: threading.Event
+    leases: list[SyncHeldLease]
+
+    def __enter__(self) -> SyncHeldLeases:
+        first = self.leases[0]
+        sent = time.monotonic()
+        try:
+            results = self.provider.acquire_leases(  # type: ignore[attr-defined]
+                self.keys, self.owner, first._call_ttl_ms, **rules.data_kw(first.data)
+            )
+        except rules.NOTHING_TAKEN:
+            raise
+        except BaseException:  # the acquire may have committed: free what it took
+            threading.Thread(target=self._release, args=(self.keys, None), daemon=True).start()
+            raise
+        due, late = self._granted(results, sent)
+        if late is not None:  # the body must not start on leases about to be lost
+            self._release(self._group.take_releasing(), first._margin_s)
+            raise late
+        first._renewer = threading.Thread(
+            target=first._renew_loop, args=(due[0],), name=f"sql_lease renew {len(self.keys)} keys", daemon=True
+        )
+        first._renewer.start()
+        for lease in self.leases:
+            _watch.add(lease)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        errors: list[BaseException] = []
+        for lease in self.leases:
+            try:
+                lease.__exit__(exc_type, exc, tb)
+            except BaseException as error:
+                errors.append(error)
+        self._release(self._group.take_releasing(), self._exit_limit_s())
+        raised = rules.HoldGroup.first_error(errors)
+        if raised is not None:
+            raise raised
+
+    def _release(self, keys: list[str], limit_s: float | None) -> None:
+        """Release ``keys`` in one statement within ``limit_s`` seconds (None: the provider's own limit)."""
+        if not keys:
+            return
+        try:
+            self.provider.release_leases(keys, self.owner, **_timeout_kw(self.provider, limit_s))  # type: ignore[attr-defined]
+        except Exception as exc:
+            log.error("releasing %d leases of %r failed: %s", len(keys), self.owner, exc)
+
+
+hold_all = rules.shortcut(
+    SyncHeldLeases,
+    rules.itself,
+    "hold_all",
+    """Hold every key of ``keys`` (all or nothing) on a synchronous provider while a ``with`` block
+    runs, renewing them together from one thread.
+
+    ``hold_all(provider, keys, owner=None, ttl_ms=15_000, *, renew_every_ms=None, on_lost="raise",
+    data=None)`` returns a :class:`SyncHeldLeases`::
+
+        with hold_all(provider, ["account:1", "account:2"], ttl_ms=15_000) as leases:
+            move_money(fences=leases.fences)
+
+    ``provider`` must have ``acquire_leases``, ``renew_leases`` and ``release_leases`` (every
+    provider of sql_lease). ``LeaseNotAcquiredError`` when a key is held by another owner (nothing is
+    held then); a loss of any key is the loss of all (``lost``, ``check()``, ``LeaseLostError``).""",
 )

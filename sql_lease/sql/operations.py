@@ -21,7 +21,9 @@ from ..contract import (
     encode_data,
     encode_key,
     validate_fence,
+    validate_fences,
     validate_key,
+    validate_keys,
     validate_limit,
     validate_list,
     validate_owner,
@@ -38,6 +40,7 @@ __all__ = [
     "Plan",
     "Query",
     "acquire",
+    "acquire_keys",
     "break_lease",
     "get_holders",
     "get_lease",
@@ -45,8 +48,10 @@ __all__ = [
     "list_leases",
     "prefix_upper_bound",
     "release",
+    "release_keys",
     "renew",
     "renew_checked",
+    "renew_keys",
     "renew_many",
     "run_async",
     "run_sync",
@@ -464,3 +469,115 @@ def _break(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseInfo | 
         return (yield from transactional.break_lease(s, key, fence))
     row = yield Query(s.break_lease, (key, fence))
     return None if row is None or not row[4] else s.lease_info(key, row)
+
+
+# -- several keys at once, all or nothing (issue 25; docs/statements.md, "All-or-nothing acquire") --
+
+
+def _stored_keys(keys: object) -> list[str]:
+    return [encode_key(key) for key in validate_keys(keys)]
+
+
+def acquire_keys(
+    s: LeaseStatements,
+    keys: object,
+    owner: object,
+    ttl_ms: object,
+    *,
+    data: object = None,
+    lock_wait_ms: float | None = None,
+) -> Plan[list[AcquireResult]]:
+    """Acquire every key of ``keys`` for ``owner`` or none; the results in the order of ``keys``
+    (a refusal names the holder of each key that blocked, the others are ``AcquireResult(False,
+    None)``). ``lock_wait_ms`` as :func:`acquire`'s. ``TypeError``/``ValueError`` before any I/O."""
+    stored, owner = _stored_keys(keys), validate_owner(owner)
+    ttl, text = s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data)
+    if s.transactional:
+        plan = transactional.acquire_keys(s, stored, owner, ttl, text, lock_wait_ms)
+    else:
+        params = s.acquire_params(s.keys_param(sorted(stored)), owner, ttl, text, lock_wait_ms)
+        plan = _acquire_keys(s, stored, owner, params)
+    return _keys_named(s, stored, plan)
+
+
+def _keys_named(s: LeaseStatements, keys: list[str], plan: Plan[list[AcquireResult]]) -> Plan[list[AcquireResult]]:
+    # A key refused by a semaphore's head (owner ''): its refusal names the oldest holder instead.
+    results = yield from plan
+    for i, result in enumerate(results):
+        if not result.acquired and result.owner == "":
+            results[i] = yield from transactional.slot_refusal(s, keys[i])
+    return results
+
+
+def _acquire_keys(
+    s: LeaseStatements, keys: list[str], owner: str, params: tuple[Any, ...]
+) -> Plan[list[AcquireResult]]:
+    # No answer either way (a holder the statement could not see, a lock wait that ran out, PostgreSQL's
+    # deliberate refusal): the holders read afresh name the refusal, or the statement runs again.
+    quick, conflicts = s.acquire_tries_quick, 0
+    for _ in range(3):
+        try:
+            rows = yield Query(s.acquire_keys, params, many=True, quick=quick)
+        except Exception as exc:
+            if s.conflicted(exc) and conflicts < transactional.CONFLICT_RETRIES:
+                conflicts += 1  # a deadlock the database broke: nothing was written
+                continue
+            if not (s.refused_all(exc) or s.lock_timed_out(exc)):
+                raise
+            rows = []
+        quick = False
+        results = s.keys_results(keys, rows)
+        if results is not None:
+            return results
+        holders = yield Query(s.holders, (params[0],), many=True)
+        refused = s.keys_refusals(keys, owner, holders)
+        if refused is not None:
+            return refused
+    return [AcquireResult(False, None)] * len(keys)
+
+
+def release_keys(s: LeaseStatements, keys: object, owner: object) -> Plan[int]:
+    """Release ``owner``'s leases on ``keys`` in one statement; how many unexpired ones it released
+    (one released already and kept for its minimum hold is left alone)."""
+    stored, owner = _stored_keys(keys), validate_owner(owner)
+    return _release_keys_or_slots(s, stored, owner)
+
+
+def _release_keys_or_slots(s: LeaseStatements, keys: list[str], owner: str) -> Plan[int]:
+    # Fewer released than asked: the owner's slots of the keys that are semaphores, one by one.
+    param = s.keys_param(sorted(keys))
+    released = yield from _release_keys(s, (param, owner))
+    if released < len(keys):
+        heads = [row[0] for row in (yield Query(s.holders, (param,), many=True)) if row[1] == ""]
+        for key in heads:
+            released += bool((yield from transactional.slot_release(s, (key, owner, None, None))))
+    return released
+
+
+def _release_keys(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
+    conflicts = 0
+    while True:
+        try:
+            rows = yield Query(s.release_keys, params, many=True)
+        except Exception as exc:  # a deadlock the database broke rolled the statement back: run it again
+            if s.conflicted(exc) and conflicts < transactional.CONFLICT_RETRIES:
+                conflicts += 1
+                continue
+            raise
+        return sum(int(row[0]) for row in rows)  # a flag per row deleted; MySQL: one row, the row count
+
+
+def renew_keys(
+    s: LeaseStatements, keys: object, owner: object, ttl_ms: object, fences: object = None
+) -> Plan[list[bool]]:
+    """Renew ``owner``'s unexpired leases on ``keys`` (of the tenure each of ``fences`` names, if
+    given: a sequence aligned with ``keys``) with ``renew_many``'s statement; whether each was renewed,
+    in the order of ``keys``."""
+    checked, owner, ttl = validate_keys(keys), validate_owner(owner), validate_ttl_ms(ttl_ms)
+    tenures = validate_fences(fences, len(checked))
+    return _renew_keys(s, checked, [(key, owner, ttl, fence) for key, fence in zip(checked, tenures, strict=True)])
+
+
+def _renew_keys(s: LeaseStatements, keys: list[str], items: list[RenewItem]) -> Plan[list[bool]]:
+    renewed = yield from renew_checked(s, items)
+    return [key in renewed for key in keys]

@@ -502,7 +502,7 @@ class SqlLeaseProvider(LeaseProviderBase):
     accepts_limit = True
     """``acquire_lease`` takes ``limit`` (a semaphore of N slots; ``hold()`` passes it when not 1)."""
     accepts_fence = True
-    """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, ``renew_leases``
+    """``release_lease``, ``renew_lease(_info)``, ``transfer_lease`` take ``fence``, ``renew_many``
     items a fourth, and ``release_lease`` ``min_hold_ms`` (``hold()`` passes them)."""
 
     async def acquire_lease(
@@ -589,7 +589,7 @@ class SqlLeaseProvider(LeaseProviderBase):
         s = self.statements
         return await self._run("renew", key, lambda: operations.renew(s, key, owner, ttl_ms, fence))
 
-    async def renew_leases(self, items: Sequence[tuple[Any, ...]]) -> dict[str, LeaseInfo]:
+    async def renew_many(self, items: Sequence[tuple[Any, ...]]) -> dict[str, LeaseInfo]:
         """Renew many leases at once: each ``(key, owner, ttl_ms)`` or ``(key, owner, ttl_ms, fence)``
         as ``renew_lease_info`` would (keys distinct), in one statement per 1000 items; the renewed
         leases by key. A key missing from the result was refused (expired, not ``owner``'s, or
@@ -602,6 +602,48 @@ class SqlLeaseProvider(LeaseProviderBase):
                 raise ProviderClosedError(f"renew: the provider for {self.safe_url} is closed")
             return {}
         return await self._run("renew", None, lambda: operations.renew_checked(self.statements, checked))
+
+    async def acquire_leases(
+        self,
+        keys: Sequence[str],
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[AcquireResult]:
+        """Acquire every key of ``keys`` (1 to ``MAX_KEYS`` distinct keys) for ``owner`` for ``ttl_ms``
+        milliseconds, or none: the results in the order of ``keys``. All granted: each key its own
+        fence (a key the owner holds keeps its tenure and fence, as ``acquire_lease``). Refused:
+        nothing is held or changed, each key that blocked names its holder, the others are
+        ``AcquireResult(False, None)``. Keys are taken in a fixed order, so overlapping calls never
+        deadlock; a deadlock the database reports anyway runs the call again within ``timeout_s``
+        seconds (None: ``operation_timeout_s``). ``TypeError``/``ValueError`` before any SQL;
+        ``LeaseBackendError`` past the limit."""
+        limit = self.operation_timeout_s if timeout_s is None else validate_seconds(timeout_s, "timeout_s")
+        s, wait_ms = self.statements, min(limit, self.operation_timeout_s) * LOCK_WAIT_SHARE * 1000
+        return await self._run(
+            "acquire_leases",
+            None,
+            lambda: operations.acquire_keys(s, keys, owner, ttl_ms, data=data, lock_wait_ms=wait_ms),
+            limit,
+        )
+
+    async def release_leases(self, keys: Sequence[str], owner: str) -> int:
+        """Release ``owner``'s leases on ``keys`` (1 to ``MAX_KEYS`` distinct keys) in one statement; how
+        many unexpired ones were released. ``TypeError``/``ValueError`` for bad input before any SQL."""
+        s = self.statements
+        return await self._run("release_leases", None, lambda: operations.release_keys(s, keys, owner))
+
+    async def renew_leases(
+        self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, fences: Sequence[int] | None = None
+    ) -> list[bool]:
+        """Extend ``owner``'s unexpired leases on ``keys`` (1 to ``MAX_KEYS`` distinct keys) to now +
+        ``ttl_ms`` milliseconds, in one statement; with ``fences`` (one per key, in order), only those
+        tenures. Whether each key was renewed, in the order of ``keys``. ``TypeError``/``ValueError``
+        for bad input before any SQL."""
+        s = self.statements
+        return await self._run("renew_leases", None, lambda: operations.renew_keys(s, keys, owner, ttl_ms, fences))
 
     async def transfer_lease(
         self,

@@ -90,6 +90,9 @@ class LeaseStatements:
     release_covers_slots: bool = False
     """``release`` releases the owner's slot of a semaphore's key itself (PostgreSQL: by migration
     0006's function, in the same statement): no slot transaction after it."""
+    acquire_keys: str = ""
+    holders: str = ""
+    release_keys: str = ""
     acquire_tries_quick: bool = False
     """Try ``acquire`` first as a quick query, then read ``holder`` if it met a lock (SQLite on a
     provider's own connections, whose lock waits the executor bounds: one statement when nothing
@@ -116,6 +119,15 @@ class LeaseStatements:
                 ]
             ),
         )
+
+    def keys_param(self, keys: Sequence[str]) -> Any:
+        """The stored keys of an all-or-nothing call as its statements take them (a ``varchar[]``;
+        SQLite, MySQL: a JSON array)."""
+        return json.dumps(list(keys))
+
+    def refused_all(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is ``acquire_keys`` undoing itself because a key was refused (PostgreSQL)."""
+        return False
 
     def ttl_param(self, ttl_ms: float) -> Any:
         """The TTL as the statements expect it (milliseconds)."""
@@ -174,6 +186,26 @@ class LeaseStatements:
         owner's lease, or ``owner``'s own released one, kept for its minimum hold."""
         return holder is not None and (holder[0] != owner or bool(holder[6]))
 
+    def keys_results(self, keys: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[AcquireResult] | None:
+        """The results of an all-or-nothing acquire of the stored ``keys`` (in their order) from
+        ``acquire_keys`` rows ``(stored key, acquired, owner, fence, expires_at, remaining_ms)`` when
+        every key was granted; else None (the plan reads the holders)."""
+        found = {row[0]: self.acquire_result(row[1:]) for row in rows}
+        if len(found) < len(keys) or not all(found.values()):
+            return None
+        return [found[key] for key in keys]
+
+    def keys_refusals(
+        self, keys: Sequence[str], owner: str, holders: Sequence[Sequence[Any]]
+    ) -> list[AcquireResult] | None:
+        """The refusals of an all-or-nothing acquire of the stored ``keys`` by ``owner`` from ``holders``
+        rows ``(stored key, *holder row)``: each key held by another (or released and kept) names its
+        holder, the others ``AcquireResult(False, None)``; None if no key refuses ``owner``."""
+        refusing = {row[0]: self.refusal(row[1:]) for row in holders if self.refuses(row[1:], owner)}
+        if not refusing:
+            return None
+        return [refusing.get(key, AcquireResult(False, None)) for key in keys]
+
     def swept_count(self, rows: list[Any]) -> int:
         """How many leases ``sweep`` removed, from the rows it returned (a falsy row: a semaphore's head)."""
         return sum(1 for row in rows if row[0])
@@ -199,6 +231,9 @@ _LEASE_FIELDS = (
     "break_lease",
     "renew_many",
     "release_keeping",
+    "acquire_keys",
+    "holders",
+    "release_keys",
 )
 
 
@@ -271,6 +306,11 @@ through PgBouncer): no sequential scans for key lookups (docs/statements.md), an
 (:class:`PostgresStatements` with ``durable_session=True`` then pins nothing per statement)."""
 
 
+ACQUIRE_KEYS_REFUSED = "sql_lease: all-or-nothing acquire refused"
+"""The text of the deliberate error (a failed cast, SQLSTATE 22P02) PostgreSQL's ``acquire_keys`` raises to
+undo itself when its recheck refused a key (docs/statements.md, "All-or-nothing acquire")."""
+
+
 class PostgresStatements(LeaseStatements):
     """PostgreSQL: the texts of :mod:`sql_lease.sql.dialects.postgresql` for one table and variant
     (``durable_release``: releases commit durably; ``durable_session``: the connections ran
@@ -295,6 +335,19 @@ class PostgresStatements(LeaseStatements):
         from .translate import sqlstate
 
         return sqlstate(exc) == "55P03"  # lock_not_available
+
+    def conflicted(self, exc: BaseException) -> bool:
+        from .translate import sqlstate
+
+        return sqlstate(exc) in ("40P01", "40001")  # deadlock, serialization failure: nothing was written
+
+    def keys_param(self, keys: Sequence[str]) -> Any:
+        return list(keys)
+
+    def refused_all(self, exc: BaseException) -> bool:
+        from .translate import sqlstate
+
+        return sqlstate(exc) == "22P02" and ACQUIRE_KEYS_REFUSED in str(exc)
 
 
 class SqliteStatements(LeaseStatements):

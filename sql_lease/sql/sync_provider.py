@@ -16,7 +16,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import create_engine
@@ -410,6 +410,45 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
         ``ttl_ms`` in milliseconds; ``TypeError``/``ValueError`` for bad input (``fence`` included) before any SQL."""
         s = self.statements
         return self._run("renew", key, lambda: operations.renew(s, key, owner, ttl_ms, fence), timeout_s)
+
+    def acquire_leases(
+        self,
+        keys: Sequence[str],
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        data: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[AcquireResult]:
+        """Acquire every key of ``keys`` for ``owner`` or none, in the order of ``keys``, as
+        :meth:`SqlLeaseProvider.acquire_leases` does."""
+        s, wait_ms = self.statements, self._limit(timeout_s) * LOCK_WAIT_SHARE * 1000
+        return self._run(
+            "acquire_leases",
+            None,
+            lambda: operations.acquire_keys(s, keys, owner, ttl_ms, data=data, lock_wait_ms=wait_ms),
+            timeout_s,
+        )
+
+    def release_leases(self, keys: Sequence[str], owner: str, *, timeout_s: float | None = None) -> int:
+        """Release ``owner``'s leases on ``keys`` in one statement; how many unexpired ones were released
+        (:meth:`SqlLeaseProvider.release_leases`)."""
+        s = self.statements
+        return self._run("release_leases", None, lambda: operations.release_keys(s, keys, owner), timeout_s)
+
+    def renew_leases(
+        self,
+        keys: Sequence[str],
+        owner: str,
+        ttl_ms: int | float,
+        *,
+        fences: Sequence[int] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[bool]:
+        """Renew ``owner``'s unexpired leases on ``keys`` (of ``fences``' tenures, if given) in one
+        statement; whether each was renewed (:meth:`SqlLeaseProvider.renew_leases`)."""
+        s = self.statements
+        return self._run("renew_leases", None, lambda: operations.renew_keys(s, keys, owner, ttl_ms, fences), timeout_s)
 
     def transfer_lease(
         self,

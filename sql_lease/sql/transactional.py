@@ -13,6 +13,7 @@ these dialects). The reasoning is in docs/statements.md ("MySQL and MariaDB").
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ __all__ = [
     "CONFLICT_RETRIES",
     "PLAIN",
     "acquire",
+    "acquire_keys",
     "break_lease",
     "release",
     "renew",
@@ -430,3 +432,72 @@ def slot_break(s: LeaseStatements, key: str, fence: int | None) -> Plan[Any]:
         return s.held(key, chosen[0]) if chosen and chosen[0][7] else None
 
     return (yield from _transaction(s, body, slots=True))
+
+
+class _Refused(Exception):
+    """Keys of an all-or-nothing acquire were refused under their row locks: the transaction rolls back."""
+
+    def __init__(self, refusals: dict[str, AcquireResult]) -> None:
+        super().__init__(*refusals)
+        self.refusals = refusals
+
+
+def _acquire_keys_locked(
+    s: LeaseStatements, keys: list[str], owner: str, ttl: Any, data: str | None, lock: str
+) -> Plan[dict[str, AcquireResult]]:
+    # Packed (the provider's own connections): BEGIN with the lock, each fence with its write, the
+    # read-back with COMMIT; else a statement per step.
+    steps, packed = s.steps, s.packed and lock == "lock_rows"
+    rows = yield Query(steps["lock_rows_packet" if packed else lock], (s.keys_param(keys),), many=True)
+    found = {row[0]: row[1:] for row in rows}
+    refused = {key: s.refusal(row) for key, row in found.items() if row[6] and (row[0] != owner or row[7])}
+    if refused:  # another's, or the owner's released one kept
+        raise _Refused(refused)
+    missing = [key for key in keys if key not in found]
+    own = [key for key in keys if key in found and found[key][6]]
+    if missing:  # the insert locks the new rows; only then are their fences drawn
+        yield Query(steps["grant_new_keys"], (s.keys_param(missing), owner, ttl, data))
+    if own:  # the owner's own unexpired leases: their tenures go on
+        yield Query(steps["extend_keys"], (s.keys_param(own), ttl, data))
+    for key in keys:  # a fence for each new tenure, drawn after its row's lock
+        if key in own:
+            continue
+        if packed:
+            taken_over = key in found
+            params = (key, owner, ttl, data) if taken_over else (key,)
+            yield Query(steps["fence_take_over_packet" if taken_over else "fence_new_packet"], params)
+            continue
+        yield Query(steps["next_fence"], ())
+        if key in found:
+            yield Query(steps["take_over"], (key, owner, ttl, data))
+        else:
+            yield Query(steps["set_fence"], (key,))
+    rows = yield Query(steps["granted_keys_packet" if packed else "granted_keys"], (s.keys_param(keys),), many=True)
+    return {row[0]: AcquireResult(True, row[1], row[2], s.to_datetime(row[3]), float(row[4])) for row in rows}
+
+
+def acquire_keys(
+    s: LeaseStatements, keys: list[str], owner: str, ttl: Any, data: str | None, lock_wait_ms: float | None
+) -> Plan[list[AcquireResult]]:
+    """Acquire every stored key of ``keys`` or none: a plain read of their holders first (a held key is
+    refused in one statement), then one transaction that locks every key's row in byte order of the
+    keys (so overlapping calls never wait for each other in a cycle), inserts the missing keys,
+    extends the owner's own and draws a fence for each new tenure after its lock, as :func:`acquire`
+    does for one key; a key refused under its lock rolls it all back."""
+    waits = s.lock_wait_ms is not None and (lock_wait_ms is None or lock_wait_ms >= s.lock_wait_ms)
+    lock = "lock_rows" if waits else "lock_rows_nowait"
+    ordered = sorted(keys, key=str.encode)
+    refused = s.keys_refusals(keys, owner, (yield Query(s.holders, (s.keys_param(ordered),), many=True)))
+    if refused is not None:
+        return refused
+    try:
+        body = functools.partial(_acquire_keys_locked, s, ordered, owner, ttl, data, lock)
+        granted = yield from _transaction(s, body, packed=s.packed and waits)
+    except _Refused as blocked:
+        return [blocked.refusals.get(key, AcquireResult(False, None)) for key in keys]
+    except Exception as exc:
+        if not s.lock_timed_out(exc):
+            raise
+        refused = s.keys_refusals(keys, owner, (yield Query(s.holders, (s.keys_param(ordered),), many=True)))
+        return refused if refused is not None else [AcquireResult(False, None)] * len(keys)
+    return [granted[key] for key in keys]

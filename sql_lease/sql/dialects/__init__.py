@@ -34,6 +34,9 @@ STATEMENT_NAMES = (
     "check_held",
     "accept_fence",
     "accepted",
+    "acquire_keys",
+    "holders",
+    "release_keys",
 )
 """The names every dialect's ``texts()`` answers (lease statements, then fenced-write ones)."""
 

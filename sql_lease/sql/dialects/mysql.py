@@ -305,6 +305,104 @@ ON DUPLICATE KEY UPDATE accepted_at = IF(fence <= VALUES(fence), VALUES(accepted
 ACCEPTED = "SELECT fence FROM {fence_table} WHERE resource = :resource"
 
 
+# -- several keys at once, all or nothing (issue 25; docs/statements.md, "All-or-nothing acquire") --
+
+# holders ($1 JSON array of stored keys) -> rows (stored key, owner, fence, expires_at, remaining_ms, data,
+#   acquired_at, released) of the unexpired leases among the keys, read without a lock (an all-or-nothing
+#   acquire's first statement; then, unless one is held by another, a transaction locking each key's row
+#   in key order, as acquire's)
+HOLDERS_OF_KEYS = """
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
+       held.released
+  FROM {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r ON held.`key` = r.k
+ WHERE held.expires_at > UTC_TIMESTAMP(6)"""
+
+# release_keys ($1 JSON array of stored keys, $2 owner) -> row count: the owner's unexpired leases deleted (not
+#   those released already and kept for a minimum hold), rows locked in key order
+RELEASE_KEYS = """
+DELETE FROM {table}
+ WHERE `key` IN (SELECT r.k FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r)
+   AND owner = $2 AND NOT released AND expires_at > UTC_TIMESTAMP(6)
+ ORDER BY `key`"""
+
+# lock_rows ($1 JSON array of stored keys, in byte order) -> rows (key, owner, fence, expires_at, remaining_ms,
+#   data, acquired_at, live, released) of the keys that have a row, locked for update in key order
+LOCK_ROWS = """
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
+       held.expires_at > UTC_TIMESTAMP(6), held.released
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  JOIN {table} AS held ON held.`key` = r.k
+ ORDER BY held.`key` FOR UPDATE"""
+
+# lock_rows_nowait ($1 as LOCK_ROWS) -> as LOCK_ROWS; fails at once (1205 on MariaDB, 3572 on MySQL) if another
+#   transaction locks a row, as LOCK_ROW_NOWAIT
+LOCK_ROWS_NOWAIT = """
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
+       held.expires_at > UTC_TIMESTAMP(6), held.released
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  JOIN {table} AS held ON held.`key` = r.k
+ ORDER BY held.`key` FOR UPDATE NOWAIT"""
+
+# grant_new_keys ($1 JSON array of stored keys without a row, in byte order, $2 owner, $3 ttl_us, $4 data JSON
+#   text | NULL) -> nothing; new rows (locked by this insert), each fence set after NEXT_FENCE by SET_FENCE
+GRANT_NEW_KEYS = """
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+SELECT r.k, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r"""
+
+# extend_keys ($1 JSON array of stored keys the owner holds, rows locked, $2 ttl_us, $3 data | NULL: keep)
+#   -> nothing; their tenures go on
+EXTEND_KEYS = """
+UPDATE {table} AS held
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r ON held.`key` = r.k
+   SET held.expires_at = UTC_TIMESTAMP(6) + INTERVAL $2 MICROSECOND, held.data = COALESCE($3, held.data)"""
+
+# granted_keys ($1 JSON array of stored keys) -> rows (key, owner, fence, expires_at, remaining_ms) read back
+#   inside the transaction
+GRANTED_KEYS = """
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  JOIN {table} AS held ON held.`key` = r.k"""
+
+# -- several keys at once, in packets on the provider's own connections (multi-statement packets) ---
+
+# lock_rows_packet ($1 as LOCK_ROWS) -> as LOCK_ROWS; START TRANSACTION, then LOCK_ROWS, in one round trip
+LOCK_ROWS_PACKET = """
+START TRANSACTION;
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
+       held.expires_at > UTC_TIMESTAMP(6), held.released
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  JOIN {table} AS held ON held.`key` = r.k
+ ORDER BY held.`key` FOR UPDATE"""
+
+# fence_new_packet ($1 key) -> row count; NEXT_FENCE then SET_FENCE of a row GRANT_NEW_KEYS inserted (locked)
+FENCE_NEW_PACKET = """
+INSERT INTO {fence_counter} () VALUES ();
+UPDATE {table} SET fence = LAST_INSERT_ID() WHERE `key` = $1"""
+
+# fence_take_over_packet ($1 key, $2 owner, $3 ttl_us, $4 data) -> row count; NEXT_FENCE then TAKE_OVER of a
+#   locked expired row
+FENCE_TAKE_OVER_PACKET = """
+INSERT INTO {fence_counter} () VALUES ();
+UPDATE {table}
+   SET owner = $2, fence = LAST_INSERT_ID(), expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND,
+       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE, released = FALSE
+ WHERE `key` = $1"""
+
+# granted_keys_packet ($1 as GRANTED_KEYS) -> as GRANTED_KEYS; the rows read back, then COMMIT, in one round trip
+GRANTED_KEYS_PACKET = """
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  JOIN {table} AS held ON held.`key` = r.k;
+COMMIT"""
+
 STEP_NAMES = (
     "begin",
     "commit",
@@ -326,6 +424,15 @@ STEP_NAMES = (
     "acquire_packet_nowait",
     "renew_packet",
     "renew_many_packet",
+    "lock_rows",
+    "lock_rows_nowait",
+    "grant_new_keys",
+    "extend_keys",
+    "granted_keys",
+    "lock_rows_packet",
+    "fence_new_packet",
+    "fence_take_over_packet",
+    "granted_keys_packet",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -352,6 +459,9 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "check_held": CHECK_HELD,
         "accept_fence": ACCEPT_FENCE,
         "accepted": ACCEPTED,
+        "acquire_keys": HOLDERS_OF_KEYS,  # then, unless held by another, a transaction from LOCK_ROW (steps)
+        "holders": HOLDERS_OF_KEYS,
+        "release_keys": RELEASE_KEYS,
     }
 
 
@@ -378,6 +488,15 @@ def steps() -> dict[str, str]:
         "acquire_packet_nowait": ACQUIRE_PACKET_NOWAIT,
         "renew_packet": RENEW_PACKET,
         "renew_many_packet": RENEW_MANY_PACKET,
+        "lock_rows": LOCK_ROWS,
+        "lock_rows_nowait": LOCK_ROWS_NOWAIT,
+        "grant_new_keys": GRANT_NEW_KEYS,
+        "extend_keys": EXTEND_KEYS,
+        "granted_keys": GRANTED_KEYS,
+        "lock_rows_packet": LOCK_ROWS_PACKET,
+        "fence_new_packet": FENCE_NEW_PACKET,
+        "fence_take_over_packet": FENCE_TAKE_OVER_PACKET,
+        "granted_keys_packet": GRANTED_KEYS_PACKET,
     }
 
 

@@ -475,6 +475,143 @@ RETURNING fence"""
 ACCEPTED = "SELECT fence FROM {fence_table} WHERE resource = :resource"
 
 
+# -- several keys at once, all or nothing (issue 25; docs/statements.md, "All-or-nothing acquire") --
+
+# acquire_keys ($1 stored keys varchar[], $2 owner, $3 ttl_ms, $4 data JSON text | NULL, $5 lock_timeout | NULL)
+#   -> rows (stored key, true, owner, fence, expires_at, remaining_ms), one per key, if every key was granted;
+#   no row if the snapshot shows a key held by another (nothing locked or written: the plan reads HOLDERS);
+#   fails with 22P02 naming "sql_lease: all-or-nothing acquire refused" (nothing written) if the upsert's
+#   recheck refused a key
+ACQUIRE_KEYS = """
+WITH wanted AS (
+    SELECT w.key, hashtext(w.key) AS lock_key FROM unnest($1::varchar[]) AS w(key)
+), busy AS (
+    SELECT l.key FROM wanted AS w JOIN {table} AS l ON l.key = w.key
+     WHERE l.expires_at + interval '0' > now() AND (l.owner <> $2 OR l.released)
+), bounded AS (
+    SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
+), serialised AS (
+    SELECT ordered.key, pg_advisory_xact_lock({table_literal}::regclass::oid::int4, ordered.lock_key) AS locked
+      FROM (SELECT key, lock_key FROM wanted, bounded WHERE NOT EXISTS (SELECT FROM busy)
+             ORDER BY lock_key, key OFFSET 0) AS ordered
+), granted AS (
+    SELECT key, clock_timestamp() AS at FROM serialised
+), attempt AS (
+    INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
+    SELECT key, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
+      FROM granted
+    ON CONFLICT (key) DO UPDATE
+       SET owner = excluded.owner,
+           expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
+           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                        THEN held.fence ELSE excluded.fence END,
+           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                       THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                              THEN held.acquired_at ELSE clock_timestamp() END,
+           has_waiters = held.has_waiters AND held.owner = excluded.owner,
+           released = false
+     WHERE (held.owner = excluded.owner AND NOT held.released) OR held.expires_at <= clock_timestamp()
+    RETURNING held.key, held.owner, held.fence, held.expires_at
+), outcome AS (
+    SELECT count(*) AS taken FROM attempt
+)
+SELECT key, true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8
+  FROM attempt
+UNION ALL
+SELECT NULL, false, NULL, NULL, NULL, NULL FROM outcome
+ WHERE CASE WHEN taken < cardinality($1::varchar[]) AND NOT EXISTS (SELECT FROM busy)
+            THEN CAST('sql_lease: all-or-nothing acquire refused, ' || taken || ' granted' AS integer) IS NULL
+            ELSE false END"""
+
+# acquire_keys, pinned durable for its own transaction: parameters and result as ACQUIRE_KEYS
+ACQUIRE_KEYS_PINNED = """
+WITH wanted AS (
+    SELECT w.key, hashtext(w.key) AS lock_key FROM unnest($1::varchar[]) AS w(key)
+), busy AS (
+    SELECT l.key FROM wanted AS w JOIN {table} AS l ON l.key = w.key
+     WHERE l.expires_at + interval '0' > now() AND (l.owner <> $2 OR l.released)
+), bounded AS (
+    SELECT set_config('lock_timeout', coalesce($5::text, current_setting('lock_timeout')), true) AS limit_
+), serialised AS (
+    SELECT ordered.key, pg_advisory_xact_lock({table_literal}::regclass::oid::int4, ordered.lock_key) AS locked,
+           set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                      WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+      FROM (SELECT key, lock_key FROM wanted, bounded WHERE NOT EXISTS (SELECT FROM busy)
+             ORDER BY lock_key, key OFFSET 0) AS ordered
+), granted AS (
+    SELECT key, clock_timestamp() AS at FROM serialised
+), attempt AS (
+    INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
+    SELECT key, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
+      FROM granted
+    ON CONFLICT (key) DO UPDATE
+       SET owner = excluded.owner,
+           expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
+           fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                        THEN held.fence ELSE excluded.fence END,
+           data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                       THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+           acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
+                              THEN held.acquired_at ELSE clock_timestamp() END,
+           has_waiters = held.has_waiters AND held.owner = excluded.owner,
+           released = false
+     WHERE (held.owner = excluded.owner AND NOT held.released) OR held.expires_at <= clock_timestamp()
+    RETURNING held.key, held.owner, held.fence, held.expires_at
+), outcome AS (
+    SELECT count(*) AS taken FROM attempt
+)
+SELECT key, true, owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8
+  FROM attempt
+UNION ALL
+SELECT NULL, false, NULL, NULL, NULL, NULL FROM outcome
+ WHERE CASE WHEN taken < cardinality($1::varchar[]) AND NOT EXISTS (SELECT FROM busy)
+            THEN CAST('sql_lease: all-or-nothing acquire refused, ' || taken || ' granted' AS integer) IS NULL
+            ELSE false END"""
+
+# keys_holders ($1 stored keys varchar[]) -> rows (stored key, owner, fence, expires_at, remaining_ms, data,
+#   acquired_at, released) of the unexpired leases among the keys
+KEYS_HOLDERS = """
+SELECT l.key, l.owner, l.fence, l.expires_at, (extract(epoch FROM l.expires_at - now()) * 1000)::float8,
+       l.data::text, l.acquired_at, l.released
+  FROM unnest($1::varchar[]) AS w(key) JOIN {table} AS l ON l.key = w.key
+ WHERE l.expires_at + interval '0' > now()"""
+
+# release_keys, relaxed ($1 stored keys varchar[], $2 owner) -> rows (was_unexpired, notified) of the owner's
+#   rows deleted (not those released already and kept for a minimum hold, unless expired)
+RELEASE_KEYS_RELAXED = """
+WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone AS (
+    DELETE FROM {table} USING commit_mode WHERE key = ANY($1::varchar[]) AND owner = $2
+       AND (expires_at + interval '0' <= now() OR NOT released)
+    RETURNING key, expires_at > now() AS was_unexpired, has_waiters
+)
+SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
+  FROM gone"""
+
+# release_keys, durable on a durable session: parameters and result as RELEASE_KEYS_RELAXED
+RELEASE_KEYS_DURABLE = """
+WITH gone AS (
+    DELETE FROM {table} WHERE key = ANY($1::varchar[]) AND owner = $2
+       AND (expires_at + interval '0' <= now() OR NOT released)
+    RETURNING key, expires_at > now() AS was_unexpired, has_waiters
+)
+SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
+  FROM gone"""
+
+# release_keys, durable, pinned for its own transaction: parameters and result as RELEASE_KEYS_RELAXED
+RELEASE_KEYS_DURABLE_PINNED = """
+WITH commit_mode AS (
+    SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                      WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+), gone AS (
+    DELETE FROM {table} USING commit_mode WHERE key = ANY($1::varchar[]) AND owner = $2
+       AND (expires_at + interval '0' <= now() OR NOT released)
+    RETURNING key, expires_at > now() AS was_unexpired, has_waiters
+)
+SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
+  FROM gone"""
+
+
 def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | None]:
     """The statement each operation sends, by name. ``durable_session``: the connection ran
     SESSION_SETUP, so nothing is pinned per statement; ``durable_release``: releases commit durably."""
@@ -497,6 +634,11 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "check_held": CHECK_HELD,
         "accept_fence": ACCEPT_FENCE,
         "accepted": ACCEPTED,
+        "acquire_keys": ACQUIRE_KEYS if s else ACQUIRE_KEYS_PINNED,
+        "holders": KEYS_HOLDERS,
+        "release_keys": (
+            (RELEASE_KEYS_DURABLE if s else RELEASE_KEYS_DURABLE_PINNED) if durable_release else RELEASE_KEYS_RELAXED
+        ),
     }
 
 

@@ -168,6 +168,55 @@ RETURNING fence"""
 ACCEPTED = "SELECT fence FROM {fence_table} WHERE resource = :resource"
 
 
+# -- several keys at once, all or nothing (issue 25; docs/statements.md, "All-or-nothing acquire") --
+
+# acquire_keys (?1 JSON array of stored keys, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL)
+#   -> rows (stored key, 1, owner, fence, expires_at, remaining_ms), one per key, if no key is held by
+#   another owner (or released and kept); else no row and nothing written (the plan then reads HOLDERS).
+#   Each new tenure's fence is the counter at the start plus its position plus one (the triggers advance it)
+ACQUIRE_KEYS = """
+INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
+SELECT w.value, ?2, (SELECT last_fence FROM {fence_counter}) + w.key + 1,
+       CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, ?4,
+       CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+  FROM json_each(?1) AS w
+ WHERE NOT EXISTS (
+       SELECT 1 FROM json_each(?1) AS k JOIN {table} AS l ON l.key = k.value
+        WHERE l.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+          AND (l.owner <> ?2 OR l.released))
+ON CONFLICT (key) DO UPDATE
+   SET owner = excluded.owner,
+       expires_at = excluded.expires_at,
+       fence = CASE WHEN held.owner = excluded.owner
+                         AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                    THEN held.fence ELSE excluded.fence END,
+       data = CASE WHEN held.owner = excluded.owner
+                        AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                   THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
+       acquired_at = CASE WHEN held.owner = excluded.owner
+                               AND held.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                          THEN held.acquired_at ELSE excluded.acquired_at END,
+       released = 0
+ WHERE (held.owner = excluded.owner AND NOT held.released)
+    OR held.expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+RETURNING key, 1, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# keys_holders (?1 JSON array of stored keys) -> rows (stored key, owner, fence, expires_at, remaining_ms, data,
+#   acquired_at, released) of the unexpired leases among the keys
+KEYS_HOLDERS = """
+SELECT l.key, l.owner, l.fence, l.expires_at, l.expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+       l.data, l.acquired_at, l.released
+  FROM json_each(?1) AS w JOIN {table} AS l ON l.key = w.value
+ WHERE l.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# release_keys (?1 JSON array of stored keys, ?2 owner) -> rows (was_unexpired,) of the owner's rows deleted (not
+#   those released already and kept for a minimum hold, unless expired)
+RELEASE_KEYS = """
+DELETE FROM {table} WHERE key IN (SELECT value FROM json_each(?1)) AND owner = ?2
+   AND (expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) OR NOT released)
+RETURNING expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+
 def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | None]:
     """The statement each operation sends, by name; the same for every variant (the flags are
     PostgreSQL's: SQLite's commits follow its ``synchronous`` setting)."""
@@ -189,6 +238,9 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "check_held": CHECK_HELD,
         "accept_fence": ACCEPT_FENCE,
         "accepted": ACCEPTED,
+        "acquire_keys": ACQUIRE_KEYS,
+        "holders": KEYS_HOLDERS,
+        "release_keys": RELEASE_KEYS,
     }
 
 

@@ -1,0 +1,116 @@
+"""``hold_all()`` on both faces (issue 25): every key acquired at once, renewed together (one statement
+per interval, counted with ``on_statement``), the loss of one key the loss of all, every key released on
+exit with one statement."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from sql_lease import LeaseLostError, LeaseNotAcquiredError, hold_all
+from sql_lease.sync_holding import hold_all as sync_hold_all
+
+TTL, EVERY, HELD_S = 6_000, 300, 1.5
+
+
+class Sent:
+    """The statements a SQL provider sends (none for the in-memory ones)."""
+
+    def __init__(self, provider: Any) -> None:
+        self.texts: list[str] = []
+        hook = getattr(provider, "on_statement", None)
+        self.counts = hook is not None
+        if hook is not None:
+            hook(lambda sql, params: self.texts.append(sql))
+
+    def since(self, mark: int) -> list[str]:
+        return self.texts[mark:]
+
+    def releases(self, provider: Any, mark: int) -> int:
+        return sum(text == provider.statements.release_keys for text in self.texts[mark:])
+
+
+def renewals_bound(held_s: float) -> int:
+    """At most one statement per interval (and one more at the edges); renewing key by key sends three."""
+    return int(held_s * 1000 / EVERY) + 2
+
+
+async def test_hold_all_renews_its_keys_together_and_releases_them_at_once(provider: Any, key: str) -> None:
+    keys = [f"{key}:{i}" for i in range(3)]
+    sent = Sent(provider)
+    async with hold_all(provider, keys, "alice", TTL, renew_every_ms=EVERY) as leases:
+        first = {k: (await provider.get_lease(k)).expires_at for k in keys}
+        assert set(leases.fences) == set(keys) and len(set(leases.fences.values())) == 3
+        mark = len(sent.texts)
+        await asyncio.sleep(HELD_S)
+        renewing = sent.since(mark)
+        leases.check()
+        assert leases.valid and not leases.lost.is_set()
+        for k in keys:
+            lease = await provider.get_lease(k)
+            assert (lease.owner, lease.fence) == ("alice", leases.fences[k]) and lease.expires_at > first[k]
+        mark = len(sent.texts)
+    if sent.counts:
+        assert 3 <= len(renewing) <= renewals_bound(HELD_S), len(renewing)
+        assert sent.releases(provider, mark) == 1  # one release_leases
+    assert [await provider.get_lease_owner(k) for k in keys] == [None, None, None]
+
+
+async def test_hold_all_is_refused_whole_and_names_the_holder(provider: Any, key: str) -> None:
+    keys = [f"{key}:free", f"{key}:held"]
+    await provider.acquire_lease(keys[1], "bob", TTL)
+    with pytest.raises(LeaseNotAcquiredError) as refused:
+        async with hold_all(provider, keys, "alice", TTL):
+            pytest.fail("entered")
+    assert (refused.value.key, refused.value.holder) == (keys[1], "bob")
+    assert await provider.get_lease_owner(keys[0]) is None
+
+
+async def test_hold_all_loses_every_key_when_one_is_broken(provider: Any, key: str) -> None:
+    keys = [f"{key}:{i}" for i in range(3)]
+    with pytest.raises(LeaseLostError):
+        async with hold_all(provider, keys, "alice", TTL, renew_every_ms=EVERY) as leases:
+            await provider.break_lease(keys[1])
+            await asyncio.sleep(3 * EVERY / 1000)  # cancelled by the loss (on_lost="cancel")
+            pytest.fail("not cancelled")
+    assert leases.lost.is_set() and repr(keys[1]) in (leases.lost_reason or "")
+    assert all(lease.lost.is_set() for lease in leases.leases)
+    assert [await provider.get_lease_owner(k) for k in keys] == [None, None, None]
+
+
+def test_sync_hold_all_renews_together_and_releases_at_once(sync_provider: Any, key: str) -> None:
+    keys = [f"{key}:{i}" for i in range(3)]
+    sent = Sent(sync_provider)
+    with sync_hold_all(sync_provider, keys, "alice", TTL, renew_every_ms=EVERY) as leases:
+        first = {k: sync_provider.get_lease(k).expires_at for k in keys}
+        mark = len(sent.texts)
+        time.sleep(HELD_S)
+        renewing = sent.since(mark)
+        leases.check()
+        for k in keys:
+            lease = sync_provider.get_lease(k)
+            assert (lease.owner, lease.fence) == ("alice", leases.fences[k]) and lease.expires_at > first[k]
+        mark = len(sent.texts)
+    if sent.counts:
+        assert 3 <= len(renewing) <= renewals_bound(HELD_S), len(renewing)
+        assert sent.releases(sync_provider, mark) == 1
+    assert [sync_provider.get_lease_owner(k) for k in keys] == [None, None, None]
+
+
+def test_sync_hold_all_loses_every_key_when_one_is_broken(sync_provider: Any, key: str) -> None:
+    keys = [f"{key}:{i}" for i in range(3)]
+    with sync_hold_all(sync_provider, keys, "alice", TTL, renew_every_ms=EVERY, on_lost="flag") as leases:
+        sync_provider.break_lease(keys[2])
+        assert leases.lost.wait(5 * EVERY / 1000)
+        with pytest.raises(LeaseLostError):
+            leases.check()
+        assert not leases.valid and all(lease.lost.is_set() for lease in leases.leases)
+    assert repr(keys[2]) in (leases.lost_reason or "")
+    assert [sync_provider.get_lease_owner(k) for k in keys] == [None, None, None]
+    with pytest.raises(LeaseNotAcquiredError):
+        sync_provider.acquire_lease(keys[0], "bob", TTL)
+        with sync_hold_all(sync_provider, keys, "alice", TTL):
+            pytest.fail("entered")
