@@ -25,23 +25,33 @@ from sql_lease.cli import cli
 
 
 @contextlib.contextmanager
+def patched_environ(env: Mapping[str, str] | None) -> Iterator[None]:
+    """``os.environ`` is exactly ``env`` (None: left as it is) inside; put back afterwards."""
+    before = dict(os.environ)
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+@contextlib.contextmanager
 def _as_main(cwd: Path, env: Mapping[str, str] | None) -> Iterator[None]:
     """The working directory, environment and ``sql_lease`` logger of a fresh ``sql-lease`` process."""
     logger = logging.getLogger("sql_lease")
     handlers, propagate = list(logger.handlers), logger.propagate
-    before_cwd, before_env = os.getcwd(), dict(os.environ)
+    before_cwd = os.getcwd()
     try:
-        os.chdir(cwd)
-        if env is not None:
-            os.environ.clear()
-            os.environ.update(env)
-        logger.addHandler(logging.NullHandler())
-        logger.propagate = False
-        yield
+        with patched_environ(env):
+            os.chdir(cwd)
+            logger.addHandler(logging.NullHandler())
+            logger.propagate = False
+            yield
     finally:
         logger.handlers[:], logger.propagate = handlers, propagate
-        os.environ.clear()
-        os.environ.update(before_env)
         os.chdir(before_cwd)
 
 
