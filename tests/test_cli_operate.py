@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import invoke
-from tests.test_cli import CLI, run_cli
+from tests.test_cli import CLI, run_cli, start_cli
 
 
 @pytest.fixture(
@@ -70,26 +70,32 @@ def test_scripted_lifecycle_exit_codes_and_fences(db_args: list[str], tmp_path: 
     assert invoke(["release", key, "--owner", "b", *db_args], tmp_path).returncode == 75
 
 
+def _in_processes(cwd: Path, *commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """``commands`` as ``python -m sql_lease`` processes started together; their results in order."""
+    procs = [start_cli(args, cwd) for args in commands]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outputs, strict=True)]
+
+
 def test_every_command_in_a_real_process(tmp_path: Path, ns: str) -> None:
     """Each command once as ``python -m sql_lease`` (the other tests here run it in process): the
-    entry point, exit codes and output through real streams (exec: tests/test_cli.py)."""
+    entry point, exit codes and output through real streams. Real processes elsewhere: break and
+    list (the terminal and --watch tests below), migrate and exec (tests/test_cli.py)."""
     key = f"{ns}:smoke"
-    assert run_cli(["migrate"], tmp_path).returncode == 0
-    checked = run_cli(["check"], tmp_path)
+    assert invoke(["migrate"], tmp_path).returncode == 0
+    checked, swept, acquired = _in_processes(tmp_path, ["check"], ["sweep"], ["acquire", key, "--owner", "a"])
     assert checked.returncode == 0 and "ok    schema" in checked.stdout, checked.stdout
-    assert run_cli(["acquire", key, "--owner", "a"], tmp_path).stdout.startswith("fence=")
-    assert run_cli(["renew", key, "--owner", "a"], tmp_path).returncode == 0
-    status = run_cli(["status", key], tmp_path)
+    assert swept.returncode == 0 and swept.stdout.startswith("removed "), swept.stdout
+    assert acquired.returncode == 0 and acquired.stdout.startswith("fence="), acquired.stderr
+    renewed, status, shown = _in_processes(
+        tmp_path, ["renew", key, "--owner", "a"], ["status", key], ["show", key, "--json"]
+    )
+    assert renewed.returncode == 0, renewed.stderr
     assert status.returncode == 0 and "held by a" in status.stdout
-    assert json.loads(run_cli(["show", key, "--json"], tmp_path).stdout)["owner"] == "a"
-    assert [r["key"] for r in json.loads(run_cli(["list", "--prefix", ns, "--json"], tmp_path).stdout)] == [key]
+    assert json.loads(shown.stdout)["owner"] == "a"
     assert run_cli(["transfer", key, "--from", "a", "--to", "b"], tmp_path).returncode == 0
     refused = run_cli(["release", key, "--owner", "a"], tmp_path)
     assert refused.returncode == 75 and "is not held by 'a'" in refused.stderr, refused.stderr
-    broken = run_cli(["break", key, "--yes"], tmp_path)
-    assert broken.returncode == 0 and "held by b" in broken.stdout, broken.stdout
-    swept = run_cli(["sweep"], tmp_path)
-    assert swept.returncode == 0 and swept.stdout.startswith("removed "), swept.stdout
 
 
 def test_an_empty_list_names_its_prefix_escaped_once(db_args: list[str], tmp_path: Path, ns: str) -> None:
