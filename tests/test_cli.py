@@ -254,7 +254,7 @@ def test_env_url_is_used(tmp_path: Path) -> None:
 
 
 def test_exec_requires_the_double_dash(tmp_path: Path) -> None:
-    done = run_cli(["exec", "k", "ls", "-la"], tmp_path)
+    done = invoke(["exec", "k", "ls", "-la"], tmp_path)
     assert done.returncode == 2 and "put -- before the command" in done.stderr
     passthrough = run_cli(["exec", "k", "--", "echo", "--ttl", "5s"], tmp_path)
     assert passthrough.returncode == 0 and passthrough.stdout.strip() == "--ttl 5s"

@@ -652,7 +652,7 @@ def test_exec_min_hold_runs_a_job_at_most_once_per_period(owner: list[str], tmp_
 
 def test_exec_min_hold_is_validated(tmp_path: Path) -> None:
     for bad in ("-1s", "nope", "9000d"):
-        done = run_cli(["exec", "k", "--min-hold", bad, "--", "touch", "ran"], tmp_path)
+        done = invoke(["exec", "k", "--min-hold", bad, "--", "touch", "ran"], tmp_path)
         assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.strip(), done.stderr
     assert not (tmp_path / "ran").exists()
 
