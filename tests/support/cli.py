@@ -7,10 +7,14 @@ environment as given (``env`` replaces it whole, as subprocess's does), ``sql_le
 as ``main()`` silences it, an exception that escapes printed as a traceback on stderr with exit code 1.
 Nothing carries over between runs: each command opens and closes its provider in its own
 ``asyncio.run``; the working directory, environment and logger are put back afterwards.
+
+``exec`` runs here only where it refuses its arguments or configuration (exit 2 or 78) before it
+acquires anything: past that it installs signal handlers and starts a child, which want a real process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -60,6 +64,9 @@ def invoke(
 ) -> subprocess.CompletedProcess[str]:
     """``sql-lease ARGS`` in this process, in ``cwd``, ``input`` on stdin (else an empty stdin, not a
     terminal); (args, exit code, stdout, stderr) as ``subprocess.run`` gives them."""
+    with contextlib.suppress(RuntimeError):
+        asyncio.get_running_loop()
+        raise AssertionError("invoke() runs the command's own asyncio.run: call it from a synchronous test")
     with _as_main(cwd, env):
         result = CliRunner().invoke(cli, args, input=input, prog_name="sql-lease", catch_exceptions=True)
     stderr = result.stderr
