@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sql_lease import SqlLeaseProvider
+from tests.support.cli import invoke
 
 CLI = [sys.executable, "-m", "sql_lease"]
 
@@ -82,7 +83,7 @@ def test_two_concurrent_execs_one_runs_one_is_refused(db_args: list[str], tmp_pa
     assert second.returncode == 75, second.stderr
     assert "held by 'first'" in second.stderr
     assert not (tmp_path / "second-ran").exists()
-    status = run_cli(["status", key, *db_args], tmp_path)
+    status = invoke(["status", key, *db_args], tmp_path)
     assert status.returncode == 0 and "held by first" in status.stdout
     go.touch()
     out, err = first.communicate(timeout=30)
@@ -91,7 +92,7 @@ def test_two_concurrent_execs_one_runs_one_is_refused(db_args: list[str], tmp_pa
     # released on exit: the next run gets it at once
     third = run_cli(["exec", key, *db_args, "--", "true"], tmp_path)
     assert third.returncode == 0, third.stderr
-    assert run_cli(["status", key, *db_args], tmp_path).returncode == 1
+    assert invoke(["status", key, *db_args], tmp_path).returncode == 1
     if not db_args:
         assert (tmp_path / "sql_lease.db").exists()  # the embedded default, created on first use
 
@@ -112,14 +113,14 @@ def test_exec_reports_signal_death_like_a_shell(tmp_path: Path) -> None:
 def test_exec_missing_command(tmp_path: Path) -> None:
     done = run_cli(["exec", "k", "--", "no-such-command-xyz"], tmp_path)
     assert done.returncode == 127 and "not found" in done.stderr
-    assert run_cli(["status", "k"], tmp_path).returncode == 1  # the lease was released
+    assert invoke(["status", "k"], tmp_path).returncode == 1  # the lease was released
 
 
 def test_exec_rejects_bad_arguments(tmp_path: Path) -> None:
-    assert run_cli(["exec", "k", "--ttl", "soon", "--", "true"], tmp_path).returncode == 2
-    assert run_cli(["exec", "k", "--ttl", "0s", "--", "true"], tmp_path).returncode == 2
-    assert run_cli(["exec", "", "--", "true"], tmp_path).returncode == 2
-    assert run_cli(["exec", "k", "--timeout", "1s", "--", "true"], tmp_path).returncode == 2
+    assert invoke(["exec", "k", "--ttl", "soon", "--", "true"], tmp_path).returncode == 2
+    assert invoke(["exec", "k", "--ttl", "0s", "--", "true"], tmp_path).returncode == 2
+    assert invoke(["exec", "", "--", "true"], tmp_path).returncode == 2
+    assert invoke(["exec", "k", "--timeout", "1s", "--", "true"], tmp_path).returncode == 2
     assert not (tmp_path / "sql_lease.db").exists()  # nothing was created
 
 
@@ -154,7 +155,7 @@ def test_exec_terminates_the_command_when_the_lease_is_lost(tmp_path: Path) -> N
             "exec",
             "lost",
             "--ttl",
-            "900ms",
+            "3s",
             "--owner",
             "victim",
             "--kill-after",
@@ -190,7 +191,7 @@ def test_sigterm_to_exec_is_forwarded_and_the_lease_released(tmp_path: Path) -> 
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=20)
     assert proc.returncode == 9
-    assert run_cli(["status", "sig"], tmp_path).returncode == 1
+    assert invoke(["status", "sig"], tmp_path).returncode == 1
 
 
 @pytest.mark.postgres
@@ -198,14 +199,14 @@ def test_postgres_is_never_migrated_implicitly(pg_url: str, fresh_pg_schema: str
     args = ["--url", pg_url, "--schema", fresh_pg_schema]
     done = run_cli(["exec", "k", *args, "--", "true"], tmp_path)
     assert done.returncode == 78 and "sql-lease migrate" in done.stderr
-    migrated = run_cli(["migrate", *args], tmp_path)
+    migrated = invoke(["migrate", *args], tmp_path)
     assert migrated.returncode == 0 and "revision 0005" in migrated.stdout
-    assert run_cli(["migrate", *args], tmp_path).returncode == 0  # idempotent
+    assert invoke(["migrate", *args], tmp_path).returncode == 0  # idempotent
     assert run_cli(["exec", "k", *args, "--", "true"], tmp_path).returncode == 0
 
 
 def test_migrate_sql_prints_ddl_without_password(tmp_path: Path) -> None:
-    done = run_cli(["migrate", "--sql", "--url", "postgresql://deploy:hunter2@db.example/app"], tmp_path)
+    done = invoke(["migrate", "--sql", "--url", "postgresql://deploy:hunter2@db.example/app"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "CREATE TABLE sql_leases" in done.stdout and "hunter2" not in done.stdout + done.stderr
 
@@ -234,14 +235,14 @@ def test_sweep_command(tmp_path: Path) -> None:
 
     asyncio.run(setup())
     time.sleep(0.05)
-    done = run_cli(["sweep", "--url", url, "--batch-size", "2"], tmp_path)
+    done = invoke(["sweep", "--url", url, "--batch-size", "2"], tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "removed 5 expired lease(s)"
-    assert run_cli(["status", "live", "--url", url], tmp_path).returncode == 0
+    assert invoke(["status", "live", "--url", url], tmp_path).returncode == 0
 
 
 def test_version_and_help(tmp_path: Path) -> None:
-    assert run_cli(["--version"], tmp_path).returncode == 0
-    help_text = run_cli(["exec", "--help"], tmp_path).stdout
+    assert invoke(["--version"], tmp_path).returncode == 0
+    help_text = invoke(["exec", "--help"], tmp_path).stdout
     assert "flock(1) for a fleet" in help_text and "75" in help_text
 
 
@@ -253,17 +254,17 @@ def test_env_url_is_used(tmp_path: Path) -> None:
 
 
 def test_exec_requires_the_double_dash(tmp_path: Path) -> None:
-    done = run_cli(["exec", "k", "ls", "-la"], tmp_path)
+    done = invoke(["exec", "k", "ls", "-la"], tmp_path)
     assert done.returncode == 2 and "put -- before the command" in done.stderr
     passthrough = run_cli(["exec", "k", "--", "echo", "--ttl", "5s"], tmp_path)
     assert passthrough.returncode == 0 and passthrough.stdout.strip() == "--ttl 5s"
 
 
 def test_exec_rejects_out_of_range_ttl_before_touching_the_database(tmp_path: Path) -> None:
-    done = run_cli(["exec", "k", "--ttl", "9000h", "--", "true"], tmp_path)
+    done = invoke(["exec", "k", "--ttl", "9000h", "--", "true"], tmp_path)
     assert done.returncode == 2 and "365 days" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "sql_lease.db").exists()
-    sweep = run_cli(["sweep", "--grace", "100000h"], tmp_path)
+    sweep = invoke(["sweep", "--grace", "100000h"], tmp_path)
     assert sweep.returncode == 2 and "Traceback" not in sweep.stderr
 
 
@@ -349,7 +350,7 @@ def test_migrate_refused_database_or_role_exits_78(pg_url: str, extra: list[str]
     no_db = base.set(database="sql_lease_no_such_db").render_as_string(hide_password=False)
     no_role = base.set(username="sql_lease_no_role", password="hunter2").render_as_string(hide_password=False)
     for url, words in ((no_db, "database does not exist"), (no_role, 'role "sql_lease_no_role" does not exist')):
-        done = run_cli(["migrate", *extra, "--url", url], tmp_path)
+        done = invoke(["migrate", *extra, "--url", url], tmp_path)
         assert done.returncode == 78, done.stderr
         assert words in done.stderr
         _one_clean_line(done.stderr, "hunter2")
@@ -358,7 +359,7 @@ def test_migrate_refused_database_or_role_exits_78(pg_url: str, extra: list[str]
 @pytest.mark.parametrize("extra", [[], ["--fences-only"]])
 def test_migrate_of_an_unopenable_sqlite_file_exits_78(extra: list[str], tmp_path: Path) -> None:
     (tmp_path / "dir.db").mkdir()
-    done = run_cli(["migrate", *extra, "--url", f"sqlite:///{tmp_path}/dir.db"], tmp_path)
+    done = invoke(["migrate", *extra, "--url", f"sqlite:///{tmp_path}/dir.db"], tmp_path)
     assert done.returncode == 78, done.stderr
     assert "is not a file" in done.stderr and "dir.db" in done.stderr
     _one_clean_line(done.stderr)
@@ -366,17 +367,17 @@ def test_migrate_of_an_unopenable_sqlite_file_exits_78(extra: list[str], tmp_pat
 
 def test_migrate_says_what_it_did(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/said.db"
-    created = run_cli(["migrate", "--url", url], tmp_path)
+    created = invoke(["migrate", "--url", url], tmp_path)
     assert created.returncode == 0, created.stderr
     assert created.stdout.startswith("created sql_leases at revision 0005 on "), created.stdout
-    again = run_cli(["migrate", "--url", url], tmp_path)
+    again = invoke(["migrate", "--url", url], tmp_path)
     assert again.stdout.startswith("sql_leases already at revision 0005 on "), again.stdout
     old = f"sqlite:///{tmp_path}/old.db"
     alembic = str(Path(sys.executable).with_name("alembic"))
     repo = Path(__file__).resolve().parent.parent
     stepped = subprocess.run([alembic, "-x", f"url={old}", "upgrade", "0002"], cwd=repo, capture_output=True, text=True)
     assert stepped.returncode == 0, stepped.stderr
-    upgraded = run_cli(["migrate", "--url", old, "--table", "sql_leases"], tmp_path)
+    upgraded = invoke(["migrate", "--url", old, "--table", "sql_leases"], tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
     assert upgraded.stdout.startswith("migrated sql_leases from revision 0002 to 0005 on "), upgraded.stdout
 
@@ -417,14 +418,14 @@ def test_bad_durations_are_refused(text: str) -> None:
 
 def test_compound_durations_on_the_command_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/d.db"
-    done = run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30m", "--json"], tmp_path)
+    done = invoke(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30m", "--json"], tmp_path)
     assert done.returncode == 0, done.stderr
     import json
 
     remaining = json.loads(done.stdout)["remaining_ms"]
     assert 5390_000 < remaining <= 5400_000
-    assert run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "2d"], tmp_path).returncode == 0
-    bad = run_cli(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30"], tmp_path)
+    assert invoke(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "2d"], tmp_path).returncode == 0
+    bad = invoke(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30"], tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.startswith("sql-lease: --ttl: '1h30' is not a duration") and bad.stderr.count("\n") == 1
 
@@ -434,18 +435,18 @@ def test_data_from_a_file_or_stdin(tmp_path: Path) -> None:
 
     url = f"sqlite:///{tmp_path}/data.db"
     (tmp_path / "job.json").write_text('{"job": 42, "from": "file"}')
-    done = run_cli(["acquire", "a", "--url", url, "--owner", "o", "--data", f"@{tmp_path}/job.json"], tmp_path)
+    done = invoke(["acquire", "a", "--url", url, "--owner", "o", "--data", f"@{tmp_path}/job.json"], tmp_path)
     assert done.returncode == 0, done.stderr
-    shown = run_cli(["show", "a", "--url", url, "--json"], tmp_path)
+    shown = invoke(["show", "a", "--url", url, "--json"], tmp_path)
     assert json.loads(shown.stdout)["data"] == {"job": 42, "from": "file"}
-    piped = run_cli(["acquire", "b", "--url", url, "--owner", "o", "--data", "-"], tmp_path, input='{"from": "stdin"}')
+    piped = invoke(["acquire", "b", "--url", url, "--owner", "o", "--data", "-"], tmp_path, input='{"from": "stdin"}')
     assert piped.returncode == 0, piped.stderr
-    assert json.loads(run_cli(["show", "b", "--url", url, "--json"], tmp_path).stdout)["data"] == {"from": "stdin"}
-    moved = run_cli(
+    assert json.loads(invoke(["show", "b", "--url", url, "--json"], tmp_path).stdout)["data"] == {"from": "stdin"}
+    moved = invoke(
         ["transfer", "b", "--url", url, "--from", "o", "--to", "p", "--data", f"@{tmp_path}/job.json"], tmp_path
     )
     assert moved.returncode == 0, moved.stderr
-    assert json.loads(run_cli(["show", "b", "--url", url, "--json"], tmp_path).stdout)["data"]["from"] == "file"
+    assert json.loads(invoke(["show", "b", "--url", url, "--json"], tmp_path).stdout)["data"]["from"] == "file"
     # bad input: a missing file, a directory, bad JSON in the file, too much data: exit 2, one line
     (tmp_path / "bad.json").write_text("{nope")
     (tmp_path / "big.json").write_text(json.dumps({"x": "y" * 10_000}))
@@ -456,14 +457,14 @@ def test_data_from_a_file_or_stdin(tmp_path: Path) -> None:
         (f"@{tmp_path}/big.json", "4096"),
         ("@", "a file name after @"),
     ):
-        refused = run_cli(["acquire", "c", "--url", url, "--owner", "o", "--data", arg], tmp_path)
+        refused = invoke(["acquire", "c", "--url", url, "--owner", "o", "--data", arg], tmp_path)
         assert refused.returncode == 2, (arg, refused.stderr)
         assert words in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
 
 
 def test_check_of_an_unopenable_sqlite_file_is_one_clean_line(tmp_path: Path) -> None:
     (tmp_path / "dir.db").mkdir()
-    done = run_cli(["check", "--url", f"sqlite:///{tmp_path}/dir.db"], tmp_path)
+    done = invoke(["check", "--url", f"sqlite:///{tmp_path}/dir.db"], tmp_path)
     assert done.returncode == 78, done.stdout + done.stderr
     assert "sqlalche.me" not in done.stdout and "\\n" not in done.stdout and "Traceback" not in done.stderr
 
@@ -477,7 +478,7 @@ def test_check_of_a_refused_database_or_role_exits_78_without_sqlalchemy_text(pg
         base.set(database="sql_lease_no_such_db").render_as_string(hide_password=False),
         base.set(username="sql_lease_no_role", password="hunter2").render_as_string(hide_password=False),
     ):
-        done = run_cli(["check", "--url", url], tmp_path)
+        done = invoke(["check", "--url", url], tmp_path)
         assert done.returncode == 78, done.stdout + done.stderr
         assert "does not exist" in done.stdout
         assert "sqlalche.me" not in done.stdout and "\\n" not in done.stdout and "hunter2" not in done.stdout
@@ -505,17 +506,23 @@ def test_mysql_bad_urls_exit_78_or_69_with_the_password_masked(mysql_user: tuple
         (base.set(host="127.0.0.1", port=free_port), 69, "failed", password),
     ]
     commands = [["list"], ["exec", "k", "--", "true"], ["migrate"], ["migrate", "--fences-only"], ["check"]]
-    runs = []  # all at once: each waits on its own interpreter start and connection attempt
+    runs = []  # exec in a real process (all at once), the other commands in this one
     for url, code, words, secret in cases:
         given = url.render_as_string(hide_password=False)
         for command in commands:
+            args = [command[0], "--url", given, *command[1:]]
             runs.append(
-                (command, given, code, words, secret, start_cli([command[0], "--url", given, *command[1:]], tmp_path))
+                (command, given, code, words, secret, start_cli(args, tmp_path) if command[0] == "exec" else args)
             )
-    for command, given, code, words, secret, proc in runs:
-        out, err = proc.communicate(timeout=60)
+    for command, given, code, words, secret, run in runs:
+        if isinstance(run, list):
+            done = invoke(run, tmp_path)
+            returncode, out, err = done.returncode, done.stdout, done.stderr
+        else:
+            out, err = run.communicate(timeout=60)
+            returncode = run.returncode
         said = out if command == ["check"] else err  # check prints its lines on stdout
-        assert proc.returncode == code, (given, command, out, err)
+        assert returncode == code, (given, command, out, err)
         assert words in said and ":***@" in said, (given, command, said)
         assert secret not in out + err and "sqlalche.me" not in said and "Traceback" not in err, (command, out, err)
         if command != ["check"]:
@@ -528,7 +535,7 @@ def test_a_bad_url_in_a_config_file_names_the_file(tmp_path: Path) -> None:
     env = dict(os.environ, SQL_LEASE_CONFIG=str(config))
     env.pop("SQL_LEASE_URL", None)
     for args in (["list"], ["migrate"]):
-        done = run_cli(args, tmp_path, env=env)
+        done = invoke(args, tmp_path, env=env)
         assert done.returncode == 78 and str(config) in done.stderr and done.stderr.count("\n") == 1, done.stderr
 
 
@@ -592,19 +599,19 @@ def test_concurrent_migrates_on_sqlite_create_the_table_once(tmp_path: Path) -> 
 @pytest.mark.postgres
 def test_messages_show_the_url_as_the_user_gave_it(pg_url: str, fresh_pg_schema: str, tmp_path: Path) -> None:
     url = _plain(pg_url)
-    migrated = run_cli(["migrate", "--url", url, "--schema", fresh_pg_schema], tmp_path)
+    migrated = invoke(["migrate", "--url", url, "--schema", fresh_pg_schema], tmp_path)
     assert migrated.returncode == 0, migrated.stderr
     assert migrated.stdout.rstrip().endswith(f" on {url}"), migrated.stdout
-    missing = run_cli(["status", "k", "--url", url, "--schema", fresh_pg_schema + "_none"], tmp_path)
+    missing = invoke(["status", "k", "--url", url, "--schema", fresh_pg_schema + "_none"], tmp_path)
     assert missing.returncode == 78 and f" {url}" in missing.stderr and "+asyncpg" not in missing.stderr
-    refused = run_cli(["show", "k", "--url", "postgresql://u:hunter2@127.0.0.1:1/db"], tmp_path)
+    refused = invoke(["show", "k", "--url", "postgresql://u:hunter2@127.0.0.1:1/db"], tmp_path)
     assert refused.returncode == 69, refused.stderr
     assert "postgresql://u:***@127.0.0.1:1/db" in refused.stderr and "+asyncpg" not in refused.stderr
     assert "hunter2" not in refused.stderr
 
 
 def test_sqlite_messages_show_the_url_as_the_user_gave_it(tmp_path: Path) -> None:
-    done = run_cli(["migrate", "--url", "sqlite:///given.db"], tmp_path)
+    done = invoke(["migrate", "--url", "sqlite:///given.db"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith(" on sqlite:///given.db"), done.stdout
 

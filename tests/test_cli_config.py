@@ -5,14 +5,17 @@ said on stderr. The system file is pointed into the test's directory (never the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from sql_lease import SqlLeaseProvider
+from tests.support.cli import invoke, patched_environ
 
 CLI = [sys.executable, "-m", "sql_lease"]
 SYSTEM_CONFIG_ENV = "_SQL_LEASE_TEST_SYSTEM_CONFIG"
@@ -29,8 +32,11 @@ def home(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run(args: list[str], cwd: Path, env: dict[str, str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, **kwargs)
+def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``sql-lease ARGS`` with exactly the environment ``env``: exec in a real process, the others in this one."""
+    if args[0] == "exec":
+        return subprocess.run([*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    return invoke(args, cwd, env=env)
 
 
 def write(path: Path, text: str) -> Path:
@@ -122,7 +128,7 @@ def test_table_and_schema_come_with_the_config_files_url(tmp_path: Path, home: d
 )
 def test_a_bad_config_file_exits_78_naming_it(text: str, words: str, tmp_path: Path, home: dict[str, str]) -> None:
     config = write(tmp_path / "home/.config/sql-lease/config.toml", text)
-    done = run(["exec", "k", "--", "true"], tmp_path / "work", home)
+    done = invoke(["exec", "k", "--", "true"], tmp_path / "work", env=home)  # refused before it runs anything
     assert done.returncode == 78, done.stderr
     assert str(config) in done.stderr and words in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
@@ -159,18 +165,13 @@ def test_a_config_file_password_is_never_printed(tmp_path: Path, home: dict[str,
 
 def test_the_python_api_reads_no_config_file(tmp_path: Path, home: dict[str, str]) -> None:
     config = write(tmp_path / "c.toml", "this is not toml\n")
-    code = (
-        "import asyncio, sql_lease\n"
-        f"p = sql_lease.SqlLeaseProvider('sqlite:///{tmp_path}/api.db')\n"
-        "async def main():\n"
-        "    async with p:\n"
-        "        await p.migrate()\n"
-        "asyncio.run(main())\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=dict(home, SQL_LEASE_CONFIG=str(config)), capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+
+    async def main() -> None:
+        async with SqlLeaseProvider(f"sqlite:///{tmp_path}/api.db") as provider:
+            await provider.migrate()
+
+    with patched_environ(dict(home, SQL_LEASE_CONFIG=str(config))):
+        asyncio.run(main())
 
 
 def test_check_on_the_default_warns_naming_the_config_files_tried(tmp_path: Path, home: dict[str, str]) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.test_cli import CLI, run_cli
+from tests.support.cli import invoke
+from tests.test_cli import CLI, run_cli, start_cli
 
 
 @pytest.fixture(
@@ -27,7 +28,7 @@ def db_args(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
     """None (the embedded SQLite default in the working directory, migrated here), or a PostgreSQL
     or MySQL URL and the test session's schema (MySQL: database)."""
     if request.param == "sqlite-default":
-        assert run_cli(["migrate"], tmp_path).returncode == 0
+        assert invoke(["migrate"], tmp_path).returncode == 0
         return []
     url, schema = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_schema")
     return ["--url", url, "--schema", schema]
@@ -40,48 +41,76 @@ def ns() -> str:
 
 def test_scripted_lifecycle_exit_codes_and_fences(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:job"
-    first = run_cli(["acquire", key, "--owner", "a", "--ttl", "30s", *db_args], tmp_path)
+    first = invoke(["acquire", key, "--owner", "a", "--ttl", "30s", *db_args], tmp_path)
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("fence=")
     fence = int(first.stdout.strip().removeprefix("fence="))
 
-    refused = run_cli(["acquire", key, "--owner", "b", "--ttl", "30s", *db_args], tmp_path)
+    refused = invoke(["acquire", key, "--owner", "b", "--ttl", "30s", *db_args], tmp_path)
     assert refused.returncode == 75 and "held by 'a'" in refused.stderr
 
-    again = run_cli(["acquire", key, "--owner", "a", "--json", *db_args], tmp_path)
+    again = invoke(["acquire", key, "--owner", "a", "--json", *db_args], tmp_path)
     assert again.returncode == 0
     assert json.loads(again.stdout)["fence"] == fence  # the owner's retry keeps the fence
 
-    renewed = run_cli(["renew", key, "--owner", "a", "--ttl", "1m", "--json", *db_args], tmp_path)
+    renewed = invoke(["renew", key, "--owner", "a", "--ttl", "1m", "--json", *db_args], tmp_path)
     body = json.loads(renewed.stdout)
     assert renewed.returncode == 0 and body["renewed"] and body["fence"] == fence
     assert 50_000 < body["remaining_ms"] <= 60_000
-    assert run_cli(["renew", key, "--owner", "b", *db_args], tmp_path).returncode == 75
+    assert invoke(["renew", key, "--owner", "b", *db_args], tmp_path).returncode == 75
 
-    moved = run_cli(["transfer", key, "--from", "a", "--to", "b", "--ttl", "30s", *db_args], tmp_path)
+    moved = invoke(["transfer", key, "--from", "a", "--to", "b", "--ttl", "30s", *db_args], tmp_path)
     assert moved.returncode == 0, moved.stderr
     assert int(moved.stdout.strip().removeprefix("fence=")) > fence
-    assert run_cli(["transfer", key, "--from", "a", "--to", "c", *db_args], tmp_path).returncode == 75
+    assert invoke(["transfer", key, "--from", "a", "--to", "c", *db_args], tmp_path).returncode == 75
 
-    assert run_cli(["release", key, "--owner", "a", *db_args], tmp_path).returncode == 75
-    released = run_cli(["release", key, "--owner", "b", "--json", *db_args], tmp_path)
+    assert invoke(["release", key, "--owner", "a", *db_args], tmp_path).returncode == 75
+    released = invoke(["release", key, "--owner", "b", "--json", *db_args], tmp_path)
     assert released.returncode == 0 and json.loads(released.stdout)["released"] is True
-    assert run_cli(["release", key, "--owner", "b", *db_args], tmp_path).returncode == 75
+    assert invoke(["release", key, "--owner", "b", *db_args], tmp_path).returncode == 75
+
+
+def _in_processes(cwd: Path, *commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """``commands`` as ``python -m sql_lease`` processes started together; their results in order."""
+    procs = [start_cli(args, cwd) for args in commands]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outputs, strict=True)]
+
+
+def test_every_command_in_a_real_process(tmp_path: Path, ns: str) -> None:
+    """Each command once as ``python -m sql_lease`` (the other tests here run it in process): the
+    entry point, exit codes and output through real streams. Real processes elsewhere: break and
+    list (the terminal and --watch tests below), migrate and exec (tests/test_cli.py)."""
+    key = f"{ns}:smoke"
+    assert invoke(["migrate"], tmp_path).returncode == 0
+    checked, swept, acquired = _in_processes(tmp_path, ["check"], ["sweep"], ["acquire", key, "--owner", "a"])
+    assert checked.returncode == 0 and "ok    schema" in checked.stdout, checked.stdout
+    assert swept.returncode == 0 and swept.stdout.startswith("removed "), swept.stdout
+    assert acquired.returncode == 0 and acquired.stdout.startswith("fence="), acquired.stderr
+    renewed, status, shown = _in_processes(
+        tmp_path, ["renew", key, "--owner", "a"], ["status", key], ["show", key, "--json"]
+    )
+    assert renewed.returncode == 0, renewed.stderr
+    assert status.returncode == 0 and "held by a" in status.stdout
+    assert json.loads(shown.stdout)["owner"] == "a"
+    assert run_cli(["transfer", key, "--from", "a", "--to", "b"], tmp_path).returncode == 0
+    refused = run_cli(["release", key, "--owner", "a"], tmp_path)
+    assert refused.returncode == 75 and "is not held by 'a'" in refused.stderr, refused.stderr
 
 
 def test_an_empty_list_names_its_prefix_escaped_once(db_args: list[str], tmp_path: Path, ns: str) -> None:
     """A prefix with a backslash and a control character, as the keys are printed: each escaped once."""
-    empty = run_cli(["list", "--prefix", f"{ns}:res\\0\x1b", *db_args], tmp_path)
+    empty = invoke(["list", "--prefix", f"{ns}:res\\0\x1b", *db_args], tmp_path)
     assert empty.returncode == 0, empty.stderr
     assert f"no leases starting with '{ns}:res\\\\0\\x1b'" in empty.stdout, empty.stdout
 
 
 def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> None:
     for suffix, owner in [("b", "bob"), ("a", "ann")]:
-        assert run_cli(["acquire", f"{ns}:{suffix}", "--owner", owner, *db_args], tmp_path).returncode == 0
-    assert run_cli(["acquire", f"{ns}:old", "--owner", "x", "--ttl", "1ms", *db_args], tmp_path).returncode == 0
+        assert invoke(["acquire", f"{ns}:{suffix}", "--owner", owner, *db_args], tmp_path).returncode == 0
+    assert invoke(["acquire", f"{ns}:old", "--owner", "x", "--ttl", "1ms", *db_args], tmp_path).returncode == 0
 
-    listed = run_cli(["list", "--prefix", f"{ns}:", "--json", *db_args], tmp_path)
+    listed = invoke(["list", "--prefix", f"{ns}:", "--json", *db_args], tmp_path)
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     assert [(r["key"], r["owner"]) for r in rows] == [(f"{ns}:a", "ann"), (f"{ns}:b", "bob")]
@@ -91,20 +120,20 @@ def test_list_json_and_plain(db_args: list[str], tmp_path: Path, ns: str) -> Non
     }
     assert rows[0]["expired"] is False and rows[0]["remaining_ms"] > 0 and rows[0]["held_ms"] >= 0
 
-    with_expired = json.loads(run_cli(["list", "--prefix", ns, "--all", "--json", *db_args], tmp_path).stdout)
+    with_expired = json.loads(invoke(["list", "--prefix", ns, "--all", "--json", *db_args], tmp_path).stdout)
     assert [r["key"] for r in with_expired] == [f"{ns}:a", f"{ns}:b", f"{ns}:old"]
     assert with_expired[2]["expired"] is True
 
-    limited = run_cli(["list", "--prefix", ns, "--limit", "1", "--json", *db_args], tmp_path)
+    limited = invoke(["list", "--prefix", ns, "--limit", "1", "--json", *db_args], tmp_path)
     assert [r["key"] for r in json.loads(limited.stdout)] == [f"{ns}:a"]
     assert "--limit" in limited.stderr
 
-    plain = run_cli(["list", "--prefix", ns, *db_args], tmp_path)  # piped: plain aligned text
+    plain = invoke(["list", "--prefix", ns, *db_args], tmp_path)  # piped: plain aligned text
     lines = plain.stdout.splitlines()
     assert lines[0].split() == ["KEY", "OWNER", "FENCE", "EXPIRES", "IN", "HELD", "FOR", "EXPIRES", "AT", "DATA"]
     assert lines[1].split()[:2] == [f"{ns}:a", "ann"] and lines[2].split()[:2] == [f"{ns}:b", "bob"]
     assert lines[1].index("ann") == lines[0].index("OWNER")
-    assert "no leases" in run_cli(["list", "--prefix", f"{ns}:zz", *db_args], tmp_path).stdout
+    assert "no leases" in invoke(["list", "--prefix", f"{ns}:zz", *db_args], tmp_path).stdout
 
 
 def _sync_provider(db_args: list[str], tmp_path: Path) -> Any:
@@ -121,15 +150,15 @@ def test_any_str_key_lists_exactly_in_json_and_escaped_in_text(db_args: list[str
     with _sync_provider(db_args, tmp_path) as leases:
         for i, key in enumerate(keys):
             assert leases.acquire_lease(key, f"o{i}", 60_000).acquired
-    listed = run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path)
+    listed = invoke(["list", "--prefix", ns, "--json", *db_args], tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert {(row["key"], row["owner"]) for row in json.loads(listed.stdout)} == {
         (k, f"o{i}") for i, k in enumerate(keys)
     }
-    narrowed = run_cli(["list", "--prefix", f"{ns}:resource\\", "--json", *db_args], tmp_path)
+    narrowed = invoke(["list", "--prefix", f"{ns}:resource\\", "--json", *db_args], tmp_path)
     assert [row["key"] for row in json.loads(narrowed.stdout)] == [keys[2]]
 
-    plain = run_cli(["list", "--prefix", ns, *db_args], tmp_path).stdout
+    plain = invoke(["list", "--prefix", ns, *db_args], tmp_path).stdout
     cells = {line.split()[0]: line.split()[1] for line in plain.splitlines()[1:]}
     assert cells == {
         f"{ns}:resource\\x00thread": "o0",
@@ -138,12 +167,12 @@ def test_any_str_key_lists_exactly_in_json_and_escaped_in_text(db_args: list[str
         f"{ns}:\\udcff": "o3",
     }
     # an argument that is not UTF-8 (the byte 0xff) reaches Python as a lone surrogate: a key like any other
-    status = run_cli(["status", keys[3], *db_args], tmp_path)
+    status = invoke(["status", keys[3], *db_args], tmp_path)
     assert status.returncode == 0 and status.stdout.startswith(f"{ns}:\\udcff: held by"), status.stdout
 
 
 def test_list_watch_prints_one_json_array_per_refresh(db_args: list[str], tmp_path: Path, ns: str) -> None:
-    assert run_cli(["acquire", f"{ns}:w", "--owner", "o", *db_args], tmp_path).returncode == 0
+    assert invoke(["acquire", f"{ns}:w", "--owner", "o", *db_args], tmp_path).returncode == 0
     with subprocess.Popen(
         [*CLI, "list", "--prefix", ns, "--json", "--watch", "200ms", *db_args],
         cwd=tmp_path,
@@ -161,69 +190,69 @@ def test_list_watch_prints_one_json_array_per_refresh(db_args: list[str], tmp_pa
 
 def test_show(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:s"
-    free = run_cli(["show", key, "--json", *db_args], tmp_path)
+    free = invoke(["show", key, "--json", *db_args], tmp_path)
     assert free.returncode == 1 and json.loads(free.stdout) is None
-    assert run_cli(["show", key, *db_args], tmp_path).stdout.strip().endswith("free")
-    assert run_cli(["acquire", key, "--owner", "o", *db_args], tmp_path).returncode == 0
-    held = run_cli(["show", key, "--json", *db_args], tmp_path)
+    assert invoke(["show", key, *db_args], tmp_path).stdout.strip().endswith("free")
+    assert invoke(["acquire", key, "--owner", "o", *db_args], tmp_path).returncode == 0
+    held = invoke(["show", key, "--json", *db_args], tmp_path)
     assert held.returncode == 0 and json.loads(held.stdout)["owner"] == "o"
-    text = run_cli(["show", key, *db_args], tmp_path)
+    text = invoke(["show", key, *db_args], tmp_path)
     assert text.returncode == 0 and "owner:      o" in text.stdout and "held for:" in text.stdout
 
 
 def test_break(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:stuck"
-    fence = int(run_cli(["acquire", key, "--owner", "dead", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
-    refused = run_cli(["break", key, *db_args], tmp_path, stdin=subprocess.DEVNULL)
+    fence = int(invoke(["acquire", key, "--owner", "dead", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    refused = invoke(["break", key, *db_args], tmp_path)
     assert refused.returncode == 2 and "--yes" in refused.stderr
-    assert run_cli(["show", key, *db_args], tmp_path).returncode == 0  # still held
+    assert invoke(["show", key, *db_args], tmp_path).returncode == 0  # still held
 
-    broken = run_cli(["break", key, "--yes", "--json", *db_args], tmp_path, stdin=subprocess.DEVNULL)
+    broken = invoke(["break", key, "--yes", "--json", *db_args], tmp_path)
     assert broken.returncode == 0, broken.stderr
     assert (json.loads(broken.stdout)["owner"], json.loads(broken.stdout)["fence"]) == ("dead", fence)
-    nothing = run_cli(["break", key, "--yes", *db_args], tmp_path)
+    nothing = invoke(["break", key, "--yes", *db_args], tmp_path)
     assert nothing.returncode == 1 and "nothing to break" in nothing.stdout
-    after = run_cli(["acquire", key, "--owner", "next", *db_args], tmp_path)
+    after = invoke(["acquire", key, "--owner", "next", *db_args], tmp_path)
     assert int(after.stdout.strip().removeprefix("fence=")) > fence
 
 
 def test_break_with_a_fence_leaves_a_new_tenure_alone(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:tenure"
-    old = int(run_cli(["acquire", key, "--owner", "a", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
-    assert run_cli(["release", key, "--owner", "a", *db_args], tmp_path).returncode == 0
-    new = int(run_cli(["acquire", key, "--owner", "b", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
-    stale = run_cli(["break", key, "--yes", "--fence", str(old), *db_args], tmp_path, stdin=subprocess.DEVNULL)
+    old = int(invoke(["acquire", key, "--owner", "a", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    assert invoke(["release", key, "--owner", "a", *db_args], tmp_path).returncode == 0
+    new = int(invoke(["acquire", key, "--owner", "b", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    stale = invoke(["break", key, "--yes", "--fence", str(old), *db_args], tmp_path)
     assert stale.returncode == 1 and "held by b" in stale.stderr and f"fence {new}" in stale.stderr, stale
     assert "Traceback" not in stale.stderr
-    assert run_cli(["show", key, *db_args], tmp_path).returncode == 0  # still b's
+    assert invoke(["show", key, *db_args], tmp_path).returncode == 0  # still b's
     for bad in ("0", "-3", "x", str(2**63)):
-        refused = run_cli(["break", key, "--yes", "--fence", bad, *db_args], tmp_path)
+        refused = invoke(["break", key, "--yes", "--fence", bad, *db_args], tmp_path)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
-    broken = run_cli(["break", key, "--yes", "--json", "--fence", str(new), *db_args], tmp_path)
+    broken = invoke(["break", key, "--yes", "--json", "--fence", str(new), *db_args], tmp_path)
     assert broken.returncode == 0 and json.loads(broken.stdout)["fence"] == new
-    assert run_cli(["show", key, *db_args], tmp_path).returncode == 1
+    assert invoke(["show", key, *db_args], tmp_path).returncode == 1
 
 
 def test_lease_data(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:d"
     data = {"host": "build-3", "pid": 4242, "job": "nightly-report", "note": "ü" * 70}
-    taken = run_cli(["acquire", key, "--owner", "a", "--data", json.dumps(data), *db_args], tmp_path)
+    taken = invoke(["acquire", key, "--owner", "a", "--data", json.dumps(data), *db_args], tmp_path)
     assert taken.returncode == 0, taken.stderr
-    (row,) = json.loads(run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path).stdout)
+    (row,) = json.loads(invoke(["list", "--prefix", ns, "--json", *db_args], tmp_path).stdout)
     assert row["data"] == data
-    text = run_cli(["show", key, *db_args], tmp_path).stdout
+    text = invoke(["show", key, *db_args], tmp_path).stdout
     assert 'data:       {"host":"build-3","pid":4242,' in text and "ü" * 70 in text  # show prints it whole
-    header, line = run_cli(["list", "--prefix", ns, *db_args], tmp_path).stdout.splitlines()
+    header, line = invoke(["list", "--prefix", ns, *db_args], tmp_path).stdout.splitlines()
     cell = line[header.index("DATA") :]
     assert cell.startswith('{"host":"build-3"') and cell.endswith("…") and len(cell) == 60
 
-    moved = run_cli(["transfer", key, "--from", "a", "--to", "b", "--data", '{"job": 2}', "--json", *db_args], tmp_path)
+    moved = invoke(["transfer", key, "--from", "a", "--to", "b", "--data", '{"job": 2}', "--json", *db_args], tmp_path)
     assert moved.returncode == 0 and json.loads(moved.stdout)["data"] == {"job": 2}
-    refused = run_cli(["acquire", f"{key}2", "--owner", "c", "--data", '{"job": ', *db_args], tmp_path)
+    refused = invoke(["acquire", f"{key}2", "--owner", "c", "--data", '{"job": ', *db_args], tmp_path)
     assert refused.returncode == 2 and "--data is not valid JSON" in refused.stderr, refused.stderr
-    refused = run_cli(["transfer", key, "--from", "b", "--to", "c", "--data", '{"x": NaN}', *db_args], tmp_path)
+    refused = invoke(["transfer", key, "--from", "b", "--to", "c", "--data", '{"x": NaN}', *db_args], tmp_path)
     assert refused.returncode == 2 and "NaN" in refused.stderr, refused.stderr
-    after = json.loads(run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path).stdout)
+    after = json.loads(invoke(["list", "--prefix", ns, "--json", *db_args], tmp_path).stdout)
     assert [(r["key"], r["owner"], r["data"]) for r in after] == [(key, "b", {"job": 2})]  # nothing written
 
 
@@ -252,21 +281,21 @@ def _run_on_terminal(args: list[str], cwd: Path, answer: bytes) -> tuple[int, st
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty behaviour checked on Linux")
 def test_break_asks_on_a_terminal(tmp_path: Path, ns: str) -> None:
     key = f"{ns}:ask"
-    assert run_cli(["migrate"], tmp_path).returncode == 0
-    assert run_cli(["acquire", key, "--owner", "dead"], tmp_path).returncode == 0
+    assert invoke(["migrate"], tmp_path).returncode == 0
+    assert invoke(["acquire", key, "--owner", "dead"], tmp_path).returncode == 0
     code, output = _run_on_terminal(["break", key], tmp_path, b"n\n")
     assert code == 1 and "held by dead" in output and "not broken" in output
     code, output = _run_on_terminal(["break", key], tmp_path, b"y\n")
     assert code == 0 and "broke" in output
-    assert run_cli(["show", key], tmp_path).returncode == 1
+    assert invoke(["show", key], tmp_path).returncode == 1
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty behaviour checked on Linux")
 def test_break_on_a_terminal_breaks_the_tenure_it_showed(tmp_path: Path, ns: str) -> None:
     """The lease changes hands while the prompt waits: the answer "y" breaks nothing."""
     key = f"{ns}:shown"
-    assert run_cli(["migrate"], tmp_path).returncode == 0
-    assert run_cli(["acquire", key, "--owner", "dead"], tmp_path).returncode == 0
+    assert invoke(["migrate"], tmp_path).returncode == 0
+    assert invoke(["acquire", key, "--owner", "dead"], tmp_path).returncode == 0
     controller, terminal = pty.openpty()
     proc = subprocess.Popen([*CLI, "break", key], cwd=tmp_path, stdin=terminal, stdout=terminal, stderr=terminal)
     os.close(terminal)
@@ -276,7 +305,7 @@ def test_break_on_a_terminal_breaks_the_tenure_it_showed(tmp_path: Path, ns: str
         assert chunk, output
         output += chunk
     assert b"held by dead" in output
-    assert run_cli(["transfer", key, "--from", "dead", "--to", "alive"], tmp_path).returncode == 0
+    assert invoke(["transfer", key, "--from", "dead", "--to", "alive"], tmp_path).returncode == 0
     os.write(controller, b"y\n")
     while True:
         try:
@@ -289,52 +318,50 @@ def test_break_on_a_terminal_breaks_the_tenure_it_showed(tmp_path: Path, ns: str
     os.close(controller)
     assert proc.wait(timeout=60) == 1
     assert b"changed hands" in output and b"held by alive" in output
-    shown = run_cli(["show", key], tmp_path)
+    shown = invoke(["show", key], tmp_path)
     assert shown.returncode == 0 and "alive" in shown.stdout
 
 
 def test_control_characters_are_escaped(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key, owner = f"{ns}:\x1b[2Jkey", "evil\x1b]0;title\x07\r\nforged\u2028"
-    assert run_cli(["acquire", key, "--owner", owner, *db_args], tmp_path).returncode == 0
-    refused = run_cli(["acquire", key, "--owner", "other", *db_args], tmp_path)
+    assert invoke(["acquire", key, "--owner", owner, *db_args], tmp_path).returncode == 0
+    refused = invoke(["acquire", key, "--owner", "other", *db_args], tmp_path)
     for result in (
-        run_cli(["list", "--prefix", ns, *db_args], tmp_path),
-        run_cli(["show", key, *db_args], tmp_path),
+        invoke(["list", "--prefix", ns, *db_args], tmp_path),
+        invoke(["show", key, *db_args], tmp_path),
         refused,
-        run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path),
-        run_cli(["break", key, "--yes", *db_args], tmp_path),
+        invoke(["list", "--prefix", ns, "--json", *db_args], tmp_path),
+        invoke(["break", key, "--yes", *db_args], tmp_path),
     ):
         printed = result.stdout + result.stderr
         assert "\x1b" not in printed and "\x07" not in printed and "\r" not in printed and "\u2028" not in printed
         assert "forged" in printed
-    listed = run_cli(["list", "--prefix", ns, "--json", *db_args], tmp_path)
+    listed = invoke(["list", "--prefix", ns, "--json", *db_args], tmp_path)
     assert json.loads(listed.stdout) == []  # broken above
-    assert (
-        json.loads(run_cli(["acquire", key, "--owner", owner, "--json", *db_args], tmp_path).stdout)["owner"] == owner
-    )
+    assert json.loads(invoke(["acquire", key, "--owner", owner, "--json", *db_args], tmp_path).stdout)["owner"] == owner
 
 
 def test_bad_arguments_exit_2(tmp_path: Path) -> None:
-    assert run_cli(["acquire", "k", "--owner", "o", "--ttl", "0s"], tmp_path).returncode == 2
-    assert run_cli(["acquire", "", "--owner", "o"], tmp_path).returncode == 2
-    assert run_cli(["acquire", "k"], tmp_path).returncode == 2  # --owner is required
-    assert run_cli(["list", "--limit", "0"], tmp_path).returncode == 2
-    assert run_cli(["list", "--prefix", "x" * 600], tmp_path).returncode == 2
-    assert run_cli(["show", "k" * 600], tmp_path).returncode == 2
+    assert invoke(["acquire", "k", "--owner", "o", "--ttl", "0s"], tmp_path).returncode == 2
+    assert invoke(["acquire", "", "--owner", "o"], tmp_path).returncode == 2
+    assert invoke(["acquire", "k"], tmp_path).returncode == 2  # --owner is required
+    assert invoke(["list", "--limit", "0"], tmp_path).returncode == 2
+    assert invoke(["list", "--prefix", "x" * 600], tmp_path).returncode == 2
+    assert invoke(["show", "k" * 600], tmp_path).returncode == 2
 
 
 def test_database_failure_and_missing_table_codes(tmp_path: Path) -> None:
-    down = run_cli(["acquire", "k", "--owner", "o", "--url", "postgresql://u:hunter2@127.0.0.1:1/db"], tmp_path)
+    down = invoke(["acquire", "k", "--owner", "o", "--url", "postgresql://u:hunter2@127.0.0.1:1/db"], tmp_path)
     assert down.returncode == 69 and "hunter2" not in down.stderr
-    missing = run_cli(["list", "--url", f"sqlite:///{tmp_path}/none.db"], tmp_path)
+    missing = invoke(["list", "--url", f"sqlite:///{tmp_path}/none.db"], tmp_path)
     assert missing.returncode == 78 and "sql-lease migrate" in missing.stderr
 
 
 def test_check_on_sqlite(tmp_path: Path) -> None:
-    fresh = run_cli(["check", "--url", f"sqlite:///{tmp_path}/none.db"], tmp_path)
+    fresh = invoke(["check", "--url", f"sqlite:///{tmp_path}/none.db"], tmp_path)
     assert fresh.returncode == 78 and "sql-lease migrate" in fresh.stdout
-    assert run_cli(["migrate"], tmp_path).returncode == 0
-    good = run_cli(["check", "--json"], tmp_path)
+    assert invoke(["migrate"], tmp_path).returncode == 0
+    good = invoke(["check", "--json"], tmp_path)
     assert good.returncode == 0, good.stdout
     checks = {c["name"]: c for c in json.loads(good.stdout)}
     assert checks["database"]["ok"] and checks["schema"]["ok"] and checks["privileges"]["ok"]
@@ -344,10 +371,10 @@ def test_check_on_sqlite(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_check_on_postgres(pg_schema: tuple[str, str], fresh_pg_schema: str, tmp_path: Path) -> None:
     url, schema = pg_schema
-    good = run_cli(["check", "--url", url, "--schema", schema], tmp_path)
+    good = invoke(["check", "--url", url, "--schema", schema], tmp_path)
     assert good.returncode == 0, good.stdout
     assert "ok    privileges" in good.stdout and "at revision" in good.stdout and "clock" in good.stdout
-    missing = run_cli(["check", "--url", url, "--schema", fresh_pg_schema], tmp_path)
+    missing = invoke(["check", "--url", url, "--schema", fresh_pg_schema], tmp_path)
     assert missing.returncode == 78
     assert f"sql-lease migrate --url {url} --schema {fresh_pg_schema}" in missing.stdout
 
@@ -370,7 +397,7 @@ def test_check_names_missing_grants(pg_schema: tuple[str, str], tmp_path: Path) 
         from sqlalchemy.engine import make_url
 
         role_url = make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
-        result = run_cli(["check", "--url", role_url, "--schema", schema], tmp_path)
+        result = invoke(["check", "--url", role_url, "--schema", schema], tmp_path)
         assert result.returncode == 78, result.stdout
         assert (
             "FAIL  privileges" in result.stdout and "UPDATE" in result.stdout and "USAGE on sequence" in result.stdout
@@ -382,54 +409,54 @@ def test_check_names_missing_grants(pg_schema: tuple[str, str], tmp_path: Path) 
 def test_data_with_a_duplicate_key_is_refused(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:dup"
     for bad in ('{"job": 1, "job": 2}', '{"a": {"b": 1, "b": 1}}', '{"a": ' + "[" * 3000 + "]" * 3000 + "}"):
-        refused = run_cli(["acquire", key, "--owner", "a", "--data", bad, *db_args], tmp_path)
+        refused = invoke(["acquire", key, "--owner", "a", "--data", bad, *db_args], tmp_path)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
-    assert "appears twice" in run_cli(["acquire", key, "--owner", "a", "--data", '{"j":1,"j":1}'], tmp_path).stderr
-    assert run_cli(["show", key, *db_args], tmp_path).returncode == 1  # nothing acquired
+    assert "appears twice" in invoke(["acquire", key, "--owner", "a", "--data", '{"j":1,"j":1}'], tmp_path).stderr
+    assert invoke(["show", key, *db_args], tmp_path).returncode == 1  # nothing acquired
 
 
 def test_release_renew_transfer_scoped_to_a_fence(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:fenced"
-    old = int(run_cli(["acquire", key, "--owner", "run", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
-    assert run_cli(["break", key, "--yes", "--fence", str(old), *db_args], tmp_path).returncode == 0
-    new = int(run_cli(["acquire", key, "--owner", "run", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    old = int(invoke(["acquire", key, "--owner", "run", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    assert invoke(["break", key, "--yes", "--fence", str(old), *db_args], tmp_path).returncode == 0
+    new = int(invoke(["acquire", key, "--owner", "run", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
     for command in (["renew", key, "--owner", "run"], ["release", key, "--owner", "run"]):
-        stale = run_cli([*command, "--fence", str(old), *db_args], tmp_path)
+        stale = invoke([*command, "--fence", str(old), *db_args], tmp_path)
         assert stale.returncode == 75 and f"with fence {old}" in stale.stderr, stale
-    stale = run_cli(["transfer", key, "--from", "run", "--to", "next", "--fence", str(old), *db_args], tmp_path)
+    stale = invoke(["transfer", key, "--from", "run", "--to", "next", "--fence", str(old), *db_args], tmp_path)
     assert stale.returncode == 75, stale
-    assert json.loads(run_cli(["show", key, "--json", *db_args], tmp_path).stdout)["fence"] == new
+    assert json.loads(invoke(["show", key, "--json", *db_args], tmp_path).stdout)["fence"] == new
     for bad in ("0", "-3", "x", str(2**63)):
-        refused = run_cli(["release", key, "--owner", "run", "--fence", bad, *db_args], tmp_path)
+        refused = invoke(["release", key, "--owner", "run", "--fence", bad, *db_args], tmp_path)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
-    renewed = run_cli(["renew", key, "--owner", "run", "--fence", str(new), *db_args], tmp_path)
+    renewed = invoke(["renew", key, "--owner", "run", "--fence", str(new), *db_args], tmp_path)
     assert renewed.returncode == 0, renewed.stderr
-    moved = run_cli(["transfer", key, "--from", "run", "--to", "next", "--fence", str(new), *db_args], tmp_path)
+    moved = invoke(["transfer", key, "--from", "run", "--to", "next", "--fence", str(new), *db_args], tmp_path)
     assert moved.returncode == 0, moved.stderr
     after = int(moved.stdout.strip().removeprefix("fence="))
-    assert run_cli(["release", key, "--owner", "next", "--fence", str(after), *db_args], tmp_path).returncode == 0
+    assert invoke(["release", key, "--owner", "next", "--fence", str(after), *db_args], tmp_path).returncode == 0
 
 
 def test_a_release_with_a_minimum_hold_shows_as_kept(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:kept"
-    assert run_cli(["acquire", key, "--owner", "cron", *db_args], tmp_path).returncode == 0
-    assert run_cli(["release", key, "--owner", "cron", "--min-hold", "1h", *db_args], tmp_path).returncode == 0
-    shown = json.loads(run_cli(["show", key, "--json", *db_args], tmp_path).stdout)
+    assert invoke(["acquire", key, "--owner", "cron", *db_args], tmp_path).returncode == 0
+    assert invoke(["release", key, "--owner", "cron", "--min-hold", "1h", *db_args], tmp_path).returncode == 0
+    shown = json.loads(invoke(["show", key, "--json", *db_args], tmp_path).stdout)
     assert shown["released"] is True and 3_500_000 < shown["remaining_ms"] <= 3_600_000
-    text = run_cli(["show", key, *db_args], tmp_path).stdout
+    text = invoke(["show", key, *db_args], tmp_path).stdout
     assert "released, kept 59m" in text, text
-    status = run_cli(["status", key, *db_args], tmp_path).stdout
+    status = invoke(["status", key, *db_args], tmp_path).stdout
     assert f"{key}: released by cron" in status and "kept until" in status, status
-    listed = run_cli(["list", "--prefix", key, *db_args], tmp_path).stdout
+    listed = invoke(["list", "--prefix", key, *db_args], tmp_path).stdout
     assert "released, kept" in listed, listed
-    assert run_cli(["acquire", key, "--owner", "other", *db_args], tmp_path).returncode == 75
-    assert run_cli(["release", key, "--owner", "cron", "--min-hold", "-1s", *db_args], tmp_path).returncode == 2
+    assert invoke(["acquire", key, "--owner", "other", *db_args], tmp_path).returncode == 75
+    assert invoke(["release", key, "--owner", "cron", "--min-hold", "-1s", *db_args], tmp_path).returncode == 2
 
 
 @pytest.mark.mysql
 def test_check_on_mysql(mysql_db: tuple[str, str], tmp_path: Path) -> None:
     url, database = mysql_db
-    good = run_cli(["check", "--url", url, "--schema", database], tmp_path)
+    good = invoke(["check", "--url", url, "--schema", database], tmp_path)
     assert good.returncode == 0, good.stdout
     assert "ok    privileges  user root@" in good.stdout and "at revision 0005 (head)" in good.stdout, good.stdout
     assert "MariaDB" in good.stdout or "MySQL" in good.stdout
@@ -447,7 +474,7 @@ def test_check_names_missing_mysql_grants(tmp_path: Path) -> None:
     database, user = f"sql_lease_c_{uuid.uuid4().hex[:8]}", f"lease_check_{uuid.uuid4().hex[:8]}"
     mysql_execute(MYSQL_URL, f"CREATE DATABASE `{database}`", f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'")
     try:
-        assert run_cli(["migrate", "--url", MYSQL_URL, "--schema", database], tmp_path).returncode == 0
+        assert invoke(["migrate", "--url", MYSQL_URL, "--schema", database], tmp_path).returncode == 0
         mysql_execute(
             MYSQL_URL,
             *(
@@ -457,7 +484,7 @@ def test_check_names_missing_mysql_grants(tmp_path: Path) -> None:
         )
         as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
         args = ["check", "--url", as_user.render_as_string(hide_password=False)]
-        good = run_cli(args, tmp_path)
+        good = invoke(args, tmp_path)
         assert good.returncode == 0, good.stdout
         assert f"ok    privileges  user {user}@% has SELECT, INSERT, UPDATE, DELETE on `sql_leases`" in good.stdout
         assert "info  schema      lease table sql_leases exists; its revision is unknown to this user" in good.stdout
@@ -466,7 +493,7 @@ def test_check_names_missing_mysql_grants(tmp_path: Path) -> None:
             f"REVOKE UPDATE ON `{database}`.`sql_leases` FROM '{user}'@'%'",
             f"REVOKE DELETE ON `{database}`.`sql_leases_fence` FROM '{user}'@'%'",
         )
-        lacking = run_cli(args, tmp_path)
+        lacking = invoke(args, tmp_path)
         assert lacking.returncode == 78, lacking.stdout
         assert "FAIL  privileges" in lacking.stdout
         assert "lacks UPDATE on `sql_leases`; DELETE on `sql_leases_fence`" in lacking.stdout, lacking.stdout

@@ -15,6 +15,7 @@ from tests.support.keys import KeysSeen, key_order, look_alike_keys
 TTL = 10_000
 SHORT_TTL = 300  # ms; tests wait SHORT_WAIT seconds for it to lapse
 SHORT_WAIT = 0.6
+RENEWED_TTL = 1_000  # ms; renewed every RENEWED_TTL/4 for longer than RENEWED_TTL
 
 
 def assert_near_now_plus(moment: datetime | None, ttl_ms: float, slack_s: float = 5.0) -> None:
@@ -95,8 +96,9 @@ async def test_fences_independent_keys_never_repeat(provider: LeaseProvider, key
 # 5. get_lease_owner of expired or released leases
 async def test_owner_of_expired_or_released_is_none(provider: LeaseProvider, key: str) -> None:
     assert await provider.get_lease_owner(key) is None
-    await provider.acquire_lease(key, "alice", SHORT_TTL)
+    await provider.acquire_lease(key, "alice", TTL)
     assert await provider.get_lease_owner(key) == "alice"
+    assert await provider.renew_lease(key, "alice", SHORT_TTL)  # read under a long TTL, then let it lapse
     await asyncio.sleep(SHORT_WAIT)
     assert await provider.get_lease_owner(key) is None
     await provider.acquire_lease(key, "bob", TTL)
@@ -137,18 +139,18 @@ async def test_release_frees_the_key_at_once(provider: LeaseProvider, key: str) 
 
 # 7. renew
 async def test_renew_by_owner_extends(provider: LeaseProvider, key: str) -> None:
-    await provider.acquire_lease(key, "alice", SHORT_TTL)
-    assert await provider.renew_lease(key, "alice", TTL) is True
-    await asyncio.sleep(SHORT_WAIT)
-    assert await provider.get_lease_owner(key) == "alice"
+    await provider.acquire_lease(key, "alice", TTL)
+    assert await provider.renew_lease(key, "alice", 3 * TTL) is True
+    lease = await provider.get_lease(key)  # type: ignore[attr-defined]
+    assert lease is not None and lease.owner == "alice" and lease.remaining_ms > TTL  # past the first TTL
     assert not (await provider.acquire_lease(key, "bob", TTL)).acquired
 
 
 async def test_renew_keeps_a_lease_past_its_ttl(provider: LeaseProvider, key: str) -> None:
-    await provider.acquire_lease(key, "alice", SHORT_TTL)
-    for _ in range(6):
-        await asyncio.sleep(SHORT_TTL / 3000)
-        assert await provider.renew_lease(key, "alice", SHORT_TTL)
+    await provider.acquire_lease(key, "alice", RENEWED_TTL)
+    for _ in range(5):  # 1.25 s in all, past the 1 s TTL; each renewal 0.75 s before the lease would lapse
+        await asyncio.sleep(RENEWED_TTL / 4000)
+        assert await provider.renew_lease(key, "alice", RENEWED_TTL)
     assert await provider.get_lease_owner(key) == "alice"
 
 
@@ -163,11 +165,11 @@ async def test_renew_after_expiry_or_by_non_owner_fails(provider: LeaseProvider,
 
 # 8. transfer
 async def test_transfer_hands_over_with_new_fence(provider: LeaseProvider, key: str) -> None:
-    held = await provider.acquire_lease(key, "alice", SHORT_TTL)
-    assert await provider.transfer_lease(key, "alice", "bob", TTL) is True
+    held = await provider.acquire_lease(key, "alice", TTL)
+    assert await provider.transfer_lease(key, "alice", "bob", 3 * TTL) is True
     assert await provider.get_lease_owner(key) == "bob"
-    await asyncio.sleep(SHORT_WAIT)  # the new TTL counts from the transfer
-    assert await provider.get_lease_owner(key) == "bob"
+    lease = await provider.get_lease(key)  # type: ignore[attr-defined]
+    assert lease is not None and lease.remaining_ms > TTL  # the new TTL counts from the transfer
     refused = await provider.acquire_lease(key, "alice", TTL)
     assert not refused.acquired and refused.owner == "bob"
     assert refused.fence > held.fence  # type: ignore[operator]
@@ -175,9 +177,10 @@ async def test_transfer_hands_over_with_new_fence(provider: LeaseProvider, key: 
 
 
 async def test_transfer_to_self_acts_as_renew(provider: LeaseProvider, key: str) -> None:
-    held = await provider.acquire_lease(key, "alice", SHORT_TTL)
-    assert await provider.transfer_lease(key, "alice", "alice", TTL) is True
-    await asyncio.sleep(SHORT_WAIT)
+    held = await provider.acquire_lease(key, "alice", TTL)
+    assert await provider.transfer_lease(key, "alice", "alice", 3 * TTL) is True
+    lease = await provider.get_lease(key)  # type: ignore[attr-defined]
+    assert lease is not None and lease.remaining_ms > TTL  # renewed, as renew_lease would
     again = await provider.acquire_lease(key, "alice", TTL)
     assert again.fence == held.fence
 
@@ -185,10 +188,11 @@ async def test_transfer_to_self_acts_as_renew(provider: LeaseProvider, key: str)
 async def test_transfer_by_non_owner_or_after_expiry_changes_nothing(provider: LeaseProvider, key: str) -> None:
     assert await provider.transfer_lease(key, "alice", "bob", TTL) is False
     assert await provider.get_lease_owner(key) is None
-    held = await provider.acquire_lease(key, "alice", SHORT_TTL)
+    held = await provider.acquire_lease(key, "alice", TTL)
     assert await provider.transfer_lease(key, "mallory", "bob", TTL) is False
-    again = await provider.acquire_lease(key, "alice", SHORT_TTL)
+    again = await provider.acquire_lease(key, "alice", TTL)
     assert again.fence == held.fence
+    assert await provider.renew_lease(key, "alice", SHORT_TTL)  # then let it lapse
     await asyncio.sleep(SHORT_WAIT)
     assert await provider.transfer_lease(key, "alice", "bob", TTL) is False
     assert await provider.get_lease_owner(key) is None
@@ -424,9 +428,10 @@ async def test_a_min_hold_release_is_scoped_by_the_fence(provider: LeaseProvider
 
 
 async def test_a_min_hold_may_outlast_the_ttl(provider: LeaseProvider, key: str) -> None:
-    await provider.acquire_lease(key, "alice", SHORT_TTL)
-    assert await provider.release_lease(key, "alice", min_hold_ms=TTL) is True  # type: ignore[call-arg]
-    await asyncio.sleep(SHORT_WAIT)
+    await provider.acquire_lease(key, "alice", TTL)
+    assert await provider.release_lease(key, "alice", min_hold_ms=3 * TTL) is True  # type: ignore[call-arg]
+    kept = await provider.get_lease(key)  # type: ignore[attr-defined]
+    assert kept is not None and kept.remaining_ms > TTL  # kept past the TTL
     assert not (await provider.acquire_lease(key, "bob", TTL)).acquired
 
 

@@ -98,12 +98,12 @@ SCRIPT = textwrap.dedent(
 
     # 4. a takeover attempted while a guarded transaction is open waits for it.
     waiting = f"wait:{run}"
-    first = leases.acquire_lease(waiting, "a", 300)
     result = {}
     with transaction.atomic():
+        first = leases.acquire_lease(waiting, "a", 1500)  # checked at once: seconds, on a loaded machine
         check_held(waiting, "a", first.fence, schema=schema)
         Claim.objects.create(thread_id=f"t4-{run}", run_id="a", fence=first.fence)
-        time.sleep(0.4)  # the lease expires meanwhile
+        time.sleep(1.6)  # the lease expires meanwhile
         thread = threading.Thread(target=lambda: result.update(lease=other.acquire_lease(waiting, "b", 60_000)))
         thread.start()
         time.sleep(0.5)

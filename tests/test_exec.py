@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from sql_lease import SqlLeaseProvider
+from tests.support.cli import invoke
 from tests.support.tcp_proxy import TcpProxy
 from tests.test_cli import CLI, process_alive, run_cli, start_cli, wait_for
 
@@ -89,7 +90,7 @@ def test_on_exit_default_kills_background_jobs_before_releasing(tmp_path: Path) 
         time.sleep(0.1)
         assert not any(process_alive(pid) for pid in background), "a background job outlived the lease"
         assert elapsed < 10, elapsed  # SIGTERM, then SIGKILL after --kill-after (TTL/10 = 0.3 s)
-        assert run_cli(["status", "bg"], tmp_path).returncode == 1
+        assert invoke(["status", "bg"], tmp_path).returncode == 1
     finally:
         for pid in background:
             kill_quietly(pid)
@@ -101,13 +102,13 @@ def test_on_exit_wait_holds_the_lease_until_the_group_is_empty(tmp_path: Path) -
     script = (
         f"(while [ ! -e {go} ]; do sleep 0.05; done) & echo $! > {tmp_path}/bg; touch {tmp_path}/leader-done; exit 4"
     )
-    proc = start_cli(["exec", "bgw", "--ttl", "1s", "--on-exit", "wait", "--", "sh", "-c", script], tmp_path)
+    proc = start_cli(["exec", "bgw", "--ttl", "2s", "--on-exit", "wait", "--", "sh", "-c", script], tmp_path)
     try:
         wait_for(tmp_path / "leader-done")
         background = int((tmp_path / "bg").read_text())
-        time.sleep(1.5)  # longer than the TTL: the lease must be renewed meanwhile
+        time.sleep(2.5)  # longer than the TTL: the lease must be renewed meanwhile (2 s: a 1 s TTL flaked)
         assert proc.poll() is None, "exec returned while a background job of the command still ran"
-        status = run_cli(["status", "bgw"], tmp_path)
+        status = invoke(["status", "bgw"], tmp_path)
         assert status.returncode == 0 and "held by" in status.stdout
         refused = run_cli(["exec", "bgw", "--", "touch", str(tmp_path / "second-ran")], tmp_path)
         assert refused.returncode == 75
@@ -115,7 +116,7 @@ def test_on_exit_wait_holds_the_lease_until_the_group_is_empty(tmp_path: Path) -
         _out, err = finish(proc, 10)
         assert proc.returncode == 4, err  # the command's own status
         assert not process_alive(background)
-        assert run_cli(["status", "bgw"], tmp_path).returncode == 1
+        assert invoke(["status", "bgw"], tmp_path).returncode == 1
     finally:
         go.touch()
         if proc.poll() is None:
@@ -124,8 +125,8 @@ def test_on_exit_wait_holds_the_lease_until_the_group_is_empty(tmp_path: Path) -
 
 
 def test_on_exit_choice_is_validated_and_documented(tmp_path: Path) -> None:
-    assert run_cli(["exec", "k", "--on-exit", "linger", "--", "true"], tmp_path).returncode == 2
-    help_text = run_cli(["exec", "--help"], tmp_path).stdout
+    assert invoke(["exec", "k", "--on-exit", "linger", "--", "true"], tmp_path).returncode == 2
+    help_text = invoke(["exec", "--help"], tmp_path).stdout
     assert "--on-exit" in help_text and "setsid" in help_text
 
 
@@ -170,7 +171,7 @@ def test_sigterm_between_acquire_and_start_releases_and_exits_143(tmp_path: Path
     _out, err = finish(proc, 10)
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
     assert not (tmp_path / "ran").exists()
-    assert run_cli(["status", "window"], tmp_path).returncode == 1, "the lease was left held"
+    assert invoke(["status", "window"], tmp_path).returncode == 1, "the lease was left held"
 
 
 @pytest.mark.slow
@@ -256,7 +257,7 @@ def test_interactive_command_reads_from_the_terminal(tmp_path: Path) -> None:
     )
     assert code == 0, output
     assert b"got:hello" in output
-    assert run_cli(["status", "tty"], tmp_path).returncode == 1
+    assert invoke(["status", "tty"], tmp_path).returncode == 1
 
 
 @pytest.mark.slow
@@ -272,7 +273,7 @@ def test_a_stopped_command_is_terminated_instead_of_renewed_forever(tmp_path: Pa
         command = int((tmp_path / "pid").read_text())
         assert not process_alive(command)
         assert not (tmp_path / "continued").exists()
-        assert run_cli(["status", "stopped"], tmp_path).returncode == 1
+        assert invoke(["status", "stopped"], tmp_path).returncode == 1
     finally:
         if (tmp_path / "pid").exists():
             kill_quietly(int((tmp_path / "pid").read_text() or 0) or -1)
@@ -349,7 +350,7 @@ def test_exec_exits_76_soon_after_the_database_becomes_unreachable(
 
 def test_kill_after_longer_than_the_safety_margin_is_refused(tmp_path: Path) -> None:
     """Regression: --kill-after beyond TTL/10 silently let the command outlive its lease."""
-    refused = run_cli(["exec", "k", "--ttl", "1s", "--kill-after", "500ms", "--", "true"], tmp_path)
+    refused = invoke(["exec", "k", "--ttl", "1s", "--kill-after", "500ms", "--", "true"], tmp_path)
     assert refused.returncode == 2 and "--kill-after" in refused.stderr and "TTL/10" in refused.stderr
     assert not (tmp_path / "sql_lease.db").exists()
     allowed = run_cli(
@@ -373,7 +374,7 @@ def test_kill_after_longer_than_the_safety_margin_is_refused(tmp_path: Path) -> 
 )
 def test_out_of_range_durations_give_a_message_and_exit_2(args: list[str], tmp_path: Path) -> None:
     """Regression: `--wait --timeout 87601h` gave a traceback and exit 1."""
-    done = run_cli(["exec", "k", *args, "--", "true"], tmp_path)
+    done = invoke(["exec", "k", *args, "--", "true"], tmp_path)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and done.stderr.strip()
     assert not (tmp_path / "sql_lease.db").exists()
@@ -394,7 +395,7 @@ def test_status_escapes_control_characters_from_the_database(tmp_path: Path) -> 
             assert await provider.acquire_lease("esc", HOSTILE_OWNER, 60_000)
 
     asyncio.run(plant())
-    done = run_cli(["status", "esc", "--url", url], tmp_path)
+    done = invoke(["status", "esc", "--url", url], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("\n") == 1 and done.stdout.endswith("\n")
     text = done.stdout[:-1]
@@ -433,7 +434,7 @@ def test_a_second_exec_with_the_same_owner_is_refused(tmp_path: Path) -> None:
         assert second.returncode == 75, second.stderr
         assert "--retry-owner" in second.stderr and "host-1" in second.stderr
         assert not (tmp_path / "second-ran").exists()
-        status = run_cli(["status", "same"], tmp_path)
+        status = invoke(["status", "same"], tmp_path)
         assert status.returncode == 0 and "held by host-1" in status.stdout  # the first still holds it
         # an explicit retry of the same job is let through (semantic 3: same owner, same fence)
         retry = run_cli(
@@ -457,7 +458,7 @@ def test_a_second_exec_with_the_same_owner_is_refused(tmp_path: Path) -> None:
 
 def test_quiet_refusal_prints_nothing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/quiet.db"
-    held = run_cli(["acquire", "nightly", "--url", url, "--owner", "other-host", "--ttl", "5m"], tmp_path)
+    held = invoke(["acquire", "nightly", "--url", url, "--owner", "other-host", "--ttl", "5m"], tmp_path)
     assert held.returncode == 0, held.stderr
     ran = tmp_path / "ran"
     for extra, code in (
@@ -508,7 +509,7 @@ def screen(output: bytes) -> list[str]:
 
 def test_waiting_on_a_terminal_shows_one_status_line_that_disappears(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/wait.db"
-    held = run_cli(["acquire", "report", "--url", url, "--owner", "other-host", "--ttl", "1m"], tmp_path)
+    held = invoke(["acquire", "report", "--url", url, "--owner", "other-host", "--ttl", "1m"], tmp_path)
     assert held.returncode == 0, held.stderr
     master, slave = os.openpty()
     try:
@@ -539,7 +540,7 @@ def test_waiting_on_a_terminal_shows_one_status_line_that_disappears(tmp_path: P
             elif proc.poll() is not None:
                 break
             if not released and output.count(b"waiting for report") >= 2:  # shown, then updated in place
-                release = run_cli(["release", "report", "--url", url, "--owner", "other-host"], tmp_path)
+                release = invoke(["release", "report", "--url", url, "--owner", "other-host"], tmp_path)
                 assert release.returncode == 0, release.stderr
                 released = True
         assert proc.wait(timeout=10) == 0, output
@@ -556,7 +557,7 @@ def test_waiting_on_a_terminal_shows_one_status_line_that_disappears(tmp_path: P
 
 def test_waiting_without_a_terminal_prints_no_status_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/wait.db"
-    assert run_cli(["acquire", "k", "--url", url, "--owner", "other", "--ttl", "1m"], tmp_path).returncode == 0
+    assert invoke(["acquire", "k", "--url", url, "--owner", "other", "--ttl", "1m"], tmp_path).returncode == 0
     done = run_cli(["exec", "k", "--url", url, "--wait", "--timeout", "1500ms", "--", "true"], tmp_path)
     assert done.returncode == 75 and "waiting for" not in done.stderr and done.stderr.count("\n") == 1
 
@@ -580,7 +581,7 @@ def test_exec_stores_data_with_its_lease(owner: list[str], tmp_path: Path) -> No
 def test_exec_refuses_bad_data_before_running_anything(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/bad.db"
     for bad in ("{nope", "[1, 2]", "@missing.json"):
-        done = run_cli(["exec", "k", "--url", url, "--data", bad, "--", "touch", "ran"], tmp_path)
+        done = invoke(["exec", "k", "--url", url, "--data", bad, "--", "touch", "ran"], tmp_path)
         assert done.returncode == 2 and "--data" in done.stderr, done.stderr
     assert not (tmp_path / "ran").exists() and not (tmp_path / "bad.db").exists()
 
@@ -645,13 +646,13 @@ def test_exec_min_hold_runs_a_job_at_most_once_per_period(owner: list[str], tmp_
     second = run_cli(["exec", "nightly", "--url", url, "--min-hold", "1h", "--", "touch", "second"], tmp_path)
     assert second.returncode == 75 and "held by" in second.stderr, second.stderr
     assert (tmp_path / "first").exists() and not (tmp_path / "second").exists()
-    shown = json.loads(run_cli(["show", "nightly", "--json", "--url", url], tmp_path).stdout)
+    shown = json.loads(invoke(["show", "nightly", "--json", "--url", url], tmp_path).stdout)
     assert shown["released"] is True and 3_500_000 < shown["remaining_ms"] <= 3_600_000
 
 
 def test_exec_min_hold_is_validated(tmp_path: Path) -> None:
     for bad in ("-1s", "nope", "9000d"):
-        done = run_cli(["exec", "k", "--min-hold", bad, "--", "touch", "ran"], tmp_path)
+        done = invoke(["exec", "k", "--min-hold", bad, "--", "touch", "ran"], tmp_path)
         assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.strip(), done.stderr
     assert not (tmp_path / "ran").exists()
 

@@ -39,6 +39,7 @@ from sql_lease.sql.urls import to_async_url, to_sync_url
 from tests.support.processes import json_summaries, run_scripts
 
 REPO = Path(__file__).resolve().parent.parent
+GUARDED_TTL_MS = 1_500  # ms: checked under a guard right after the acquire, so seconds on a loaded machine
 BACKENDS = [
     "sqlite",
     pytest.param("postgres", marks=pytest.mark.postgres),
@@ -337,11 +338,11 @@ async def test_a_takeover_waits_for_the_guarded_transaction(db: dict[str, Any], 
             SqlLeaseProvider(db["url"], schema=db["schema"]) as holder,
             SqlLeaseProvider(db["url"], schema=db["schema"]) as other,
         ):
-            held = await holder.acquire_lease(key, "a", 400)
             async with engine.connect() as conn:
                 await conn.begin()
+                held = await holder.acquire_lease(key, "a", GUARDED_TTL_MS)
                 await holder.check_held(conn, key, "a", held.fence)  # first: nothing written yet
-                await asyncio.sleep(0.6)  # the lease has expired by now, but the check still guards
+                await asyncio.sleep(GUARDED_TTL_MS / 1000 + 0.2)  # expired by now, but the check still guards
                 takeover = asyncio.create_task(other.acquire_lease(key, "b", 60_000))
                 await asyncio.sleep(0.7)
                 assert not takeover.done(), "the takeover must wait for the guarded transaction"
@@ -366,10 +367,10 @@ def test_sync_takeover_waits_for_the_guarded_transaction(db: dict[str, Any], key
         SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as holder,
         SyncSqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=10) as other,
     ):
-        held = holder.acquire_lease(key, "a", 400)
         with engine.begin() as conn:
+            held = holder.acquire_lease(key, "a", GUARDED_TTL_MS)
             holder.check_held(conn, key, "a", held.fence)
-            time.sleep(0.6)  # the lease has expired by now, but the check still guards
+            time.sleep(GUARDED_TTL_MS / 1000 + 0.2)  # the lease has expired by now, but the check still guards
             takeover = threading.Thread(target=lambda: result.update(lease=other.acquire_lease(key, "b", 60_000)))
             takeover.start()
             time.sleep(0.7)

@@ -28,6 +28,7 @@ BACKENDS = [
 ]
 GUARD_S = 2.0
 TTL_MS = 2_000
+GUARDED_TTL_MS = 1_500  # ms: checked under a guard right after the acquire, so seconds on a loaded machine
 
 
 @pytest.fixture(params=BACKENDS)
@@ -117,12 +118,12 @@ async def test_async_grant_after_a_guarded_transaction_counts_its_ttl_from_the_g
         SqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=15) as a,
         SqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=15) as b,
     ):
-        held = await a.acquire_lease(key, "a", 300)
+        a_sync = SyncSqlLeaseProvider(db["url"], schema=db["schema"])
         with db["engine"].connect() as conn:  # a sync guard: the event loop keeps running b's acquire
             conn.begin()
-            a_sync = SyncSqlLeaseProvider(db["url"], schema=db["schema"])
+            held = await a.acquire_lease(key, "a", GUARDED_TTL_MS)
             a_sync.check_held(conn, key, "a", held.fence)
-            await asyncio.sleep(0.4)  # expired, still guarded
+            await asyncio.sleep(GUARDED_TTL_MS / 1000 + 0.1)  # expired, still guarded
             takeover = asyncio.create_task(b.acquire_lease(key, "b", TTL_MS))
             await asyncio.sleep(GUARD_S)
             assert not takeover.done()
@@ -233,11 +234,11 @@ def test_a_guarded_expired_lease_is_answered_not_acquired_within_the_timeout(db:
         SyncSqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=2) as b,
         SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as c,  # the default time limit (10 s)
     ):
-        held = a.acquire_lease(key, "a", 300)
         with db["engine"].connect() as conn:
             conn.begin()
+            held = a.acquire_lease(key, "a", GUARDED_TTL_MS)
             a.check_held(conn, key, "a", held.fence)
-            time.sleep(0.4)  # expired, still guarded
+            time.sleep(GUARDED_TTL_MS / 1000 + 0.1)  # expired, still guarded
             started = time.monotonic()
             refused = b.acquire_lease(key, "b", 10_000)
             took = time.monotonic() - started
@@ -262,11 +263,11 @@ async def test_async_a_guarded_expired_lease_is_answered_not_acquired_within_the
         SqlLeaseProvider(db["url"], schema=db["schema"], operation_timeout_s=2) as b,
         SqlLeaseProvider(db["url"], schema=db["schema"]) as c,  # the default time limit (10 s)
     ):
-        held = await a.acquire_lease(key, "a", 300)
         with db["engine"].connect() as conn, SyncSqlLeaseProvider(db["url"], schema=db["schema"]) as guard:
             conn.begin()
+            held = await a.acquire_lease(key, "a", GUARDED_TTL_MS)
             guard.check_held(conn, key, "a", held.fence)
-            await asyncio.sleep(0.4)
+            await asyncio.sleep(GUARDED_TTL_MS / 1000 + 0.1)
             started = time.monotonic()
             refused = await b.acquire_lease(key, "b", 10_000)
             took = time.monotonic() - started

@@ -6,6 +6,7 @@ patched; the CLI tests hide asyncpg from a subprocess."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -144,36 +145,61 @@ COMMANDS = [
 ]
 
 
+def _in_one_process(hidden: list[str], commands: list[list[str]], cwd: Path) -> list[tuple[int, str, str]]:
+    """``commands`` run one after another in one fresh process without the modules ``hidden``."""
+    script = Path(__file__).resolve().parent / "support" / "cli_sequence.py"
+    done = subprocess.run(
+        [sys.executable, str(script), json.dumps(hidden), json.dumps(commands)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return [tuple(result) for result in json.loads(done.stdout)]  # type: ignore[misc]
+
+
 @pytest.mark.postgres
 def test_every_cli_command_runs_with_psycopg_alone(pg_url: str, fresh_pg_schema: str, tmp_path: Path) -> None:
+    """Each command but exec in one process without asyncpg; exec in its own (its child needs a real one)."""
     key = f"cli:{uuid.uuid4().hex}"
-    for command in COMMANDS:
-        args = [part.format(key=key) for part in command]
-        done = subprocess.run(
-            [sys.executable, "-c", HIDE_ASYNCPG, args[0], "--url", pg_url, "--schema", fresh_pg_schema, *args[1:]],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, (args, done.stdout, done.stderr)
-        assert "Traceback" not in done.stderr
-    assert "ran" in done.stdout
-
-
-@pytest.mark.parametrize("command", [["list"], ["migrate"], ["check"], ["exec", "k", "--", "true"]])
-def test_the_cli_without_any_postgres_driver_exits_78_naming_both_extras(command: list[str], tmp_path: Path) -> None:
-    url = "postgresql://postgres@127.0.0.1:5432/test"
+    commands = [[part.format(key=key) for part in command] for command in COMMANDS]
+    db = ["--url", pg_url, "--schema", fresh_pg_schema]
+    results = _in_one_process(["asyncpg"], [[args[0], *db, *args[1:]] for args in commands[:-1]], tmp_path)
+    for args, (code, out, err) in zip(commands, results, strict=False):
+        assert code == 0, (args, out, err)
+        assert "Traceback" not in err
+    assert len(results) == len(commands) - 1
+    exec_args = commands[-1]
     done = subprocess.run(
-        [sys.executable, "-c", HIDE_BOTH, *command[:1], "--url", url, *command[1:]],
+        [sys.executable, "-c", HIDE_ASYNCPG, exec_args[0], *db, *exec_args[1:]],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode == 78, done.stderr
-    assert "sql-lease[postgresql]" in done.stderr and "sql-lease[psycopg]" in done.stderr
+    assert done.returncode == 0, (exec_args, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
+    assert "ran" in done.stdout
+
+
+def test_the_cli_without_any_postgres_driver_exits_78_naming_both_extras(tmp_path: Path) -> None:
+    url = "postgresql://postgres@127.0.0.1:5432/test"
+    commands = [["list", "--url", url], ["migrate", "--url", url], ["check", "--url", url]]
+    results = _in_one_process(["asyncpg", "psycopg"], commands, tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", HIDE_BOTH, "exec", "--url", url, "k", "--", "true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    results.append((done.returncode, done.stdout, done.stderr))
+    assert len(results) == 4
+    for command, (code, _out, err) in zip([*commands, ["exec"]], results, strict=True):
+        assert code == 78, (command, err)
+        assert "sql-lease[postgresql]" in err and "sql-lease[psycopg]" in err, (command, err)
+        assert "Traceback" not in err, (command, err)
 
 
 @pytest.mark.postgres

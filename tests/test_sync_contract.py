@@ -31,6 +31,7 @@ from tests.test_validation import CASES, KW_CASES, SneakyStr
 TTL = 10_000
 SHORT_TTL = 300  # ms; tests wait SHORT_WAIT seconds for it to lapse
 SHORT_WAIT = 0.6
+RENEWED_TTL = 1_000  # ms; renewed every RENEWED_TTL/4 for longer than RENEWED_TTL
 GOOD_KEY, GOOD_OWNER, GOOD_TTL = "validation:key", "validation-owner", 1000
 
 
@@ -136,8 +137,9 @@ def test_fences_independent_keys_never_repeat(provider: Any, key: str) -> None:
 # 5. get_lease_owner of expired or released leases
 def test_owner_of_expired_or_released_is_none(provider: Any, key: str) -> None:
     assert provider.get_lease_owner(key) is None
-    provider.acquire_lease(key, "alice", SHORT_TTL)
+    provider.acquire_lease(key, "alice", TTL)
     assert provider.get_lease_owner(key) == "alice"
+    assert provider.renew_lease(key, "alice", SHORT_TTL)  # read under a long TTL, then let it lapse
     time.sleep(SHORT_WAIT)
     assert provider.get_lease_owner(key) is None
     provider.acquire_lease(key, "bob", TTL)
@@ -178,18 +180,18 @@ def test_release_frees_the_key_at_once(provider: Any, key: str) -> None:
 
 # 7. renew
 def test_renew_by_owner_extends(provider: Any, key: str) -> None:
-    provider.acquire_lease(key, "alice", SHORT_TTL)
-    assert provider.renew_lease(key, "alice", TTL) is True
-    time.sleep(SHORT_WAIT)
-    assert provider.get_lease_owner(key) == "alice"
+    provider.acquire_lease(key, "alice", TTL)
+    assert provider.renew_lease(key, "alice", 3 * TTL) is True
+    lease = provider.get_lease(key)
+    assert lease is not None and lease.owner == "alice" and lease.remaining_ms > TTL  # past the first TTL
     assert not (provider.acquire_lease(key, "bob", TTL)).acquired
 
 
 def test_renew_keeps_a_lease_past_its_ttl(provider: Any, key: str) -> None:
-    provider.acquire_lease(key, "alice", SHORT_TTL)
-    for _ in range(6):
-        time.sleep(SHORT_TTL / 3000)
-        assert provider.renew_lease(key, "alice", SHORT_TTL)
+    provider.acquire_lease(key, "alice", RENEWED_TTL)
+    for _ in range(5):  # 1.25 s in all, past the 1 s TTL; each renewal 0.75 s before the lease would lapse
+        time.sleep(RENEWED_TTL / 4000)
+        assert provider.renew_lease(key, "alice", RENEWED_TTL)
     assert provider.get_lease_owner(key) == "alice"
 
 
@@ -204,11 +206,11 @@ def test_renew_after_expiry_or_by_non_owner_fails(provider: Any, key: str) -> No
 
 # 8. transfer
 def test_transfer_hands_over_with_new_fence(provider: Any, key: str) -> None:
-    held = provider.acquire_lease(key, "alice", SHORT_TTL)
-    assert provider.transfer_lease(key, "alice", "bob", TTL) is True
+    held = provider.acquire_lease(key, "alice", TTL)
+    assert provider.transfer_lease(key, "alice", "bob", 3 * TTL) is True
     assert provider.get_lease_owner(key) == "bob"
-    time.sleep(SHORT_WAIT)  # the new TTL counts from the transfer
-    assert provider.get_lease_owner(key) == "bob"
+    lease = provider.get_lease(key)
+    assert lease is not None and lease.remaining_ms > TTL  # the new TTL counts from the transfer
     refused = provider.acquire_lease(key, "alice", TTL)
     assert not refused.acquired and refused.owner == "bob"
     assert refused.fence > held.fence  # type: ignore[operator]
@@ -216,9 +218,10 @@ def test_transfer_hands_over_with_new_fence(provider: Any, key: str) -> None:
 
 
 def test_transfer_to_self_acts_as_renew(provider: Any, key: str) -> None:
-    held = provider.acquire_lease(key, "alice", SHORT_TTL)
-    assert provider.transfer_lease(key, "alice", "alice", TTL) is True
-    time.sleep(SHORT_WAIT)
+    held = provider.acquire_lease(key, "alice", TTL)
+    assert provider.transfer_lease(key, "alice", "alice", 3 * TTL) is True
+    lease = provider.get_lease(key)
+    assert lease is not None and lease.remaining_ms > TTL  # renewed, as renew_lease would
     again = provider.acquire_lease(key, "alice", TTL)
     assert again.fence == held.fence
 
@@ -226,10 +229,11 @@ def test_transfer_to_self_acts_as_renew(provider: Any, key: str) -> None:
 def test_transfer_by_non_owner_or_after_expiry_changes_nothing(provider: Any, key: str) -> None:
     assert provider.transfer_lease(key, "alice", "bob", TTL) is False
     assert provider.get_lease_owner(key) is None
-    held = provider.acquire_lease(key, "alice", SHORT_TTL)
+    held = provider.acquire_lease(key, "alice", TTL)
     assert provider.transfer_lease(key, "mallory", "bob", TTL) is False
-    again = provider.acquire_lease(key, "alice", SHORT_TTL)
+    again = provider.acquire_lease(key, "alice", TTL)
     assert again.fence == held.fence
+    assert provider.renew_lease(key, "alice", SHORT_TTL)  # then let it lapse
     time.sleep(SHORT_WAIT)
     assert provider.transfer_lease(key, "alice", "bob", TTL) is False
     assert provider.get_lease_owner(key) is None
@@ -464,10 +468,10 @@ def test_sweep_arguments_are_validated(provider: Any, kwargs: dict[str, Any], ex
 
 
 def test_renew_lease_info_returns_the_databases_expiry(provider: Any, key: str) -> None:
-    held = provider.acquire_lease(key, "alice", SHORT_TTL)
-    info = provider.renew_lease_info(key, "alice", TTL)
+    held = provider.acquire_lease(key, "alice", TTL)
+    info = provider.renew_lease_info(key, "alice", 3 * TTL)
     assert info.fence == held.fence and info.owner == "alice"
-    assert_near_now_plus(info.expires_at, TTL)
+    assert_near_now_plus(info.expires_at, 3 * TTL)
     assert provider.renew_lease_info(key, "bob", TTL) is None
 
 
