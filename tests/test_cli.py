@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sql_lease import SqlLeaseProvider
+from sql_lease.sql.migrate import HEAD_REVISION
 from tests.support.cli import invoke
 
 CLI = [sys.executable, "-m", "sql_lease"]
@@ -200,7 +201,7 @@ def test_postgres_is_never_migrated_implicitly(pg_url: str, fresh_pg_schema: str
     done = run_cli(["exec", "k", *args, "--", "true"], tmp_path)
     assert done.returncode == 78 and "sql-lease migrate" in done.stderr
     migrated = invoke(["migrate", *args], tmp_path)
-    assert migrated.returncode == 0 and "revision 0005" in migrated.stdout
+    assert migrated.returncode == 0 and f"revision {HEAD_REVISION}" in migrated.stdout
     assert invoke(["migrate", *args], tmp_path).returncode == 0  # idempotent
     assert run_cli(["exec", "k", *args, "--", "true"], tmp_path).returncode == 0
 
@@ -369,9 +370,9 @@ def test_migrate_says_what_it_did(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/said.db"
     created = invoke(["migrate", "--url", url], tmp_path)
     assert created.returncode == 0, created.stderr
-    assert created.stdout.startswith("created sql_leases at revision 0005 on "), created.stdout
+    assert created.stdout.startswith(f"created sql_leases at revision {HEAD_REVISION} on "), created.stdout
     again = invoke(["migrate", "--url", url], tmp_path)
-    assert again.stdout.startswith("sql_leases already at revision 0005 on "), again.stdout
+    assert again.stdout.startswith(f"sql_leases already at revision {HEAD_REVISION} on "), again.stdout
     old = f"sqlite:///{tmp_path}/old.db"
     alembic = str(Path(sys.executable).with_name("alembic"))
     repo = Path(__file__).resolve().parent.parent
@@ -379,7 +380,7 @@ def test_migrate_says_what_it_did(tmp_path: Path) -> None:
     assert stepped.returncode == 0, stepped.stderr
     upgraded = invoke(["migrate", "--url", old, "--table", "sql_leases"], tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert upgraded.stdout.startswith("migrated sql_leases from revision 0002 to 0005 on "), upgraded.stdout
+    assert upgraded.stdout.startswith(f"migrated sql_leases from revision 0002 to {HEAD_REVISION} on "), upgraded.stdout
 
 
 # -- issue 21, item 9: compound durations, --data from a file or stdin ----------------------------------
@@ -581,9 +582,9 @@ def test_concurrent_migrates_each_say_what_they_did(pg_url: str, fresh_pg_schema
     said = sorted(done.stdout.split(" on ")[0] for done in results)
     table = f"{fresh_pg_schema}.sql_leases"
     assert said == [
-        f"created {table} at revision 0005",
-        f"{table} already at revision 0005",
-        f"{table} already at revision 0005",
+        f"created {table} at revision {HEAD_REVISION}",
+        f"{table} already at revision {HEAD_REVISION}",
+        f"{table} already at revision {HEAD_REVISION}",
     ], said
 
 

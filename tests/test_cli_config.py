@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sql_lease import SqlLeaseProvider
+from sql_lease.sql.migrate import HEAD_REVISION
 from tests.support.cli import invoke, patched_environ
 
 CLI = [sys.executable, "-m", "sql_lease"]
@@ -109,7 +110,9 @@ def test_table_and_schema_come_with_the_config_files_url(tmp_path: Path, home: d
     config = write(tmp_path / "c.toml", f'url = "{url}"\ntable = "cron_leases"\n')
     env = dict(home, SQL_LEASE_CONFIG=str(config))
     migrated = run(["migrate"], work, env)
-    assert migrated.returncode == 0 and "created cron_leases at revision 0005" in migrated.stdout, migrated.stderr
+    assert migrated.returncode == 0 and f"created cron_leases at revision {HEAD_REVISION}" in migrated.stdout, (
+        migrated.stderr
+    )
     assert run(["acquire", "job", "--owner", "a"], work, env).returncode == 0
     shown = run(["show", "job", "--json", "--url", url, "--table", "cron_leases"], work, home)
     assert shown.returncode == 0 and json.loads(shown.stdout)["owner"] == "a", shown.stdout + shown.stderr

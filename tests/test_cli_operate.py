@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from sql_lease.sql.migrate import HEAD_REVISION
 from tests.support.cli import invoke
 from tests.test_cli import CLI, run_cli, start_cli
 
@@ -458,7 +459,9 @@ def test_check_on_mysql(mysql_db: tuple[str, str], tmp_path: Path) -> None:
     url, database = mysql_db
     good = invoke(["check", "--url", url, "--schema", database], tmp_path)
     assert good.returncode == 0, good.stdout
-    assert "ok    privileges  user root@" in good.stdout and "at revision 0005 (head)" in good.stdout, good.stdout
+    assert "ok    privileges  user root@" in good.stdout and f"at revision {HEAD_REVISION} (head)" in good.stdout, (
+        good.stdout
+    )
     assert "MariaDB" in good.stdout or "MySQL" in good.stdout
 
 
@@ -479,7 +482,7 @@ def test_check_names_missing_mysql_grants(tmp_path: Path) -> None:
             MYSQL_URL,
             *(
                 f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.`{table}` TO '{user}'@'%'"
-                for table in ("sql_leases", "sql_leases_fence", "sql_leases_fences")
+                for table in ("sql_leases", "sql_leases_fence", "sql_leases_fences", "sql_leases_slots")
             ),
         )
         as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)

@@ -370,9 +370,7 @@ async def test_a_release_of_any_slot_wakes_a_waiter(face: Any, key: str) -> None
 # -- semaphores beside all-or-nothing calls -------------------------------------------------------
 
 
-async def test_an_all_or_nothing_acquire_refused_by_a_semaphore_names_its_oldest_holder(
-    face: Any, key: str
-) -> None:
+async def test_an_all_or_nothing_acquire_refused_by_a_semaphore_names_its_oldest_holder(face: Any, key: str) -> None:
     await face.acquire_lease(key, "a", TTL, limit=3)
     await face.acquire_lease(key, "b", TTL, limit=3)
     free = f"{key}:free"
