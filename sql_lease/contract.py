@@ -764,27 +764,28 @@ def _shortcut_to(make: Callable[Concatenate[Any, P], T], finish: Callable[[T], R
     raise NotImplementedError
 
 
-def _shortcuts(face: str) -> tuple[HoldingShortcut[..., Any], HoldingShortcut[..., Any]]:
-    return HoldingShortcut(face, "hold"), HoldingShortcut(face, "acquire_lease_wait")
+def _shortcuts(face: str) -> tuple[HoldingShortcut[..., Any], HoldingShortcut[..., Any], HoldingShortcut[..., Any]]:
+    return HoldingShortcut(face, "hold"), HoldingShortcut(face, "acquire_lease_wait"), HoldingShortcut(face, "hold_all")
 
 
 class LeaseProviderBase:
     """The holding shortcuts of the bundled asyncio providers: ``provider.hold(key, ...)`` is
-    :func:`sql_lease.hold` ``(provider, key, ...)`` and ``await provider.acquire_lease_wait(key,
-    owner, ttl_ms, ...)`` is :func:`sql_lease.acquire_lease_wait` ``(provider, ...)``; they rely
-    only on the five lease methods."""
+    :func:`sql_lease.hold` ``(provider, key, ...)``, ``provider.hold_all(keys, ...)`` is
+    :func:`sql_lease.hold_all` ``(provider, keys, ...)`` and ``await provider.acquire_lease_wait(key,
+    owner, ttl_ms, ...)`` is :func:`sql_lease.acquire_lease_wait` ``(provider, ...)``."""
 
     if TYPE_CHECKING:
         hold = _shortcut_to(_aio.HeldLease, _rules.itself)
         acquire_lease_wait = _shortcut_to(_aio.AsyncWaitingAcquire, _aio.AsyncWaitingAcquire.result)
+        hold_all = _shortcut_to(_aio.HeldLeases, _rules.itself)
     else:
-        hold, acquire_lease_wait = _shortcuts("async")
+        hold, acquire_lease_wait, hold_all = _shortcuts("async")
 
 
 class SyncLeaseProviderBase:
-    """The holding shortcuts of the bundled synchronous providers: ``provider.hold(key, ...)`` and
-    ``provider.acquire_lease_wait(key, owner, ttl_ms, ...)`` are those of
-    :mod:`sql_lease.sync_holding` with the provider first.
+    """The holding shortcuts of the bundled synchronous providers: ``provider.hold(key, ...)``,
+    ``provider.hold_all(keys, ...)`` and ``provider.acquire_lease_wait(key, owner, ttl_ms, ...)`` are
+    those of :mod:`sql_lease.sync_holding` with the provider first.
 
     ``accepts_timeout_s``: every lease method of the subclass takes a keyword ``timeout_s``
     (seconds) that bounds that one call; holding uses it to keep its deadlines.
@@ -794,5 +795,6 @@ class SyncLeaseProviderBase:
     if TYPE_CHECKING:
         hold = _shortcut_to(_threads.SyncHeldLease, _rules.itself)
         acquire_lease_wait = _shortcut_to(_threads.ThreadWaitingAcquire, _threads.ThreadWaitingAcquire.result)
+        hold_all = _shortcut_to(_threads.SyncHeldLeases, _rules.itself)
     else:
-        hold, acquire_lease_wait = _shortcuts("sync")
+        hold, acquire_lease_wait, hold_all = _shortcuts("sync")

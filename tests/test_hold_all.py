@@ -114,3 +114,18 @@ def test_sync_hold_all_loses_every_key_when_one_is_broken(sync_provider: Any, ke
         sync_provider.acquire_lease(keys[0], "bob", TTL)
         with sync_hold_all(sync_provider, keys, "alice", TTL):
             pytest.fail("entered")
+
+
+async def test_providers_have_a_hold_all_shortcut_on_both_faces() -> None:
+    from sql_lease import InMemoryLeaseProvider, SyncInMemoryLeaseProvider
+
+    leases = InMemoryLeaseProvider()
+    async with leases.hold_all(["s:1", "s:2"], "a", ttl_ms=TTL) as held:
+        assert [await leases.get_lease_owner(k) for k in ("s:1", "s:2")] == ["a", "a"]
+        assert set(held.fences) == {"s:1", "s:2"}
+    assert await leases.get_lease_owner("s:1") is None
+
+    sync_leases = SyncInMemoryLeaseProvider()
+    with sync_leases.hold_all(["s:1", "s:2"], "b", ttl_ms=TTL):
+        assert sync_leases.get_lease_owner("s:2") == "b"
+    assert sync_leases.get_lease_owner("s:2") is None

@@ -54,5 +54,5 @@ __all__ = [
     "validate_hold_options",
 ]
 
-provide_holding("async", hold=aio.hold, acquire_lease_wait=aio.acquire_lease_wait)
-provide_holding("sync", hold=threads.hold, acquire_lease_wait=threads.acquire_lease_wait)
+provide_holding("async", hold=aio.hold, acquire_lease_wait=aio.acquire_lease_wait, hold_all=aio.hold_all)
+provide_holding("sync", hold=threads.hold, acquire_lease_wait=threads.acquire_lease_wait, hold_all=threads.hold_all)
