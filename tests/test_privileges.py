@@ -123,6 +123,29 @@ async def test_the_application_role_cannot_migrate(app_role: tuple[str, str, str
     assert created == 0
 
 
+@pytest.mark.postgres
+def test_check_names_a_missing_execute_on_the_slot_functions(
+    app_role: tuple[str, str, str], pg_url: str, tmp_path: Path
+) -> None:
+    from tests.support.cli import invoke
+
+    url, schema, _ = app_role
+    role = make_url(url).username
+    asyncio.run(execute(pg_url, f'GRANT SELECT ON "{schema}".sql_lease_alembic_version TO "{role}"'))
+    granted = invoke(["check", "--url", url, "--schema", schema], tmp_path)
+    assert granted.returncode == 0 and "EXECUTE on the slot functions" in granted.stdout, granted.stdout
+    asyncio.run(
+        execute(
+            pg_url,
+            f'REVOKE EXECUTE ON FUNCTION "{schema}".sql_leases_slot_acquire FROM PUBLIC',
+            f'REVOKE EXECUTE ON FUNCTION "{schema}".sql_leases_slot_release FROM PUBLIC',
+        )
+    )
+    revoked = invoke(["check", "--url", url, "--schema", schema], tmp_path)
+    assert revoked.returncode == 78, revoked.stdout
+    assert "lacks EXECUTE on function" in revoked.stdout and "sql_leases_slot_acquire" in revoked.stdout
+
+
 # -- passwords -------------------------------------------------------------------------------------
 
 PASSWORD = "S3cretPw"

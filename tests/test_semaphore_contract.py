@@ -244,14 +244,12 @@ async def test_renew_release_and_transfer_act_on_the_owners_slot_scoped_by_fence
     assert [h.owner for h in await face.get_lease_holders(key)] == ["b"]
 
 
-async def test_renew_leases_renews_slots_beside_plain_leases(face: Any, key: str) -> None:
-    if not hasattr(face, "renew_leases") or (
-        getattr(face, "face", "") == "sync" and not hasattr(raw(face), "renew_leases")
-    ):
-        pytest.skip("no batch renewal on this face")
+async def test_renew_many_renews_slots_beside_plain_leases(face: Any, key: str) -> None:
+    if not hasattr(raw(face), "renew_many"):
+        pytest.skip("the batch renewal is the asyncio face's (the renewal batcher's)")
     await face.acquire_lease(key, "a", 5_000, limit=2)
     await face.acquire_lease(key + ":plain", "a", 5_000)
-    renewed = await face.renew_leases([(key, "a", TTL), (key + ":plain", "a", TTL), (key + ":none", "a", TTL)])
+    renewed = await face.renew_many([(key, "a", TTL), (key + ":plain", "a", TTL), (key + ":none", "a", TTL)])
     assert set(renewed) == {key, key + ":plain"} and renewed[key].remaining_ms > 5_000
 
 

@@ -105,7 +105,7 @@ async def test_memory_renew_release_transfer_act_on_the_owners_slot() -> None:
     assert not await leases.renew_lease("k", "a", 5_000, fence=b.fence)
     info = await leases.renew_lease_info("k", "b", 5_000, fence=b.fence)
     assert info is not None and (info.owner, info.fence, info.remaining_ms) == ("b", b.fence, 5_000)
-    assert await leases.renew_leases([("k", "a", 6_000, a.fence)]) == {
+    assert await leases.renew_many([("k", "a", 6_000, a.fence)]) == {
         "k": await leases.renew_lease_info("k", "a", 6_000)
     }
     assert not await leases.transfer_lease("k", "a", "b", 1_000)  # b holds a slot already

@@ -208,7 +208,7 @@ async def exercise_semaphore_async(provider: SqlLeaseProvider, engine: Any, key:
             assert not await waiter.acquire("c", TTL, limit=2)
     assert [h.owner for h in await provider.get_lease_holders(key)] == ["a", "b"]
     assert await provider.renew_lease(key, "a", TTL)
-    assert key in await provider.renew_leases([(key, "b", TTL)])
+    assert key in await provider.renew_many([(key, "b", TTL)])
     async with engine.begin() as conn:
         await provider.check_held(conn, key, "a", first.fence)
     assert await provider.transfer_lease(key, "b", "d", TTL)

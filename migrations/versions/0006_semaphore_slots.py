@@ -101,7 +101,7 @@ BEGIN
     FOR attempt IN 1..3 LOOP
         SELECT l.owner, l.fence, l.expires_at, l.released, l.has_waiters,
                l.expires_at > clock_timestamp() AS live INTO head
-          FROM {table} AS l WHERE l.key = p_key FOR UPDATE;
+          FROM {table} AS l WHERE l.key = p_key FOR NO KEY UPDATE;
         IF FOUND THEN
             locked := true;
             EXIT;
@@ -125,6 +125,9 @@ BEGIN
     END IF;
     SELECT s.fence, s.released, s.expires_at > clock_timestamp() AS live INTO slot
       FROM {slot_table} AS s WHERE s.key = p_key AND s.owner = p_owner;
+    -- an expired slot whose holder still guards a write (check_held) is waited for before it is not counted
+    PERFORM 1 FROM {slot_table} AS s WHERE s.key = p_key AND s.owner <> p_owner AND s.expires_at <= clock_timestamp()
+        FOR UPDATE;
     SELECT count(*) INTO others FROM {slot_table} AS s
      WHERE s.key = p_key AND s.owner <> p_owner AND s.expires_at > clock_timestamp();
     IF slot.live AND NOT slot.released THEN
@@ -172,7 +175,7 @@ BEGIN
         PERFORM set_config('synchronous_commit', CASE current_setting('synchronous_commit')
                            WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true);
     END IF;
-    SELECT l.owner, l.has_waiters INTO head FROM {table} AS l WHERE l.key = p_key FOR UPDATE;
+    SELECT l.owner, l.has_waiters INTO head FROM {table} AS l WHERE l.key = p_key AND l.owner = '' FOR NO KEY UPDATE;
     IF NOT FOUND OR head.owner <> '' THEN
         RETURN false;
     END IF;

@@ -211,13 +211,21 @@ async def _grants(conn: Any, names: Any, sa: Any) -> _Check:
     slot_columns = ", ".join(
         f"CASE WHEN to_regclass(:l) IS NOT NULL THEN has_table_privilege(:l, '{p}') END" for p in wanted
     )
+    functions = (
+        f"{_quoted(names, names.slot_acquire_function)}(varchar, varchar, float8, json, int, boolean, text)",
+        f"{_quoted(names, names.slot_release_function)}(varchar, varchar, bigint, float8, text)",
+    )
+    function_columns = ", ".join(
+        f"CASE WHEN to_regprocedure(:f{i}) IS NOT NULL THEN has_function_privilege(:f{i}, 'EXECUTE') END"
+        for i in range(len(functions))
+    )
     row = (
         await conn.execute(
             sa.text(
                 f"SELECT {columns}, CASE WHEN to_regclass(:s) IS NOT NULL THEN has_sequence_privilege(:s, 'USAGE') "
-                f"END, current_user, {slot_columns}"
+                f"END, current_user, {slot_columns}, {function_columns}"
             ),
-            {"t": table, "s": sequence, "l": slots},
+            {"t": table, "s": sequence, "l": slots, **{f"f{i}": f for i, f in enumerate(functions)}},
         )
     ).one()
     missing = [f"{p} on {table}" for p, has in zip(wanted, row[:4], strict=True) if not has]
@@ -227,12 +235,14 @@ async def _grants(conn: Any, names: Any, sa: Any) -> _Check:
         missing.append(f"USAGE on sequence {sequence}")
     # the slot table of semaphores (revision 0006; a table before it is reported by the schema check)
     missing += [f"{p} on {slots}" for p, has in zip(wanted, row[6:10], strict=True) if has is False]
+    missing += [f"EXECUTE on function {f}" for f, has in zip(functions, row[10:12], strict=True) if has is False]
     role = row[5]
     if not missing:
         return _Check(
             "privileges",
             True,
-            f"role {role} has SELECT, INSERT, UPDATE, DELETE on {table} and {slots} and USAGE on {sequence}",
+            f"role {role} has SELECT, INSERT, UPDATE, DELETE on {table} and {slots}, USAGE on {sequence} "
+            "and EXECUTE on the slot functions",
         )
     return _Check(
         "privileges", False, f"role {role} lacks {'; '.join(missing)} (see the README's least-privilege GRANTs)"

@@ -285,7 +285,7 @@ def get_holders(s: LeaseStatements, key: str) -> Plan[list[LeaseInfo]]:
 
 
 def _holders(s: LeaseStatements, key: str) -> Plan[list[LeaseInfo]]:
-    rows = yield Query(s.slots["holders"], (key,), many=True)
+    rows = yield Query(s.slots["slot_holders"], (key,), many=True)
     return [s.held(key, row) for row in rows]
 
 

@@ -244,7 +244,7 @@ def _head(s: LeaseStatements, key: str, *, create: bool) -> Plan[Any]:
     """The key's lease-table row, locked to COMMIT; ``create``: an expired head made for a key
     without a row (None otherwise)."""
     for _ in range(HEAD_RETRIES):  # a sweep may delete the row between the insert and the lock
-        row = yield Query(s.slots["slot_lock_head"], (key,))
+        row = yield Query(s.slots["slot_lock_head" if create else "slot_lock_only_head"], (key,))
         if row is not None or not create:
             return row
         yield Query(s.slots["slot_make_head"], (key,))
@@ -273,7 +273,7 @@ def slot_refusal(s: LeaseStatements, key: str) -> Plan[AcquireResult]:
 
 
 def _oldest_refusal(s: LeaseStatements, key: str) -> Plan[AcquireResult]:
-    rows = yield Query(s.slots["holders"], (key,), many=True)
+    rows = yield Query(s.slots["slot_holders"], (key,), many=True)
     return s.refusal(rows[0]) if rows else AcquireResult(False, None)
 
 
@@ -314,7 +314,12 @@ def slot_acquire(
         row = yield Query(slots["slot_mine"], (key, owner))
         return AcquireResult(True, row[0], row[1], s.to_datetime(row[2]), float(row[3]))
 
-    return (yield from _transaction(s, body, slots=True))
+    try:
+        return (yield from _transaction(s, body, slots=True))
+    except Exception as exc:  # a lock wait that ran out (a holder's check_held guard): refused, as a plain acquire
+        if not s.lock_timed_out(exc):
+            raise
+    return (yield from _oldest_refusal(s, key))
 
 
 def _slot_acquire_call(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[Any]:

@@ -31,8 +31,8 @@ _CONFIG_HINTS = {
     "28": "the server refused the role or its password: check the user and password of the URL",
     "3D000": "the database does not exist: create it or fix the database name in the URL",
     "42501": (
-        "the role lacks a privilege on the lease table or its fence sequence or counter "
-        "(docs/operations.md: least privilege)"
+        "the role lacks a privilege on the lease table, its slot table or functions, or its fence sequence or "
+        "counter (docs/operations.md: least privilege; `sql-lease check` names what is missing)"
     ),
 }
 # 42P01 undefined_table; 3F000 invalid_schema_name (a statement names '"schema".table'::regclass)

@@ -512,6 +512,13 @@ SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ex
        acquired_at, expires_at > UTC_TIMESTAMP(6), released, has_waiters FROM {table}
  WHERE `key` = $1 FOR UPDATE"""
 
+# slot_lock_only_head ($1 key) -> SLOT_LOCK_HEAD's row if the key's row is a semaphore's head (owner ''), locked
+#   to COMMIT (InnoDB locks the row it reads by primary key even when owner differs: the plain check first)
+SLOT_LOCK_ONLY_HEAD = """
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
+       acquired_at, expires_at > UTC_TIMESTAMP(6), released, has_waiters FROM {table}
+ WHERE `key` = $1 AND owner = '' FOR UPDATE"""
+
 # slot_make_head ($1 key) -> row count; an expired head (owner '') for a key without a row (a row another
 #   acquirer inserted first is left as it is: no warning, as INSERT IGNORE would give)
 SLOT_MAKE_HEAD = """
@@ -620,6 +627,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_rollback": ROLLBACK,
         "slot_pin": None,
         "slot_lock_head": SLOT_LOCK_HEAD,
+        "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
         "slot_make_head": SLOT_MAKE_HEAD,
         "slot_to_head": SLOT_TO_HEAD,
         "slot_state": SLOT_STATE,
@@ -636,7 +644,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_delete_head": SLOT_DELETE_HEAD,
         "slot_wake": None,  # no NOTIFY on MySQL: waiters poll
         "slot_flag": None,
-        "holders": HOLDERS,
+        "slot_holders": HOLDERS,
         "slot_sweep": SLOT_SWEEP,
         "check_slot": CHECK_SLOT,
     }

@@ -71,7 +71,7 @@ WITH busy AS (
        SET owner = excluded.owner,
            expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
            fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
-                        THEN held.fence ELSE excluded.fence END,
+                        THEN held.fence ELSE nextval({fence_sequence_literal}) END,
            data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
@@ -109,7 +109,7 @@ WITH busy AS (
        SET owner = excluded.owner,
            expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
            fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
-                        THEN held.fence ELSE excluded.fence END,
+                        THEN held.fence ELSE nextval({fence_sequence_literal}) END,
            data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
@@ -146,7 +146,7 @@ WITH busy AS (
        SET owner = excluded.owner,
            expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
            fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
-                        THEN held.fence ELSE excluded.fence END,
+                        THEN held.fence ELSE nextval({fence_sequence_literal}) END,
            data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
@@ -195,7 +195,7 @@ WITH busy AS (
        SET owner = excluded.owner,
            expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
            fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
-                        THEN held.fence ELSE excluded.fence END,
+                        THEN held.fence ELSE nextval({fence_sequence_literal}) END,
            data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
@@ -504,7 +504,7 @@ WITH wanted AS (
        SET owner = excluded.owner,
            expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
            fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
-                        THEN held.fence ELSE excluded.fence END,
+                        THEN held.fence ELSE nextval({fence_sequence_literal}) END,
            data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
@@ -549,7 +549,7 @@ WITH wanted AS (
        SET owner = excluded.owner,
            expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond',
            fence = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
-                        THEN held.fence ELSE excluded.fence END,
+                        THEN held.fence ELSE nextval({fence_sequence_literal}) END,
            data = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
                        THEN coalesce(excluded.data, held.data) ELSE excluded.data END,
            acquired_at = CASE WHEN held.owner = excluded.owner AND held.expires_at > clock_timestamp()
@@ -645,7 +645,7 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
 # -- semaphores: the slot table {slot_table}, each operation a transaction that locks the head first --
 # A key held as a semaphore has a head row in {table} (owner ''). Acquire and release call the
 # PL/pgSQL functions of migration 0006 (one round trip each); renew, transfer and break run BEGIN,
-# SLOT_LOCK_HEAD, then statements of their own snapshots (READ COMMITTED: each sees every commit
+# SLOT_LOCK_ONLY_HEAD, then statements of their own snapshots (READ COMMITTED: each sees every commit
 # before it, the head lock orders them), then COMMIT. Times are statement_timestamp() (the
 # functions: clock_timestamp()): now() would be the time of BEGIN, before the lock wait.
 
@@ -668,12 +668,14 @@ SELECT * FROM {slot_acquire_function}($1::varchar, $2::varchar, $3::float8, $4::
 SLOT_PIN = """SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
 WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)"""
 
-# slot_lock_head ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released,
-#   has_waiters) of the key's row in the lease table (a plain lease or a head), locked to COMMIT
-SLOT_LOCK_HEAD = """
+# slot_lock_only_head ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released,
+#   has_waiters) if the key's row is a semaphore's head (owner ''), locked to COMMIT (NO KEY UPDATE: a slot
+#   holder's guard, CHECK_SLOT, shares it); a plain lease's row is neither returned nor locked (its holder's
+#   guard is not waited for). The acquire is SLOT_ACQUIRE_CALL's function, which locks the row itself
+SLOT_LOCK_ONLY_HEAD = """
 SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - statement_timestamp()) * 1000)::float8,
        data::text, acquired_at, expires_at > statement_timestamp(), released, has_waiters
-  FROM {table} WHERE key = $1 FOR UPDATE"""
+  FROM {table} WHERE key = $1 AND owner = '' FOR NO KEY UPDATE"""
 
 # slot_state ($1 key, $2 owner, $3 min_hold_ms | NULL) -> (other owners' unexpired slots, owner's slot fence |
 #   NULL, owner's slot unexpired, owner's slot released, owner's tenure began less than min_hold_ms ago)
@@ -769,9 +771,10 @@ SELECT count(*) FROM gone"""
 # check_slot (:key, :owner, :fence) -> (fence,) iff owner holds a slot of key with that fence, unexpired;
 #   locks the slot row (check_held of a semaphore's holder)
 CHECK_SLOT = """
-SELECT fence FROM {slot_table}
- WHERE key = :key AND owner = :owner AND fence = :fence AND expires_at > statement_timestamp() AND NOT released
-   FOR SHARE"""
+SELECT s.fence FROM {slot_table} AS s JOIN {table} AS h ON h.key = s.key AND h.owner = ''
+ WHERE s.key = :key AND s.owner = :owner AND s.fence = :fence AND s.expires_at > statement_timestamp()
+   AND NOT s.released
+   FOR SHARE OF s, h"""
 
 
 SLOT_STEP_NAMES = (
@@ -781,6 +784,7 @@ SLOT_STEP_NAMES = (
     "slot_rollback",
     "slot_pin",
     "slot_lock_head",
+    "slot_lock_only_head",
     "slot_make_head",
     "slot_to_head",
     "slot_state",
@@ -797,7 +801,7 @@ SLOT_STEP_NAMES = (
     "slot_delete_head",
     "slot_wake",
     "slot_flag",
-    "holders",
+    "slot_holders",
     "slot_sweep",
     "check_slot",
 )
@@ -816,7 +820,8 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_commit": SLOT_COMMIT,
         "slot_rollback": SLOT_ROLLBACK,
         "slot_pin": None if durable_session else SLOT_PIN,
-        "slot_lock_head": SLOT_LOCK_HEAD,
+        "slot_lock_head": None,  # the acquire function locks the key's row itself
+        "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
         "slot_make_head": None,  # the acquire function makes heads
         "slot_to_head": None,
         "slot_state": SLOT_STATE,
@@ -833,7 +838,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_delete_head": None,  # SLOT_DELETE_ALL deletes the head too
         "slot_wake": SLOT_WAKE,
         "slot_flag": None,  # the acquire function flags a head
-        "holders": HOLDERS,
+        "slot_holders": HOLDERS,
         "slot_sweep": SLOT_SWEEP,
         "check_slot": CHECK_SLOT,
     }

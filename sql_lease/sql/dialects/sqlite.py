@@ -260,6 +260,13 @@ SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5
        expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), released, has_waiters
   FROM {table} WHERE key = ?1"""
 
+# slot_lock_only_head (?1 key) -> SLOT_LOCK_HEAD's row if the key's row is a semaphore's head (owner '')
+SLOT_LOCK_ONLY_HEAD = """
+SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+       data, acquired_at,
+       expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), released, has_waiters
+  FROM {table} WHERE key = ?1 AND owner = ''"""
+
 # slot_make_head (?1 key) -> nothing; an expired head (owner '') for a key without a row
 SLOT_MAKE_HEAD = """
 INSERT INTO {table} (key, owner, fence, expires_at, acquired_at)
@@ -382,6 +389,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_rollback": SLOT_ROLLBACK,
         "slot_pin": None,
         "slot_lock_head": SLOT_LOCK_HEAD,
+        "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
         "slot_make_head": SLOT_MAKE_HEAD,
         "slot_to_head": SLOT_TO_HEAD,
         "slot_state": SLOT_STATE,
@@ -398,7 +406,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_delete_head": SLOT_DELETE_HEAD,
         "slot_wake": None,  # no NOTIFY on SQLite: waiters poll
         "slot_flag": None,
-        "holders": HOLDERS,
+        "slot_holders": HOLDERS,
         "slot_sweep": SLOT_SWEEP,
         "check_slot": CHECK_SLOT,
     }

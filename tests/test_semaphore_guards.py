@@ -1,0 +1,166 @@
+"""Semaphores beside guarded writes and plain leases, on a real server (found by a review of issue 25):
+
+- a slot holder's ``check_held`` guard keeps a new holder out until its transaction ends, as a plain
+  holder's does, even when its slot expires meanwhile (PostgreSQL);
+- a plain acquire racing a slot grant never gets a smaller fence than the grant (PostgreSQL);
+- a lost holder's renewal answers at once beside the new holder's guard, and does not stall the
+  batch it is in (PostgreSQL);
+- a slot acquire that meets a guard's lock answers "not acquired", as a plain acquire does (MariaDB).
+
+Guards are threads holding a transaction open; each test checks the order of events (a call still
+blocked, or already answered, while the guard is open), never a duration.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from sql_lease import SqlLeaseProvider, SyncSqlLeaseProvider
+from tests.conftest import MYSQL_URL
+
+POSTGRES_URL = os.environ.get("SQL_LEASE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def pg() -> Iterator[tuple[SyncSqlLeaseProvider, sa.Engine, str]]:
+    schema = "sg_" + os.urandom(4).hex()
+    engine = sa.create_engine(sa.make_url(POSTGRES_URL).set(drivername="postgresql+psycopg"))
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    provider = SyncSqlLeaseProvider(POSTGRES_URL, schema=schema, operation_timeout_s=20)
+    provider.migrate()
+    try:
+        yield provider, engine, schema
+    finally:
+        provider.close()
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        engine.dispose()
+
+
+class Guard:
+    """A transaction that runs ``check_held`` for (key, owner, fence) and stays open until ``end()``."""
+
+    def __init__(self, provider: Any, engine: sa.Engine, key: str, owner: str, fence: int, schema: str | None) -> None:
+        self.opened, self.ending = threading.Event(), threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, args=(provider, engine, key, owner, fence, schema))
+        self.thread.start()
+        assert self.opened.wait(20), self.errors
+
+    def _run(self, provider: Any, engine: sa.Engine, key: str, owner: str, fence: int, schema: str | None) -> None:
+        try:
+            with engine.connect() as conn:
+                if schema is not None:
+                    conn.execute(sa.text(f"SET search_path TO {schema}"))
+                    conn.commit()
+                with conn.begin():
+                    provider.check_held(conn, key, owner, fence)
+                    self.opened.set()
+                    self.ending.wait(60)
+        except BaseException as exc:
+            self.errors.append(exc)
+            self.opened.set()
+
+    def end(self) -> None:
+        self.ending.set()
+        self.thread.join(30)
+        assert not self.errors, self.errors
+
+
+def in_thread(call: Any) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(call()))
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_a_guarded_slot_keeps_a_new_holder_out_until_its_transaction_ends(pg: Any, limit: int) -> None:
+    provider, engine, schema = pg
+    key = "g:" + os.urandom(4).hex()
+    a = provider.acquire_lease(key, "A", 1_500, limit=2)
+    provider.acquire_lease(key, "X", 1_500 if limit == 1 else 60_000, limit=2)  # limit 1: every slot lapses
+    guard = Guard(provider, engine, key, "A", a.fence, schema)
+    try:
+        time.sleep(2.5)  # A's slot (and, for the plain acquire, X's) expires while A still writes
+        thread, out = in_thread(lambda: provider.acquire_lease(key, "C", 60_000, limit=limit))
+        thread.join(1.5)
+        assert out == [] or not out[0].acquired, out  # not granted while A's guarded write is open
+    finally:
+        guard.end()
+    thread.join(20)
+    assert provider.acquire_lease(key, "C", 60_000, limit=limit).acquired  # free once the guard ended
+
+
+def test_a_plain_acquire_racing_a_slot_grant_never_gets_a_smaller_fence(pg: Any) -> None:
+    provider, engine, schema = pg
+    key = "f:" + os.urandom(4).hex()
+    provider.acquire_lease(key, "old", 1, limit=2)  # an expired head
+    time.sleep(0.05)
+    with engine.connect() as slot_side:
+        slot_side.execute(sa.text(f"SET search_path TO {schema}"))
+        slot_side.execute(sa.text("SELECT 1 FROM sql_leases WHERE key = :k FOR NO KEY UPDATE"), {"k": key})
+        thread, out = in_thread(lambda: provider.acquire_lease(key, "P", 30_000))
+        time.sleep(1.0)  # P has read the key free and waits for the row (its fence drawn before, in the old code)
+        granted = slot_side.execute(
+            sa.text("SELECT * FROM sql_leases_slot_acquire(:k, 'B', 200, NULL, 2, false, NULL)"), {"k": key}
+        ).one()
+        assert granted[0], granted
+        time.sleep(0.5)  # B's slot lapses before P rechecks the row
+        slot_side.commit()
+    thread.join(20)
+    (plain,) = out
+    assert plain.acquired and plain.fence > granted[2], (plain, granted)
+
+
+async def test_a_lost_holders_renewal_answers_beside_the_new_holders_guard(pg: Any) -> None:
+    sync, engine, schema = pg
+    provider = SqlLeaseProvider(POSTGRES_URL, schema=schema, operation_timeout_s=20)
+    try:
+        k, j = "k:" + os.urandom(4).hex(), "j:" + os.urandom(4).hex()
+        h2 = await provider.acquire_lease(k, "H2", 60_000)  # H1 lost K to H2
+        await provider.acquire_lease(j, "H3", 60_000)
+        guard = Guard(sync, engine, k, "H2", h2.fence, schema)
+        try:
+            assert await provider.renew_lease(k, "H1", 60_000) is False
+            renewed = await provider.renew_many([(k, "H1", 60_000), (j, "H3", 60_000)])
+            assert sorted(renewed) == [j]
+            assert guard.thread.is_alive()  # answered while H2's guard was still open
+        finally:
+            guard.end()
+    finally:
+        await provider.close()
+
+
+def test_a_slot_acquire_meeting_a_guards_lock_is_refused_on_mysql() -> None:
+    table = "sg_" + os.urandom(4).hex()
+    engine = sa.create_engine(sa.make_url(MYSQL_URL).set(drivername="mysql+pymysql"))
+    provider = SyncSqlLeaseProvider(MYSQL_URL, table_name=table, operation_timeout_s=20)
+    provider.migrate()
+    try:
+        key = "g:" + os.urandom(4).hex()
+        a = provider.acquire_lease(key, "A", 1_500, limit=2)
+        provider.acquire_lease(key, "X", 60_000, limit=2)
+        guard = Guard(provider, engine, key, "A", a.fence, None)
+        try:
+            time.sleep(2.5)
+            refused = provider.acquire_lease(key, "C", 60_000, limit=2)  # raised a lock wait timeout before
+            assert not refused.acquired
+            assert guard.thread.is_alive()
+        finally:
+            guard.end()
+    finally:
+        provider.close()
+        with engine.begin() as conn:
+            for (name,) in conn.execute(sa.text("SHOW TABLES")).all():
+                if name.startswith(table):
+                    conn.execute(sa.text(f"DROP TABLE `{name}`"))
+        engine.dispose()
