@@ -59,7 +59,7 @@ url_option = click.option(
     default=None,
     is_eager=True,  # resolved first: a config file's table and schema are the other options' defaults
     callback=resolve_url,
-    help=f"Database URL (postgresql://... or sqlite:///path). Else ${URL_ENV}, else `url` in the TOML "
+    help=f"Database URL (postgresql://..., mysql://... or sqlite:///path). Else ${URL_ENV}, else `url` in the TOML "
     f"config file (${CONFIG_ENV}, else $XDG_CONFIG_HOME/sql-lease/config.toml, else "
     f"{SYSTEM_CONFIG}), else {DEFAULT_URL} in the working directory (said on stderr).",
 )
@@ -78,7 +78,7 @@ schema_option = click.option(
     "--schema",
     default=None,
     callback=config_default("schema", None),
-    help="PostgreSQL schema of the lease table [default: the config file's `schema`].",
+    help="Schema (PostgreSQL) or database (MySQL) of the lease table [default: the config file's `schema`].",
 )
 
 
