@@ -503,3 +503,10 @@ def test_decode_data_marks_what_it_cannot_read() -> None:
     assert decode_data(None) is None
     for text in (DEEP, '{"x": 1e400}', '{"x": -Infinity}', "[1]", '"x"', "{", b"{}", '{"n": ' + "9" * 5000 + "}"):
         assert isinstance(decode_data(text), UnreadableData), text
+
+
+async def test_a_semaphore_on_a_table_at_0005_says_the_table_is_older(old_schema: SqlLeaseProvider) -> None:
+    await _migrate_to(old_schema, "0005")
+    assert (await old_schema.acquire_lease("plain", "o", 60_000)).acquired  # plain leases work at 0005
+    with pytest.raises(SchemaMissingError, match=r"older than this sql_lease.*run `sql-lease migrate --url URL"):
+        await old_schema.acquire_lease("sem", "o", 60_000, limit=2)
