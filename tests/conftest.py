@@ -202,3 +202,19 @@ def sync_sql_provider(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]
     made = make_sync_provider(request.param, request, tmp_path)
     yield made
     made.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the parameters a test does not apply to (``@pytest.mark.applies_to(lambda kind, face:
+    ...)``: a provider kind and face that lack the feature), rather than skip them."""
+    kept, left_out = [], []
+    for item in items:
+        marker = item.get_closest_marker("applies_to")
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if marker is not None and not marker.args[0](params.get("kind"), params.get("face")):
+            left_out.append(item)
+        else:
+            kept.append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept

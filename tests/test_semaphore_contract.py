@@ -108,9 +108,8 @@ def test_providers_that_take_limit_say_so(kind: str) -> None:
     assert all(getattr(cls, "accepts_limit", False) is True for cls in classes)
 
 
+@pytest.mark.applies_to(lambda kind, face: kind != "memory")  # statements are the SQL providers'
 async def test_limit_one_sends_the_plain_statements(face: Any, key: str) -> None:
-    if not hasattr(raw(face), "on_statement"):
-        pytest.skip("statements are the SQL providers'")
     sent: list[str] = []
     raw(face).on_statement(lambda sql, _params: sent.append(sql))
     await face.acquire_lease(key, "alice", TTL)
@@ -244,9 +243,8 @@ async def test_renew_release_and_transfer_act_on_the_owners_slot_scoped_by_fence
     assert [h.owner for h in await face.get_lease_holders(key)] == ["b"]
 
 
+@pytest.mark.applies_to(lambda kind, face: face == "async")  # the renewal batcher's batch renewal
 async def test_renew_many_renews_slots_beside_plain_leases(face: Any, key: str) -> None:
-    if not hasattr(raw(face), "renew_many"):
-        pytest.skip("the batch renewal is the asyncio face's (the renewal batcher's)")
     await face.acquire_lease(key, "a", 5_000, limit=2)
     await face.acquire_lease(key + ":plain", "a", 5_000)
     renewed = await face.renew_many([(key, "a", TTL), (key + ":plain", "a", TTL), (key + ":none", "a", TTL)])
@@ -310,10 +308,9 @@ async def test_sweep_removes_expired_slots(face: Any, key: str) -> None:
 # -- fenced writes ------------------------------------------------------------------------------------
 
 
+@pytest.mark.applies_to(lambda kind, face: kind != "memory")  # check_held runs on a SQL database
 async def test_check_held_holds_for_a_slot_holder(face: Any, key: str) -> None:
     provider = raw(face)
-    if not hasattr(provider, "engine"):
-        pytest.skip("check_held runs on a SQL database")
     a = await face.acquire_lease(key, "a", TTL, limit=2)
     await face.acquire_lease(key, "b", TTL, limit=2)
     if face.face == "async":
@@ -349,13 +346,13 @@ async def test_check_held_holds_for_a_slot_holder(face: Any, key: str) -> None:
 # -- waiting --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.applies_to(lambda kind, face: (kind, face) == ("postgres", "async"))  # NOTIFY; others poll
 async def test_a_release_of_any_slot_wakes_a_waiter(face: Any, key: str) -> None:
     provider = raw(face)
     await face.acquire_lease(key, "a", TTL, limit=2)
     await face.acquire_lease(key, "b", TTL, limit=2)
-    waiter = provider.release_waiter(key) if hasattr(provider, "release_waiter") else None
-    if waiter is None or face.face != "async":
-        pytest.skip("NOTIFY wake-ups: PostgreSQL's async face here (others poll)")
+    waiter = provider.release_waiter(key)
+    assert waiter is not None
     async with waiter:
         assert not await waiter.acquire("c", TTL, limit=2)
         started = time.monotonic()
