@@ -160,7 +160,7 @@ async def test_hold_loss_and_held_gauge(
     sql_provider: SqlLeaseProvider, key: str, prometheus: PrometheusExporter
 ) -> None:
     before = value(prometheus, "sql_lease_held_leases")
-    async with sql_provider.hold(key, ttl_ms=300, on_lost="flag") as lease:
+    async with sql_provider.hold(key, ttl_ms=1_500, on_lost="flag") as lease:
         assert value(prometheus, "sql_lease_held_leases") == before + 1
         assert (await sql_provider.break_lease(key)) is not None
         await asyncio.wait_for(lease.lost.wait(), 5)
@@ -173,7 +173,7 @@ def test_hold_loss_and_held_gauge_sync(
     sync_sql_provider: SyncSqlLeaseProvider, key: str, prometheus: PrometheusExporter
 ) -> None:
     before = value(prometheus, "sql_lease_held_leases")
-    with sync_sql_provider.hold(key, ttl_ms=300, on_lost="flag") as lease:
+    with sync_sql_provider.hold(key, ttl_ms=1_500, on_lost="flag") as lease:
         assert value(prometheus, "sql_lease_held_leases") == before + 1
         assert sync_sql_provider.break_lease(key) is not None
         assert lease.lost.wait(5)
