@@ -395,6 +395,58 @@ UPDATE {table}
        data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE, released = FALSE
  WHERE `key` = $1"""
 
+# acquire_keys_packet ($1 JSON array of stored keys, in byte order, $2 owner, $3 ttl_us, $4 data JSON text | NULL)
+#   -> rows, one per key of $1: (stored key, owner, fence, expires_at, remaining_ms, data, acquired_at, released,
+#   live; NULLs for a key without a row), then (free, bulk, granted) flags; the whole all-or-nothing acquire in
+#   one round trip, decided in user variables: the holders read without a lock first (free: no key is held by
+#   another or released and kept; bulk: free and the server's innodb_autoinc_lock_mode gives one statement's
+#   values consecutively); then every row of the keys locked in key order (JSON_TABLE drives the LEFT JOIN),
+#   noting by position (FOR ORDINALITY) the keys without a row and those expired; granted iff none is held
+#   by another under the lock: the missing keys inserted (a duplicate key, 1062: another acquirer inserted
+#   one first), one value per key drawn in one insert into the fence table once every row is locked, each
+#   new tenure's fence the first value plus its position minus one, the owner's own tenures extended, and
+#   every row read back; no row is changed unless granted (not bulk: nothing is locked, the plan goes on
+#   step by step)
+ACQUIRE_KEYS_PACKET = """
+SELECT COUNT(*) = 0, COUNT(*) = 0 AND @@innodb_autoinc_lock_mode < 2 INTO @sl_free, @sl_bulk
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  JOIN {table} AS held ON held.`key` = r.k
+ WHERE held.expires_at > UTC_TIMESTAMP(6) AND (held.owner <> $2 OR held.released);
+START TRANSACTION;
+SELECT @sl_bulk AND COUNT(CASE WHEN held.expires_at > UTC_TIMESTAMP(6) AND (held.owner <> $2 OR held.released)
+                               THEN 1 END) = 0,
+       COALESCE(GROUP_CONCAT(CASE WHEN held.`key` IS NULL THEN r.n END), ''),
+       COALESCE(GROUP_CONCAT(CASE WHEN held.`key` IS NULL OR held.expires_at <= UTC_TIMESTAMP(6) THEN r.n END), '')
+  INTO @sl_granted, @sl_missing, @sl_new
+  FROM JSON_TABLE(IF(@sl_bulk, $1, '[]'),
+                  '$[*]' COLUMNS (n FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  LEFT JOIN {table} AS held ON held.`key` = r.k
+   FOR UPDATE;
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+SELECT r.k, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE
+  FROM JSON_TABLE(IF(@sl_granted, $1, '[]'),
+                  '$[*]' COLUMNS (n FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+ WHERE FIND_IN_SET(r.n, @sl_missing);
+INSERT INTO {fence_counter} (id)
+SELECT NULL FROM JSON_TABLE(IF(@sl_granted AND @sl_new <> '', $1, '[]'),
+                            '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r;
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+SELECT r.k, $2, IF(FIND_IN_SET(r.n, @sl_new), LAST_INSERT_ID() + r.n - 1, 0),
+       UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE
+  FROM JSON_TABLE(IF(@sl_granted, $1, '[]'),
+                  '$[*]' COLUMNS (n FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+    ON DUPLICATE KEY UPDATE owner = VALUES(owner), expires_at = VALUES(expires_at),
+       data = IF(VALUES(fence) = 0, COALESCE(VALUES(data), data), VALUES(data)),
+       acquired_at = IF(VALUES(fence) = 0, acquired_at, VALUES(acquired_at)),
+       has_waiters = IF(VALUES(fence) = 0, has_waiters, FALSE), released = FALSE,
+       fence = IF(VALUES(fence) = 0, fence, VALUES(fence));
+SELECT r.k, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
+       held.released, held.expires_at > UTC_TIMESTAMP(6), @sl_free, @sl_bulk, @sl_granted
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  LEFT JOIN {table} AS held ON held.`key` = r.k;
+COMMIT"""
+
 # granted_keys_packet ($1 as GRANTED_KEYS) -> as GRANTED_KEYS; the rows read back, then COMMIT, in one round trip
 GRANTED_KEYS_PACKET = """
 SELECT held.`key`, held.owner, held.fence, held.expires_at,
@@ -433,6 +485,7 @@ STEP_NAMES = (
     "fence_new_packet",
     "fence_take_over_packet",
     "granted_keys_packet",
+    "acquire_keys_packet",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -497,6 +550,7 @@ def steps() -> dict[str, str]:
         "fence_new_packet": FENCE_NEW_PACKET,
         "fence_take_over_packet": FENCE_TAKE_OVER_PACKET,
         "granted_keys_packet": GRANTED_KEYS_PACKET,
+        "acquire_keys_packet": ACQUIRE_KEYS_PACKET,
     }
 
 
