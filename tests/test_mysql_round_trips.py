@@ -320,3 +320,31 @@ def test_without_consecutive_auto_increments_the_keys_go_step_by_step() -> None:
         "granted_keys_packet",
     ], sent
     assert [(r.acquired, r.fence) for r in results] == [(True, 9), (True, 8), (True, 7)]
+
+
+def test_sessions_whose_auto_increments_step_by_two_take_the_keys_step_by_step(
+    mysql_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On sessions with ``auto_increment_increment = 2`` (as a server in lock mode 2 may interleave one
+    insert's values) the packet changes nothing and the plan goes on with a packet per step: every key
+    granted, each its own fence, a takeover's larger than the tenure before it."""
+    from sql_lease.sql import setup
+
+    original = setup.mysql_session_setup
+    monkeypatch.setattr(
+        setup, "mysql_session_setup", lambda s: (*original(s), "SET SESSION auto_increment_increment = 2")
+    )
+    url, schema = mysql_db
+    tag = uuid.uuid4().hex
+    keys = [f"steps:{tag}:{i}" for i in range(3)]
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        steps = {text: name for name, text in provider.statements.steps.items()}
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(steps.get(sql, sql)))
+        first = provider.acquire_leases(keys, "a", 1)
+        time.sleep(0.05)
+        taken = provider.acquire_leases([*keys, f"steps:{tag}:new"], "b", 10_000)
+    assert all(first) and all(taken)
+    assert len({r.fence for r in [*first, *taken]}) == 7 and min(r.fence for r in taken) > max(r.fence for r in first)
+    assert sent[:2] == ["acquire_keys_packet", "lock_rows_packet"] and sent.count("acquire_keys_packet") == 2, sent
+    assert sent.count("fence_take_over_packet") == 3 and sent.count("fence_new_packet") == 4, sent

@@ -371,44 +371,21 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
 
 # -- several keys at once, in packets on the provider's own connections (multi-statement packets) ---
 
-# lock_rows_packet ($1 as LOCK_ROWS) -> as LOCK_ROWS; START TRANSACTION, then LOCK_ROWS, in one round trip
-LOCK_ROWS_PACKET = """
-START TRANSACTION;
-SELECT held.`key`, held.owner, held.fence, held.expires_at,
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
-       held.expires_at > UTC_TIMESTAMP(6), held.released
-  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-  JOIN {table} AS held ON held.`key` = r.k
- ORDER BY held.`key` FOR UPDATE"""
-
-# fence_new_packet ($1 key) -> row count; NEXT_FENCE then SET_FENCE of a row GRANT_NEW_KEYS inserted (locked)
-FENCE_NEW_PACKET = """
-INSERT INTO {fence_counter} () VALUES ();
-UPDATE {table} SET fence = LAST_INSERT_ID() WHERE `key` = $1"""
-
-# fence_take_over_packet ($1 key, $2 owner, $3 ttl_us, $4 data) -> row count; NEXT_FENCE then TAKE_OVER of a
-#   locked expired row
-FENCE_TAKE_OVER_PACKET = """
-INSERT INTO {fence_counter} () VALUES ();
-UPDATE {table}
-   SET owner = $2, fence = LAST_INSERT_ID(), expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND,
-       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE, released = FALSE
- WHERE `key` = $1"""
-
 # acquire_keys_packet ($1 JSON array of stored keys, in byte order, $2 owner, $3 ttl_us, $4 data JSON text | NULL)
 #   -> rows, one per key of $1: (stored key, owner, fence, expires_at, remaining_ms, data, acquired_at, released,
-#   live; NULLs for a key without a row), then (free, bulk, granted) flags; the whole all-or-nothing acquire in
-#   one round trip, decided in user variables: the holders read without a lock first (free: no key is held by
-#   another or released and kept; bulk: free and the server's innodb_autoinc_lock_mode gives one statement's
-#   values consecutively); then every row of the keys locked in key order (JSON_TABLE drives the LEFT JOIN),
-#   noting by position (FOR ORDINALITY) the keys without a row and those expired; granted iff none is held
-#   by another under the lock: the missing keys inserted (a duplicate key, 1062: another acquirer inserted
-#   one first), one value per key drawn in one insert into the fence table once every row is locked, each
-#   new tenure's fence the first value plus its position minus one, the owner's own tenures extended, and
-#   every row read back; no row is changed unless granted (not bulk: nothing is locked, the plan goes on
-#   step by step)
+#   live; NULLs for a key without a row, free, bulk, granted); the whole all-or-nothing acquire in one round
+#   trip, decided in user variables: the holders read without a lock first (free: no key held by another or
+#   released and kept; bulk: free, and one insert's auto-increment values come consecutively: lock mode 0 or 1,
+#   increment 1); every row of the keys locked in key order (the keys drive the LEFT JOIN), noting the
+#   positions (FOR ORDINALITY) of the keys without a row and of the new tenures; granted iff no row is held by
+#   another under the lock: the missing keys inserted (1062: another acquirer inserted one first), one fence
+#   value per key drawn by one insert once every row is locked, each new tenure's fence the first value plus
+#   its position minus one (an upsert that also extends the owner's own tenures, fence 0 marking those), every
+#   row read back, COMMIT. Nothing changes unless granted; not bulk: nothing is locked (the plan goes on step
+#   by step)
 ACQUIRE_KEYS_PACKET = """
-SELECT COUNT(*) = 0, COUNT(*) = 0 AND @@innodb_autoinc_lock_mode < 2 INTO @sl_free, @sl_bulk
+SELECT COUNT(*) = 0, COUNT(*) = 0 AND @@innodb_autoinc_lock_mode < 2 AND @@auto_increment_increment = 1
+  INTO @sl_free, @sl_bulk
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
   JOIN {table} AS held ON held.`key` = r.k
  WHERE held.expires_at > UTC_TIMESTAMP(6) AND (held.owner <> $2 OR held.released);
@@ -446,6 +423,33 @@ SELECT r.k, held.owner, held.fence, held.expires_at,
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
   LEFT JOIN {table} AS held ON held.`key` = r.k;
 COMMIT"""
+
+# Where acquire_keys_packet cannot draw its fences in bulk (innodb_autoinc_lock_mode 2, MySQL 8's default, or
+#   auto_increment_increment > 1: one insert's values may interleave with another's), a packet per step:
+
+# lock_rows_packet ($1 as LOCK_ROWS) -> as LOCK_ROWS; START TRANSACTION, then LOCK_ROWS, in one round trip
+LOCK_ROWS_PACKET = """
+START TRANSACTION;
+SELECT held.`key`, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
+       held.expires_at > UTC_TIMESTAMP(6), held.released
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  JOIN {table} AS held ON held.`key` = r.k
+ ORDER BY held.`key` FOR UPDATE"""
+
+# fence_new_packet ($1 key) -> row count; NEXT_FENCE then SET_FENCE of a row GRANT_NEW_KEYS inserted (locked)
+FENCE_NEW_PACKET = """
+INSERT INTO {fence_counter} () VALUES ();
+UPDATE {table} SET fence = LAST_INSERT_ID() WHERE `key` = $1"""
+
+# fence_take_over_packet ($1 key, $2 owner, $3 ttl_us, $4 data) -> row count; NEXT_FENCE then TAKE_OVER of a
+#   locked expired row
+FENCE_TAKE_OVER_PACKET = """
+INSERT INTO {fence_counter} () VALUES ();
+UPDATE {table}
+   SET owner = $2, fence = LAST_INSERT_ID(), expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND,
+       data = $4, acquired_at = UTC_TIMESTAMP(6), has_waiters = FALSE, released = FALSE
+ WHERE `key` = $1"""
 
 # granted_keys_packet ($1 as GRANTED_KEYS) -> as GRANTED_KEYS; the rows read back, then COMMIT, in one round trip
 GRANTED_KEYS_PACKET = """
@@ -512,7 +516,7 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "check_held": CHECK_HELD,
         "accept_fence": ACCEPT_FENCE,
         "accepted": ACCEPTED,
-        "acquire_keys": HOLDERS_OF_KEYS,  # then, unless held by another, a transaction from LOCK_ROW (steps)
+        "acquire_keys": HOLDERS_OF_KEYS,  # then a transaction from LOCK_ROWS (steps; own connections: one packet)
         "holders": HOLDERS_OF_KEYS,
         "release_keys": RELEASE_KEYS,
     }
