@@ -280,36 +280,44 @@ def test_the_keys_packet_notes_every_position_within_the_default_group_concat_le
     assert len(",".join(str(n) for n in range(1, MAX_KEYS + 1))) <= 1024
 
 
-def test_without_consecutive_auto_increments_the_keys_go_step_by_step() -> None:
-    """A server whose ``innodb_autoinc_lock_mode`` is 2 (MySQL 8's default) may interleave one insert's
-    values with another's: the packet then locks and writes nothing (its rows say free, not bulk) and the
-    plan goes on with a packet per step, each new tenure's fence drawn on its own after the locks."""
+def _keys_plan(answers: dict[str, list[Any]], keys: list[str]) -> tuple[list[str], list[Any]]:
+    """The packed all-or-nothing acquire plan for ``keys`` (no database): the steps it sent, each answered
+    by the next of ``answers[step]``'s row lists, and its results."""
     from sql_lease.sql.operations import acquire_keys
     from sql_lease.sql.schema import LeaseTableNames
     from sql_lease.sql.statements import MysqlStatements
 
     s = MysqlStatements(LeaseTableNames(), lock_wait_s=5, packed=True)
     name = {text: step for step, text in s.steps.items()}
-    when = datetime(2026, 1, 1)
-    expired = ("b", "x", 3, when, -5.0, None, when, 0)
-    answers = {
-        "acquire_keys_packet": [("a", *[None] * 8, 1, 0, 0), (*expired, 0, 1, 0, 0), ("c", *[None] * 8, 1, 0, 0)],
-        "lock_rows_packet": [(*expired[:7], 0, 0)],
-        "grant_new_keys": [(2,)],
-        "fence_new_packet": [(1,)],
-        "fence_take_over_packet": [(1,)],
-        "granted_keys_packet": [(key, "o", fence, when, 1000.0) for key, fence in (("a", 7), ("b", 8), ("c", 9))],
-    }
-    plan = acquire_keys(s, ["c", "b", "a"], "o", 1000)
+    plan = acquire_keys(s, keys, "o", 1000)
     sent: list[str] = []
     query = next(plan)
     try:
         while True:
             sent.append(name[query.sql])
-            answer = answers[sent[-1]]
-            query = plan.send(answer if query.many else answer[0])
+            rows = answers[sent[-1]].pop(0) if len(answers[sent[-1]]) > 1 else answers[sent[-1]][0]
+            query = plan.send(rows if query.many else rows[0])
     except StopIteration as done:
-        results = done.value
+        return sent, done.value
+
+
+WHEN = datetime(2026, 1, 1)
+
+
+def test_without_consecutive_auto_increments_the_keys_go_step_by_step() -> None:
+    """A server whose ``innodb_autoinc_lock_mode`` is 2 (MySQL 8's default) may interleave one insert's
+    values with another's: the packet then locks and writes nothing (its rows say free, not bulk) and the
+    plan goes on with a packet per step, each new tenure's fence drawn on its own after the locks."""
+    expired = ("b", "x", 3, WHEN, -5.0, None, WHEN, 0)
+    answers = {
+        "acquire_keys_packet": [[("a", *[None] * 8, 1, 0, 0), (*expired, 0, 1, 0, 0), ("c", *[None] * 8, 1, 0, 0)]],
+        "lock_rows_packet": [[(*expired[:7], 0, 0)]],
+        "grant_new_keys": [[(2,)]],
+        "fence_new_packet": [[(1,)]],
+        "fence_take_over_packet": [[(1,)]],
+        "granted_keys_packet": [[(key, "o", fence, WHEN, 1000.0) for key, fence in (("a", 7), ("b", 8), ("c", 9))]],
+    }
+    sent, results = _keys_plan(answers, ["c", "b", "a"])
     assert sent == [
         "acquire_keys_packet",
         "lock_rows_packet",
@@ -320,6 +328,19 @@ def test_without_consecutive_auto_increments_the_keys_go_step_by_step() -> None:
         "granted_keys_packet",
     ], sent
     assert [(r.acquired, r.fence) for r in results] == [(True, 9), (True, 8), (True, 7)]
+
+
+def test_a_key_taken_before_the_packet_locked_it_is_refused_by_its_read_back() -> None:
+    """Free at the read, taken under the lock (``@sl_granted`` 0: nothing written): the read-back names
+    the holder; a holder gone by the read-back (a refusal naming nobody) sends the packet again."""
+    held = ("b", "x", 4, WHEN, 500.0, None, WHEN, 0, 1)
+    refused = [("a", *[None] * 8, 1, 1, 0), (*held, 1, 1, 0)]
+    gone = [("a", *[None] * 8, 0, 0, 0), ("b", "x", 4, WHEN, -1.0, None, WHEN, 0, 0, 0, 0, 0)]
+    sent, results = _keys_plan({"acquire_keys_packet": [refused]}, ["a", "b"])
+    assert sent == ["acquire_keys_packet"] and [(r.acquired, r.owner) for r in results] == [(False, None), (False, "x")]
+    granted = [(key, "o", fence, WHEN, 1000.0, None, WHEN, 0, 1, 1, 1, 1) for key, fence in (("a", 5), ("b", 6))]
+    sent, results = _keys_plan({"acquire_keys_packet": [gone, granted]}, ["a", "b"])
+    assert sent == ["acquire_keys_packet"] * 2 and [r.fence for r in results] == [5, 6]
 
 
 def test_sessions_whose_auto_increments_step_by_two_take_the_keys_step_by_step(
