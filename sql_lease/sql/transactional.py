@@ -489,8 +489,8 @@ def _keys_packet(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[list[Any]]
 def _acquire_keys_packed(
     s: LeaseStatements, keys: list[str], params: tuple[Any, ...]
 ) -> Plan[list[AcquireResult] | None]:
-    # One packet (ACQUIRE_KEYS_PACKET); None: the server does not give one insert consecutive
-    # auto-increment values, nothing was locked or changed, the keys are free: the fences go step by step.
+    """The call as one packet (``acquire_keys_packet``); None when the server cannot draw its fences in
+    bulk (nothing was locked or changed, and no key refused at the read): the plan goes on step by step."""
     for _ in range(3):
         rows = yield from _transaction(s, functools.partial(_keys_packet, s, params), packed=True)
         free, bulk, granted = rows[0][9:12]
