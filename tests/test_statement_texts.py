@@ -479,28 +479,29 @@ def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> Non
     assert synced.strays == []
     setup = set(mysql.SESSION_SETUP)
     sent = {mysql.__dict__[name] for name in seen.names | synced.names}
-    stepwise = set() if _autoinc_lock_mode(url) == 2 else {mysql.__dict__[name] for name in KEYS_STEP_PACKETS}
+    stepwise = {mysql.__dict__[name] for name in KEYS_STEP_PACKETS} if _bulk_fences(url) else set()
     assert not sent & stepwise  # ACQUIRE_KEYS_PACKET granted every all-or-nothing acquire on its own
     assert sent | setup | stepwise == set(statement_constants(mysql).values())  # no dead text
 
 
 KEYS_STEP_PACKETS = ("LOCK_ROWS_PACKET", "FENCE_NEW_PACKET", "FENCE_TAKE_OVER_PACKET", "GRANTED_KEYS_PACKET")
 """The packets of an all-or-nothing acquire step by step on the provider's own connections: sent only by a
-server whose ``innodb_autoinc_lock_mode`` is 2 (MySQL 8's default; MariaDB's is 1), which does not give one
-insert consecutive values; test_mysql_round_trips.py runs that plan against answers written out."""
+server whose ``innodb_autoinc_lock_mode`` is 2 (MySQL 8's default; MariaDB's is 1) or whose
+``auto_increment_increment`` is not 1, which do not give one insert consecutive values;
+test_mysql_round_trips.py runs that path (sessions stepping by 2, and a plan against written-out answers)."""
 
 
-def _autoinc_lock_mode(url: str) -> int:
+def _bulk_fences(url: str) -> bool:
+    """Whether the server's sessions draw one insert's auto-increment values consecutively."""
     import pymysql
     import sqlalchemy as sa
 
     parsed = sa.make_url(url)
-    conn = pymysql.connect(
-        host=parsed.host, port=parsed.port or 3306, user=parsed.username, password=parsed.password or ""
-    )
+    password = parsed.password or ""
+    conn = pymysql.connect(host=parsed.host, port=parsed.port or 3306, user=parsed.username, password=password)
     try:
         with conn.cursor() as cursor:
-            cursor.execute("SELECT @@innodb_autoinc_lock_mode")
-            return int(cursor.fetchone()[0])
+            cursor.execute("SELECT @@innodb_autoinc_lock_mode < 2 AND @@auto_increment_increment = 1")
+            return bool(cursor.fetchone()[0])
     finally:
         conn.close()
