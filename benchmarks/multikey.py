@@ -104,9 +104,11 @@ async def _drop_pg(url: str, table: str) -> None:
 
     conn = await asyncpg.connect(url)
     try:
-        for name in (table, f"{table}_fences", f"{table}_alembic_version"):
+        for name in (table, f"{table}_slots", f"{table}_fences", f"{table}_alembic_version"):
             await conn.execute(f'DROP TABLE IF EXISTS "{name}" CASCADE')
         await conn.execute(f'DROP SEQUENCE IF EXISTS "{table}_fence_seq"')
+        for name in (f"{table}_slot_acquire", f"{table}_slot_release"):
+            await conn.execute(f'DROP FUNCTION IF EXISTS "{name}"')
     finally:
         await conn.close()
 
@@ -119,7 +121,7 @@ def _drop_mysql(url: str, table: str) -> None:
     conn = pymysql.connect(host=parsed.host, port=parsed.port or 3306, user=parsed.username, database=parsed.database)
     try:
         with conn.cursor() as cur:
-            for name in (table, f"{table}_fence", f"{table}_fences", f"{table}_alembic_version"):
+            for name in (table, f"{table}_slots", f"{table}_fence", f"{table}_fences", f"{table}_alembic_version"):
                 cur.execute(f"DROP TABLE IF EXISTS `{name}`")
     finally:
         conn.close()
