@@ -5,6 +5,8 @@
 Each measure is ``--calls`` grants of fresh keys on one async provider (one task): ``acquire_lease``
 of one key, and ``acquire_leases`` of 10 keys. The two alternate, ``--rounds`` times each; the medians
 of the mean time per call are printed with their ratio (measured side by side, so machine load cancels).
+A second line measures refusals the same way: ``acquire_lease`` of a held key, ``acquire_leases`` of 10
+held keys (another owner holds them).
 Each backend gets a table of its own (a PostgreSQL schema, a MySQL database, a SQLite file), dropped after.
 """
 
@@ -35,6 +37,16 @@ async def _per_call(provider: SqlLeaseProvider, calls: int, several: bool) -> fl
     return (time.perf_counter() - started) / calls
 
 
+async def _per_refusal(provider: SqlLeaseProvider, calls: int, keys: list[str]) -> float:
+    started = time.perf_counter()
+    for _ in range(calls):
+        if len(keys) > 1:
+            assert not any(await provider.acquire_leases(keys, "other", 60_000))
+        else:
+            assert not await provider.acquire_lease(keys[0], "other", 60_000)
+    return (time.perf_counter() - started) / calls
+
+
 async def measure(name: str, provider: SqlLeaseProvider, calls: int, rounds: int) -> None:
     await provider.migrate()
     await _per_call(provider, 20, True)  # warm up connections and prepared statements
@@ -47,6 +59,17 @@ async def measure(name: str, provider: SqlLeaseProvider, calls: int, rounds: int
     single, multi = statistics.median(one), statistics.median(ten)
     print(
         f"{name:10} acquire_lease {single * 1000:7.3f} ms  acquire_leases x{KEYS} {multi * 1000:7.3f} ms"
+        f"  ratio {multi / single:5.2f}"
+    )
+    held = [f"b:held:{uuid.uuid4().hex[:8]}:{k}" for k in range(KEYS)]
+    assert all(await provider.acquire_leases(held, "bench", 600_000))
+    one, ten = [], []
+    for _ in range(rounds):
+        one.append(await _per_refusal(provider, calls, held[:1]))
+        ten.append(await _per_refusal(provider, calls, held))
+    single, multi = statistics.median(one), statistics.median(ten)
+    print(
+        f"{'':10} refused       {single * 1000:7.3f} ms  refused        x{KEYS} {multi * 1000:7.3f} ms"
         f"  ratio {multi / single:5.2f}"
     )
 
@@ -81,9 +104,11 @@ async def _drop_pg(url: str, table: str) -> None:
 
     conn = await asyncpg.connect(url)
     try:
-        for name in (table, f"{table}_fences", f"{table}_alembic_version"):
+        for name in (table, f"{table}_slots", f"{table}_fences", f"{table}_alembic_version"):
             await conn.execute(f'DROP TABLE IF EXISTS "{name}" CASCADE')
         await conn.execute(f'DROP SEQUENCE IF EXISTS "{table}_fence_seq"')
+        for name in (f"{table}_slot_acquire", f"{table}_slot_release"):
+            await conn.execute(f'DROP FUNCTION IF EXISTS "{name}"')
     finally:
         await conn.close()
 
@@ -96,7 +121,7 @@ def _drop_mysql(url: str, table: str) -> None:
     conn = pymysql.connect(host=parsed.host, port=parsed.port or 3306, user=parsed.username, database=parsed.database)
     try:
         with conn.cursor() as cur:
-            for name in (table, f"{table}_fence", f"{table}_fences", f"{table}_alembic_version"):
+            for name in (table, f"{table}_slots", f"{table}_fence", f"{table}_fences", f"{table}_alembic_version"):
                 cur.execute(f"DROP TABLE IF EXISTS `{name}`")
     finally:
         conn.close()

@@ -8,6 +8,7 @@ import asyncio
 import importlib.util
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -195,8 +196,36 @@ def test_a_least_privilege_user_runs_every_lease_operation(fresh_db: str) -> Non
             assert [slot.acquired for slot in slots] == [True, True, False]
             assert provider.renew_lease("sem", "s1", 60_000) and provider.release_lease("sem", "s2")
             assert provider.break_lease("sem") is not None
+            assert all(provider.acquire_leases(["many:1", "many:2"], "a", 60_000))  # one packet, an upsert in it
     finally:
         mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+def test_concurrent_grants_never_share_a_fence(mysql_db: tuple[str, str]) -> None:
+    """Threads granting 10 new keys per call (one draw of 10 fences) beside threads granting one key per
+    call, for 1.5 s: every tenure has a fence of its own (one insert's fences come consecutively, or the
+    plan draws them one by one)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    url, schema = mysql_db
+    tag, deadline = uuid.uuid4().hex, time.monotonic() + 1.5
+
+    def grants(worker: int) -> list[int]:
+        fences: list[int] = []
+        with SyncSqlLeaseProvider(url, schema=schema) as provider:
+            while time.monotonic() < deadline:
+                prefix = f"unique:{tag}:{worker}:{len(fences)}"
+                if worker % 2:
+                    results = [provider.acquire_lease(prefix, "a", 60_000)]
+                else:
+                    results = provider.acquire_leases([f"{prefix}:{k}" for k in range(10)], "a", 60_000)
+                assert all(results)
+                fences.extend(result.fence for result in results)  # type: ignore[misc]
+        return fences
+
+    with ThreadPoolExecutor(4) as pool:
+        fences = [fence for done in pool.map(grants, range(4)) for fence in done]
+    assert len(fences) > 100 and len(set(fences)) == len(fences)
 
 
 def test_a_new_keys_fence_is_drawn_after_its_row_is_locked() -> None:

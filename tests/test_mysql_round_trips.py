@@ -108,21 +108,61 @@ async def test_async_renewal_and_a_batch_are_one_round_trip_each(mysql_db: tuple
         assert len(sent) == 1 + len(probe) and sent[1:] == probe, sent  # the one key not renewed: the same question
 
 
+def _check_keys_trips(
+    sent: list[str], first: list[Any], again: list[Any], refused: list[Any], taken: list[Any]
+) -> None:
+    assert all(first) and len({r.fence for r in first}) == len(first)  # each key its own fence
+    assert [r.fence for r in again] == [r.fence for r in first]  # the owner's tenures go on
+    assert not any(refused) and refused[0].owner == "a" and refused[0].fence == first[0].fence
+    assert refused[-1].owner is None  # the new key blocked nothing
+    assert all(taken) and min(r.fence for r in taken) > max(r.fence for r in first)
+    assert len(sent) == 5, sent  # grant, re-acquire, refusal, short grant, takeover: one packet each
+
+
+def test_sync_acquire_leases_of_ten_keys_is_one_round_trip(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    tag = uuid.uuid4().hex
+    keys, lapsing = [f"many:{tag}:{i}" for i in range(10)], [f"many:{tag}:short:{i}" for i in range(10)]
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(sql))
+        first = provider.acquire_leases(keys, "a", 10_000)
+        again = provider.acquire_leases(keys, "a", 10_000)
+        refused = provider.acquire_leases([*keys[:3], f"many:{tag}:new"], "b", 10_000)
+        assert all(provider.acquire_leases(lapsing, "a", 1))
+        time.sleep(0.05)
+        taken = provider.acquire_leases(lapsing, "b", 10_000)  # expired leases taken over
+        _check_keys_trips(sent, first, again, refused, taken)
+
+
+async def test_async_acquire_leases_of_ten_keys_is_one_round_trip(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    tag = uuid.uuid4().hex
+    keys, lapsing = [f"many:{tag}:{i}" for i in range(10)], [f"many:{tag}:short:{i}" for i in range(10)]
+    async with SqlLeaseProvider(url, schema=schema) as provider:
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(sql))
+        first = await provider.acquire_leases(keys, "a", 10_000)
+        again = await provider.acquire_leases(keys, "a", 10_000)
+        refused = await provider.acquire_leases([*keys[:3], f"many:{tag}:new"], "b", 10_000)
+        assert all(await provider.acquire_leases(lapsing, "a", 1))
+        await asyncio.sleep(0.05)
+        taken = await provider.acquire_leases(lapsing, "b", 10_000)
+        _check_keys_trips(sent, first, again, refused, taken)
+
+
 def test_the_acquire_packet_locks_the_row_before_it_draws_a_fence() -> None:
     """The text (no database): the holder is read without a lock first, the row is locked (or
     inserted) before the fence is drawn, and the fence is set after it was drawn."""
     for packet in (mysql.ACQUIRE_PACKET, mysql.ACQUIRE_PACKET_NOWAIT):
-        order = [
-            packet.index("INTO @sl_owner"),
-            packet.index("START TRANSACTION"),
-            packet.index("FOR UPDATE"),
-            packet.index("INSERT INTO {table}"),
-            packet.index("INSERT INTO {fence_counter}"),
-            packet.index("fence = LAST_INSERT_ID()"),
-            packet.index("COMMIT"),
-        ]
-        assert order == sorted(order), order
-        assert "FOR UPDATE" not in packet[: packet.index("START TRANSACTION")]
+        _assert_in_order(packet, "INTO @sl_owner", "INSERT INTO {table}", "fence = LAST_INSERT_ID()")
+
+
+def _assert_in_order(packet: str, read: str, insert: str, fence_set: str) -> None:
+    marks = [read, "START TRANSACTION", "FOR UPDATE", insert, "INSERT INTO {fence_counter}", fence_set, "COMMIT"]
+    order = [packet.index(mark) for mark in marks]
+    assert order == sorted(order), order
+    assert "FOR UPDATE" not in packet[: packet.index("START TRANSACTION")]
 
 
 def _lock_table(schema: str) -> Any:
@@ -219,3 +259,113 @@ def test_a_packet_whose_lock_wait_ran_out_answers_from_a_fresh_holder_read() -> 
     holder = ("b", 9, datetime(2026, 1, 1), 500.0)
     sent, result = _packed_run([timeout], {"holder": holder})
     assert getattr(result, "owner", None) == "b" and not result.acquired  # type: ignore[attr-defined]
+
+
+def test_the_keys_packet_locks_every_row_before_it_draws_the_fences() -> None:
+    """The text (no database): the holders are read without a lock first, every row is locked (or
+    inserted) before the one draw of fences, and each fence is set from that draw; no row changes
+    unless the lock found every key free (``@sl_granted``)."""
+    packet = mysql.ACQUIRE_KEYS_PACKET
+    _assert_in_order(packet, "INTO @sl_free", "WHERE FIND_IN_SET(r.n, @sl_missing)", "LAST_INSERT_ID() + r.n - 1")
+    writes = [part for part in packet.split(";") if part.lstrip().startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert len(writes) == 3 and all("JSON_TABLE(IF(@sl_granted" in part for part in writes), writes
+
+
+def test_the_keys_packet_notes_every_position_within_the_default_group_concat_length() -> None:
+    """``GROUP_CONCAT`` cuts its result at ``group_concat_max_len`` (1024 bytes by default on MySQL):
+    the positions of ``MAX_KEYS`` keys fit."""
+    from sql_lease.contract import MAX_KEYS
+
+    assert "GROUP_CONCAT(CASE WHEN held.`key` IS NULL THEN r.n END)" in mysql.ACQUIRE_KEYS_PACKET
+    assert len(",".join(str(n) for n in range(1, MAX_KEYS + 1))) <= 1024
+
+
+def _keys_plan(answers: dict[str, list[Any]], keys: list[str]) -> tuple[list[str], list[Any]]:
+    """The packed all-or-nothing acquire plan for ``keys`` (no database): the steps it sent, each answered
+    by the next of ``answers[step]``'s row lists, and its results."""
+    from sql_lease.sql.operations import acquire_keys
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import MysqlStatements
+
+    s = MysqlStatements(LeaseTableNames(), lock_wait_s=5, packed=True)
+    name = {text: step for step, text in s.steps.items()}
+    plan = acquire_keys(s, keys, "o", 1000)
+    sent: list[str] = []
+    query = next(plan)
+    try:
+        while True:
+            sent.append(name[query.sql])
+            rows = answers[sent[-1]].pop(0) if len(answers[sent[-1]]) > 1 else answers[sent[-1]][0]
+            query = plan.send(rows if query.many else rows[0])
+    except StopIteration as done:
+        return sent, done.value
+
+
+WHEN = datetime(2026, 1, 1)
+
+
+def test_without_consecutive_auto_increments_the_keys_go_step_by_step() -> None:
+    """A server whose ``innodb_autoinc_lock_mode`` is 2 (MySQL 8's default) may interleave one insert's
+    values with another's: the packet then locks and writes nothing (its rows say free, not bulk) and the
+    plan goes on with a packet per step, each new tenure's fence drawn on its own after the locks."""
+    expired = ("b", "x", 3, WHEN, -5.0, None, WHEN, 0)
+    answers = {
+        "acquire_keys_packet": [[("a", *[None] * 8, 1, 0, 0), (*expired, 0, 1, 0, 0), ("c", *[None] * 8, 1, 0, 0)]],
+        "lock_rows_packet": [[(*expired[:7], 0, 0)]],
+        "grant_new_keys": [[(2,)]],
+        "fence_new_packet": [[(1,)]],
+        "fence_take_over_packet": [[(1,)]],
+        "granted_keys_packet": [[(key, "o", fence, WHEN, 1000.0) for key, fence in (("a", 7), ("b", 8), ("c", 9))]],
+    }
+    sent, results = _keys_plan(answers, ["c", "b", "a"])
+    assert sent == [
+        "acquire_keys_packet",
+        "lock_rows_packet",
+        "grant_new_keys",
+        "fence_new_packet",
+        "fence_take_over_packet",
+        "fence_new_packet",
+        "granted_keys_packet",
+    ], sent
+    assert [(r.acquired, r.fence) for r in results] == [(True, 9), (True, 8), (True, 7)]
+
+
+def test_a_key_taken_before_the_packet_locked_it_is_refused_by_its_read_back() -> None:
+    """Free at the read, taken under the lock (``@sl_granted`` 0: nothing written): the read-back names
+    the holder; a holder gone by the read-back (a refusal naming nobody) sends the packet again."""
+    held = ("b", "x", 4, WHEN, 500.0, None, WHEN, 0, 1)
+    refused = [("a", *[None] * 8, 1, 1, 0), (*held, 1, 1, 0)]
+    gone = [("a", *[None] * 8, 0, 0, 0), ("b", "x", 4, WHEN, -1.0, None, WHEN, 0, 0, 0, 0, 0)]
+    sent, results = _keys_plan({"acquire_keys_packet": [refused]}, ["a", "b"])
+    assert sent == ["acquire_keys_packet"] and [(r.acquired, r.owner) for r in results] == [(False, None), (False, "x")]
+    granted = [(key, "o", fence, WHEN, 1000.0, None, WHEN, 0, 1, 1, 1, 1) for key, fence in (("a", 5), ("b", 6))]
+    sent, results = _keys_plan({"acquire_keys_packet": [gone, granted]}, ["a", "b"])
+    assert sent == ["acquire_keys_packet"] * 2 and [r.fence for r in results] == [5, 6]
+
+
+def test_sessions_whose_auto_increments_step_by_two_take_the_keys_step_by_step(
+    mysql_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On sessions with ``auto_increment_increment = 2`` (as a server in lock mode 2 may interleave one
+    insert's values) the packet changes nothing and the plan goes on with a packet per step: every key
+    granted, each its own fence, a takeover's larger than the tenure before it."""
+    from sql_lease.sql import setup
+
+    original = setup.mysql_session_setup
+    monkeypatch.setattr(
+        setup, "mysql_session_setup", lambda s: (*original(s), "SET SESSION auto_increment_increment = 2")
+    )
+    url, schema = mysql_db
+    tag = uuid.uuid4().hex
+    keys = [f"steps:{tag}:{i}" for i in range(3)]
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        steps = {text: name for name, text in provider.statements.steps.items()}
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(steps.get(sql, sql)))
+        first = provider.acquire_leases(keys, "a", 1)
+        time.sleep(0.05)
+        taken = provider.acquire_leases([*keys, f"steps:{tag}:new"], "b", 10_000)
+    assert all(first) and all(taken)
+    assert len({r.fence for r in [*first, *taken]}) == 7 and min(r.fence for r in taken) > max(r.fence for r in first)
+    assert sent[:2] == ["acquire_keys_packet", "lock_rows_packet"] and sent.count("acquire_keys_packet") == 2, sent
+    assert sent.count("fence_take_over_packet") == 3 and sent.count("fence_new_packet") == 4, sent

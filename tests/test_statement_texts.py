@@ -22,6 +22,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from sql_lease import SqlLeaseProvider, StaleFenceError, SyncSqlLeaseProvider
+from sql_lease.sql import setup as lease_setup
 from sql_lease.sql.dialects import STATEMENT_NAMES, VARIANTS, dialect_module, mysql, postgresql, sqlite
 from sql_lease.sql.schema import LeaseTableNames
 from sql_lease.sql.statements import filled_texts, placeholder_values
@@ -420,7 +421,7 @@ def test_sqlite_sends_each_statement_as_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.mysql
-def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> None:
+def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Both faces on MySQL/MariaDB: every statement sent is a constant of ``dialects/mysql.py``
     (filled), and every constant is sent by some operation (the session setup at connect)."""
     url, schema = mysql_db
@@ -476,6 +477,15 @@ def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str]) -> Non
             assert on_engine.acquire_lease(key, "b", 10_000).acquired  # an expired lease taken over
             assert on_engine.acquire_lease(key, "b", 10_000).acquired  # the owner's tenure extended
     engine.dispose()
+    original = lease_setup.mysql_session_setup
+    step_by_two = "SET SESSION auto_increment_increment = 2"  # as lock mode 2: no fences drawn in bulk
+    monkeypatch.setattr(lease_setup, "mysql_session_setup", lambda s: (*original(s), step_by_two))
+    with SyncSqlLeaseProvider(url, schema=schema) as stepping:  # the all-or-nothing acquire a packet per step
+        stepping.on_statement(synced.statement)
+        pair = [f"texts:{uuid.uuid4().hex}:{name}" for name in ("p", "q")]
+        assert all(stepping.acquire_leases(pair, "a", 50))
+        time.sleep(0.1)
+        assert all(stepping.acquire_leases(pair, "b", 10_000))  # expired keys taken over
     assert synced.strays == []
     setup = set(mysql.SESSION_SETUP)
     sent = {mysql.__dict__[name] for name in seen.names | synced.names}

@@ -481,21 +481,53 @@ def _acquire_keys_locked(
     return {row[0]: AcquireResult(True, row[1], row[2], s.to_datetime(row[3]), float(row[4])) for row in rows}
 
 
+def _keys_packet(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[list[Any]]:
+    rows: list[Any] = yield Query(s.steps["acquire_keys_packet"], params, many=True)
+    return rows
+
+
+def _acquire_keys_packed(
+    s: LeaseStatements, keys: list[str], params: tuple[Any, ...]
+) -> Plan[list[AcquireResult] | None]:
+    """The call as one packet (``acquire_keys_packet``); None when the server cannot draw its fences in
+    bulk (nothing was locked or changed, and no key refused at the read): the plan goes on step by step."""
+    for _ in range(3):
+        rows = yield from _transaction(s, functools.partial(_keys_packet, s, params), packed=True)
+        free, bulk, granted = rows[0][9:12]
+        if granted:
+            found = {row[0]: AcquireResult(True, row[1], row[2], s.to_datetime(row[3]), float(row[4])) for row in rows}
+            return [found[key] for key in keys]
+        if free and not bulk:
+            return None
+        refused = s.keys_refusals(keys, params[1], [row[:8] for row in rows if row[8]])
+        if refused is not None:  # held by another at the read, or under the lock
+            return refused
+    return [AcquireResult(False, None)] * len(keys)  # a holder gone each time before the read-back
+
+
 def acquire_keys(
     s: LeaseStatements, keys: list[str], owner: str, ttl: Any, data: str | None, lock_wait_ms: float | None
 ) -> Plan[list[AcquireResult]]:
     """Acquire every stored key of ``keys`` or none: a plain read of their holders first (a held key is
     refused in one statement), then one transaction that locks every key's row in byte order of the
     keys (so overlapping calls never wait for each other in a cycle), inserts the missing keys,
-    extends the owner's own and draws a fence for each new tenure after its lock, as :func:`acquire`
-    does for one key; a key refused under its lock rolls it all back."""
+    extends the owner's own and draws a fence for each new tenure after the locks, as :func:`acquire`
+    does for one key; a key refused under its lock rolls it all back (changes nothing). On the
+    provider's own connections all of it is one packet (``acquire_keys_packet``) where the server
+    hands out an insert's auto-increment values consecutively (``innodb_autoinc_lock_mode`` 0 or 1),
+    else a packet per step and a fence per key."""
     waits = s.lock_wait_ms is not None and (lock_wait_ms is None or lock_wait_ms >= s.lock_wait_ms)
     lock = "lock_rows" if waits else "lock_rows_nowait"
     ordered = sorted(keys, key=str.encode)
-    refused = s.keys_refusals(keys, owner, (yield Query(s.holders, (s.keys_param(ordered),), many=True)))
-    if refused is not None:
-        return refused
     try:
+        if s.packed and waits:
+            answer = yield from _acquire_keys_packed(s, keys, (s.keys_param(ordered), owner, ttl, data))
+            if answer is not None:
+                return answer
+        else:
+            refused = s.keys_refusals(keys, owner, (yield Query(s.holders, (s.keys_param(ordered),), many=True)))
+            if refused is not None:
+                return refused
         body = functools.partial(_acquire_keys_locked, s, ordered, owner, ttl, data, lock)
         granted = yield from _transaction(s, body, packed=s.packed and waits)
     except _Refused as blocked:

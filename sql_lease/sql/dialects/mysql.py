@@ -371,6 +371,62 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
 
 # -- several keys at once, in packets on the provider's own connections (multi-statement packets) ---
 
+# acquire_keys_packet ($1 JSON array of stored keys, in byte order, $2 owner, $3 ttl_us, $4 data JSON text | NULL)
+#   -> rows, one per key of $1: (stored key, owner, fence, expires_at, remaining_ms, data, acquired_at, released,
+#   live; NULLs for a key without a row, free, bulk, granted); the whole all-or-nothing acquire in one round
+#   trip, decided in user variables: the holders read without a lock first (free: no key held by another or
+#   released and kept; bulk: free, and one insert's auto-increment values come consecutively: lock mode 0 or 1,
+#   increment 1); every row of the keys locked in key order (the keys drive the LEFT JOIN), noting the
+#   positions (FOR ORDINALITY) of the keys without a row and of the new tenures; granted iff no row is held by
+#   another under the lock: the missing keys inserted (1062: another acquirer inserted one first), one fence
+#   value per key drawn by one insert once every row is locked, each new tenure's fence the first value plus
+#   its position minus one (an upsert that also extends the owner's own tenures, fence 0 marking those), every
+#   row read back, COMMIT. Nothing changes unless granted; not bulk: nothing is locked (the plan goes on step
+#   by step)
+ACQUIRE_KEYS_PACKET = """
+SELECT COUNT(*) = 0, COUNT(*) = 0 AND @@innodb_autoinc_lock_mode < 2 AND @@auto_increment_increment = 1
+  INTO @sl_free, @sl_bulk
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  JOIN {table} AS held ON held.`key` = r.k
+ WHERE held.expires_at > UTC_TIMESTAMP(6) AND (held.owner <> $2 OR held.released);
+START TRANSACTION;
+SELECT @sl_bulk AND COUNT(CASE WHEN held.expires_at > UTC_TIMESTAMP(6) AND (held.owner <> $2 OR held.released)
+                               THEN 1 END) = 0,
+       COALESCE(GROUP_CONCAT(CASE WHEN held.`key` IS NULL THEN r.n END), ''),
+       COALESCE(GROUP_CONCAT(CASE WHEN held.`key` IS NULL OR held.expires_at <= UTC_TIMESTAMP(6) THEN r.n END), '')
+  INTO @sl_granted, @sl_missing, @sl_new
+  FROM JSON_TABLE(IF(@sl_bulk, $1, '[]'),
+                  '$[*]' COLUMNS (n FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  LEFT JOIN {table} AS held ON held.`key` = r.k
+   FOR UPDATE;
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+SELECT r.k, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE
+  FROM JSON_TABLE(IF(@sl_granted, $1, '[]'),
+                  '$[*]' COLUMNS (n FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+ WHERE FIND_IN_SET(r.n, @sl_missing);
+INSERT INTO {fence_counter} (id)
+SELECT NULL FROM JSON_TABLE(IF(@sl_granted AND @sl_new <> '', $1, '[]'),
+                            '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r;
+INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
+SELECT r.k, $2, IF(FIND_IN_SET(r.n, @sl_new), LAST_INSERT_ID() + r.n - 1, 0),
+       UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE
+  FROM JSON_TABLE(IF(@sl_granted, $1, '[]'),
+                  '$[*]' COLUMNS (n FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+    ON DUPLICATE KEY UPDATE owner = VALUES(owner), expires_at = VALUES(expires_at),
+       data = IF(VALUES(fence) = 0, COALESCE(VALUES(data), data), VALUES(data)),
+       acquired_at = IF(VALUES(fence) = 0, acquired_at, VALUES(acquired_at)),
+       has_waiters = IF(VALUES(fence) = 0, has_waiters, FALSE), released = FALSE,
+       fence = IF(VALUES(fence) = 0, fence, VALUES(fence));
+SELECT r.k, held.owner, held.fence, held.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
+       held.released, held.expires_at > UTC_TIMESTAMP(6), @sl_free, @sl_bulk, @sl_granted
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  LEFT JOIN {table} AS held ON held.`key` = r.k;
+COMMIT"""
+
+# Where acquire_keys_packet cannot draw its fences in bulk (innodb_autoinc_lock_mode 2, MySQL 8's default, or
+#   auto_increment_increment > 1: one insert's values may interleave with another's), a packet per step:
+
 # lock_rows_packet ($1 as LOCK_ROWS) -> as LOCK_ROWS; START TRANSACTION, then LOCK_ROWS, in one round trip
 LOCK_ROWS_PACKET = """
 START TRANSACTION;
@@ -433,6 +489,7 @@ STEP_NAMES = (
     "fence_new_packet",
     "fence_take_over_packet",
     "granted_keys_packet",
+    "acquire_keys_packet",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -459,7 +516,7 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
         "check_held": CHECK_HELD,
         "accept_fence": ACCEPT_FENCE,
         "accepted": ACCEPTED,
-        "acquire_keys": HOLDERS_OF_KEYS,  # then, unless held by another, a transaction from LOCK_ROW (steps)
+        "acquire_keys": HOLDERS_OF_KEYS,  # then a transaction from LOCK_ROWS (steps; own connections: one packet)
         "holders": HOLDERS_OF_KEYS,
         "release_keys": RELEASE_KEYS,
     }
@@ -497,6 +554,7 @@ def steps() -> dict[str, str]:
         "fence_new_packet": FENCE_NEW_PACKET,
         "fence_take_over_packet": FENCE_TAKE_OVER_PACKET,
         "granted_keys_packet": GRANTED_KEYS_PACKET,
+        "acquire_keys_packet": ACQUIRE_KEYS_PACKET,
     }
 
 
