@@ -882,7 +882,7 @@ class HeldLeases(HeldKeys):
     batcher, so the keys of one block are renewed by one statement per interval. A loss of any key
     is the loss of the whole hold: ``lost`` is set, ``on_lost="cancel"`` cancels the block once, and
     leaving raises ``LeaseLostError`` as ``hold()`` does. Leaving releases every key with one
-    ``release_leases``.
+    ``release_leases`` carrying each key's fence, so it never frees a newer tenure of the same owner.
 
     Attributes: ``keys``, ``owner``, ``fences`` (each key's fencing token, by key), ``leases`` (the
     :class:`HeldLease` of each key, in the order of ``keys``), ``lost`` (an ``asyncio.Event``),
@@ -934,7 +934,9 @@ class HeldLeases(HeldKeys):
         ``limit_s`` seconds (None: the provider's own timeout)."""
         if not keys:
             return
-        release = asyncio.ensure_future(self.provider.release_leases(keys, self.owner))  # type: ignore[attr-defined]
+        release = asyncio.ensure_future(
+            self.provider.release_leases(keys, self.owner, **self._group.release_kw(keys))  # type: ignore[attr-defined]
+        )
         try:
             try:
                 await asyncio.wait({release}, timeout=limit_s)
@@ -951,7 +953,9 @@ class HeldLeases(HeldKeys):
                 log.error("releasing %d leases of %r failed: %s", len(keys), self.owner, failure)
 
     def _release_in_background(self, keys: list[str]) -> None:
-        release = asyncio.ensure_future(self.provider.release_leases(keys, self.owner))  # type: ignore[attr-defined]
+        release = asyncio.ensure_future(
+            self.provider.release_leases(keys, self.owner, **self._group.release_kw(keys))  # type: ignore[attr-defined]
+        )
         release.add_done_callback(_consume_result)
 
 

@@ -929,6 +929,16 @@ class HoldGroup:
         """Each key's fencing token, by key."""
         return {member.key: member.fence for member in self.members}
 
+    def release_kw(self, keys: Sequence[str]) -> dict[str, Any]:
+        """``{"fences": [...]}`` for the ``release_leases`` of ``keys``: each key's tenure, so an old
+        hold's exit never frees a newer tenure of the same owner id; nothing where a fence is not
+        known (the acquire's answer was lost) or the provider does not take fences."""
+        fences = self.fences
+        chosen = [fences.get(key) for key in keys]
+        if not takes_fence(self.provider) or None in chosen:
+            return {}
+        return {"fences": chosen}
+
     @property
     def valid(self) -> bool:
         """True while every member is (``HoldRules.valid``)."""

@@ -470,7 +470,8 @@ class SyncHeldLeases(rules.HeldKeys):
     with one ``renew_leases`` per interval, each key's fencing token given, so an old tenure is never
     renewed; the process-wide watch declares losses at each key's deadline. A loss of any key is the
     loss of the whole hold (``lost`` is set, the ``on_lost`` callable is called once, leaving raises
-    ``LeaseLostError`` unless ``on_lost="flag"``). Leaving releases every key with one ``release_leases``.
+    ``LeaseLostError`` unless ``on_lost="flag"``). Leaving releases every key with one ``release_leases``,
+    each key's fencing token given, so it never frees a newer tenure of the same owner.
 
     Attributes: ``keys``, ``owner``, ``fences`` (by key), ``leases`` (the :class:`SyncHeldLease` of
     each key, in the order of ``keys``), ``lost`` (a ``threading.Event``), ``lost_reason``;
@@ -525,7 +526,9 @@ class SyncHeldLeases(rules.HeldKeys):
         if not keys:
             return
         try:
-            self.provider.release_leases(keys, self.owner, **_timeout_kw(self.provider, limit_s))  # type: ignore[attr-defined]
+            self.provider.release_leases(  # type: ignore[attr-defined]
+                keys, self.owner, **self._group.release_kw(keys), **_timeout_kw(self.provider, limit_s)
+            )
         except Exception as exc:
             log.error("releasing %d leases of %r failed: %s", len(keys), self.owner, exc)
 

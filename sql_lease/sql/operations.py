@@ -10,7 +10,7 @@ faces share every statement, every retry rule and every decoding step.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..contract import (
     MAX_KEY_LENGTH,
@@ -536,21 +536,26 @@ def _acquire_keys(
     return [AcquireResult(False, None)] * len(keys)
 
 
-def release_keys(s: LeaseStatements, keys: object, owner: object) -> Plan[int]:
-    """Release ``owner``'s leases on ``keys`` in one statement; how many unexpired ones it released
-    (one released already and kept for its minimum hold is left alone)."""
+def release_keys(s: LeaseStatements, keys: object, owner: object, fences: object = None) -> Plan[int]:
+    """Release ``owner``'s leases on ``keys`` (only the tenure each of ``fences`` names, if given: a
+    sequence aligned with ``keys``) in one statement; how many unexpired ones it released (one
+    released already and kept for its minimum hold is left alone)."""
     stored, owner = _stored_keys(keys), validate_owner(owner)
-    return _release_keys_or_slots(s, stored, owner)
+    tenures = None if fences is None else dict(zip(stored, validate_fences(fences, len(stored)), strict=True))
+    return _release_keys_or_slots(s, stored, owner, cast("dict[str, int] | None", tenures))
 
 
-def _release_keys_or_slots(s: LeaseStatements, keys: list[str], owner: str) -> Plan[int]:
+def _release_keys_or_slots(s: LeaseStatements, keys: list[str], owner: str, fences: dict[str, int] | None) -> Plan[int]:
     # Fewer released than asked: the owner's slots of the keys that are semaphores, one by one.
-    param = s.keys_param(sorted(keys))
-    released = yield from _release_keys(s, (param, owner))
+    keys = sorted(keys)
+    param = s.keys_param(keys)
+    tenures = None if fences is None else s.keys_param([fences[key] for key in keys])
+    released = yield from _release_keys(s, (param, owner, tenures))
     if released < len(keys):
         heads = [row[0] for row in (yield Query(s.holders, (param,), many=True)) if row[1] == ""]
         for key in heads:
-            released += bool((yield from transactional.slot_release(s, (key, owner, None, None))))
+            fence = None if fences is None else fences[key]
+            released += bool((yield from transactional.slot_release(s, (key, owner, fence, None))))
     return released
 
 

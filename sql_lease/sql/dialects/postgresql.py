@@ -577,11 +577,13 @@ SELECT l.key, l.owner, l.fence, l.expires_at, (extract(epoch FROM l.expires_at -
   FROM unnest($1::varchar[]) AS w(key) JOIN {table} AS l ON l.key = w.key
  WHERE l.expires_at + interval '0' > now()"""
 
-# release_keys, relaxed ($1 stored keys varchar[], $2 owner) -> rows (was_unexpired, notified) of the owner's
-#   rows deleted (not those released already and kept for a minimum hold, unless expired)
+# release_keys, relaxed ($1 stored keys varchar[], $2 owner, $3 fences bigint[] in the order of $1 | NULL: any)
+#   -> rows (was_unexpired, notified) of the owner's rows (of those tenures) deleted (not those released
+#   already and kept for a minimum hold, unless expired)
 RELEASE_KEYS_RELAXED = """
 WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone AS (
     DELETE FROM {table} USING commit_mode WHERE key = ANY($1::varchar[]) AND owner = $2
+       AND ($3::bigint[] IS NULL OR (key, fence) IN (SELECT * FROM unnest($1::varchar[], $3::bigint[])))
        AND (expires_at + interval '0' <= now() OR NOT released)
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
@@ -592,6 +594,7 @@ SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {tabl
 RELEASE_KEYS_DURABLE = """
 WITH gone AS (
     DELETE FROM {table} WHERE key = ANY($1::varchar[]) AND owner = $2
+       AND ($3::bigint[] IS NULL OR (key, fence) IN (SELECT * FROM unnest($1::varchar[], $3::bigint[])))
        AND (expires_at + interval '0' <= now() OR NOT released)
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
@@ -605,6 +608,7 @@ WITH commit_mode AS (
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
 ), gone AS (
     DELETE FROM {table} USING commit_mode WHERE key = ANY($1::varchar[]) AND owner = $2
+       AND ($3::bigint[] IS NULL OR (key, fence) IN (SELECT * FROM unnest($1::varchar[], $3::bigint[])))
        AND (expires_at + interval '0' <= now() OR NOT released)
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )

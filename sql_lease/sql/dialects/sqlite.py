@@ -209,10 +209,13 @@ SELECT l.key, l.owner, l.fence, l.expires_at, l.expires_at - CAST((julianday('no
   FROM json_each(?1) AS w JOIN {table} AS l ON l.key = w.value
  WHERE l.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# release_keys (?1 JSON array of stored keys, ?2 owner) -> rows (was_unexpired,) of the owner's rows deleted (not
-#   those released already and kept for a minimum hold, unless expired)
+# release_keys (?1 JSON array of stored keys, ?2 owner, ?3 JSON array of fences in the order of ?1 | NULL: any)
+#   -> rows (was_unexpired,) of the owner's rows (of those tenures) deleted (not those released already and
+#   kept for a minimum hold, unless expired)
 RELEASE_KEYS = """
 DELETE FROM {table} WHERE key IN (SELECT value FROM json_each(?1)) AND owner = ?2
+   AND (?3 IS NULL OR (key, fence) IN (SELECT k.value, f.value FROM json_each(?1) AS k
+                                          JOIN json_each(?3) AS f ON f.key = k.key))
    AND (expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) OR NOT released)
 RETURNING expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
