@@ -223,3 +223,81 @@ async def test_the_noop_provider_checks_fences_as_the_others_do() -> None:
         await noop.release_leases(["a", "b"], "job", fences=[1])
     with pytest.raises(TypeError):
         await noop.renew_leases(["a"], "job", TTL, fences=[True])
+
+
+# -- hold_all(wait=True, timeout_s=...): all or nothing, waiting as hold(wait=True) waits --
+
+
+async def test_hold_all_waits_for_a_holder_to_release_and_never_holds_part_meanwhile(provider: Any, key: str) -> None:
+    keys = [f"{key}:free", f"{key}:held"]
+    await provider.acquire_lease(keys[1], "bob", TTL)
+
+    async def enter() -> dict[str, int | None]:
+        async with hold_all(provider, keys, "alice", TTL, wait=True, timeout_s=10) as held:
+            assert [await provider.get_lease_owner(k) for k in keys] == ["alice", "alice"]
+            return held.fences
+
+    waiting = asyncio.ensure_future(enter())
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert await provider.get_lease_owner(keys[0]) is None  # no partial set while waiting
+    assert await provider.release_lease(keys[1], "bob")
+    fences = await asyncio.wait_for(waiting, 10)
+    assert set(fences) == set(keys)
+    assert [await provider.get_lease_owner(k) for k in keys] == [None, None]
+
+
+async def test_hold_all_wait_times_out_with_the_error_hold_wait_raises(provider: Any, key: str) -> None:
+    from sql_lease import hold
+
+    keys = [f"{key}:free", f"{key}:held"]
+    bob = await provider.acquire_lease(keys[1], "bob", TTL)
+    with pytest.raises(LeaseNotAcquiredError) as single:
+        async with hold(provider, keys[1], "alice", TTL, wait=True, timeout_s=0.2):
+            pytest.fail("entered")
+    with pytest.raises(LeaseNotAcquiredError) as several:
+        async with hold_all(provider, keys, "alice", TTL, wait=True, timeout_s=0.2):
+            pytest.fail("entered")
+    for error in (single.value, several.value):
+        assert (error.key, error.holder, error.fence) == (keys[1], "bob", bob.fence)
+        assert error.waited_s is not None and "after waiting" in str(error)
+    assert await provider.get_lease_owner(keys[0]) is None
+
+
+def test_sync_hold_all_waits_for_a_holder_to_release(sync_provider: Any, key: str) -> None:
+    import threading
+
+    keys = [f"{key}:free", f"{key}:held"]
+    sync_provider.acquire_lease(keys[1], "bob", TTL)
+    entered: list[list[str | None]] = []
+
+    def enter() -> None:
+        with sync_hold_all(sync_provider, keys, "alice", TTL, wait=True, timeout_s=10):
+            entered.append([sync_provider.get_lease_owner(k) for k in keys])
+
+    waiter = threading.Thread(target=enter)
+    waiter.start()
+    time.sleep(0.3)
+    assert not entered and sync_provider.get_lease_owner(keys[0]) is None
+    assert sync_provider.release_lease(keys[1], "bob")
+    waiter.join(10)
+    assert entered == [["alice", "alice"]]
+
+
+def test_sync_hold_all_wait_times_out_with_the_error_hold_wait_raises(sync_provider: Any, key: str) -> None:
+    from sql_lease.sync_holding import hold as sync_hold
+
+    keys = [f"{key}:free", f"{key}:held"]
+    bob = sync_provider.acquire_lease(keys[1], "bob", TTL)
+    errors = []
+    for holding in (
+        lambda: sync_hold(sync_provider, keys[1], "alice", TTL, wait=True, timeout_s=0.2),
+        lambda: sync_hold_all(sync_provider, keys, "alice", TTL, wait=True, timeout_s=0.2),
+    ):
+        with pytest.raises(LeaseNotAcquiredError) as refused, holding():
+            pytest.fail("entered")
+        errors.append(refused.value)
+    for error in errors:
+        assert (error.key, error.holder, error.fence) == (keys[1], "bob", bob.fence)
+        assert error.waited_s is not None and "after waiting" in str(error)
+    assert sync_provider.get_lease_owner(keys[0]) is None
