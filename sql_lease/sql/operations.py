@@ -419,21 +419,13 @@ def list_leases(
     else:
         stored = encode_key(prefix)
         query = Query(s.list_leases, (stored, include_expired, limit, prefix_upper_bound(stored)), many=True)
-    return _list(s, query, include_expired, limit)
+    return _list(s, query)
 
 
-def _list(s: LeaseStatements, query: Query, include_expired: bool, limit: int) -> Plan[list[LeaseInfo]]:
+def _list(s: LeaseStatements, query: Query) -> Plan[list[LeaseInfo]]:
+    # One statement: a semaphore's head comes back as its slots' rows, oldest tenure first.
     rows = yield query
-    listed: list[LeaseInfo] = []
-    for row in rows:
-        if row[1] != "":
-            listed.append(s.listed(row))
-        elif include_expired:  # a semaphore's head: one row per slot, oldest tenure first
-            slots = yield Query(s.slots["slot_rows"], (row[0],), many=True)
-            listed += [s.held(row[0], slot) for slot in slots]
-        else:
-            listed += yield from _holders(s, row[0])
-    return listed[:limit]
+    return [s.listed(row) for row in rows]
 
 
 _LAST_CODE_POINT = 0x10FFFF
