@@ -142,7 +142,10 @@ def acquire(
     checked_limit = validate_limit(limit)
     key, owner = stored_key(key), validate_owner(owner)
     ttl, text = s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data)
-    plain = _plain_acquire(s, key, owner, ttl, text, lock_wait_ms, waiting)
+
+    def plain() -> Plan[AcquireResult]:
+        return _plain_acquire(s, key, owner, ttl, text, lock_wait_ms, waiting)
+
     if checked_limit == 1:
         return _named_refusal(s, key, plain)
     return _slot_acquire(s, key, owner, ttl, text, checked_limit, waiting, plain)
@@ -156,12 +159,18 @@ def _plain_acquire(
     return _guarded_acquire(s, key, owner, s.acquire_params(key, owner, ttl, text, lock_wait_ms), waiting)
 
 
-def _named_refusal(s: LeaseStatements, key: str, plain: Plan[AcquireResult]) -> Plan[AcquireResult]:
-    # Refused by a semaphore's head (owner ''): the refusal names its oldest holder instead.
-    result = yield from plain
-    if result.acquired or result.owner != "":
-        return result
-    return (yield from transactional.slot_refusal(s, key))
+def _named_refusal(s: LeaseStatements, key: str, plain: Callable[[], Plan[AcquireResult]]) -> Plan[AcquireResult]:
+    # Refused by a semaphore's head (owner ''): the refusal names its oldest holder instead. A head
+    # that names none is stale (docs/statements.md, "Stale heads"): refreshed, then asked once more.
+    for attempt in range(2):
+        result = yield from plain()
+        if result.acquired or result.owner != "":
+            return result
+        refusal = yield from transactional.slot_refusal(s, key)
+        if refusal.owner is not None or attempt:
+            break
+        yield from transactional.slot_refresh_head(s, key)
+    return refusal
 
 
 def _slot_acquire(
@@ -172,7 +181,7 @@ def _slot_acquire(
     text: str | None,
     limit: int,
     waiting: bool,
-    plain: Plan[AcquireResult],
+    plain: Callable[[], Plan[AcquireResult]],
 ) -> Plan[AcquireResult]:
     result = yield from transactional.slot_acquire(s, key, owner, ttl, text, limit, waiting)
     if result is transactional.PLAIN:  # the owner's own plain lease: re-acquired as such
@@ -484,20 +493,32 @@ def acquire_keys(
     None)``). ``lock_wait_ms`` as :func:`acquire`'s. ``TypeError``/``ValueError`` before any I/O."""
     stored, owner = _stored_keys(keys), validate_owner(owner)
     ttl, text = s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data)
-    if s.transactional:
-        plan = transactional.acquire_keys(s, stored, owner, ttl, text, lock_wait_ms)
-    else:
+
+    def plan() -> Plan[list[AcquireResult]]:
+        if s.transactional:
+            return transactional.acquire_keys(s, stored, owner, ttl, text, lock_wait_ms)
         params = s.acquire_params(s.keys_param(sorted(stored)), owner, ttl, text, lock_wait_ms)
-        plan = _acquire_keys(s, stored, owner, params)
+        return _acquire_keys(s, stored, owner, params)
+
     return _keys_named(s, stored, plan)
 
 
-def _keys_named(s: LeaseStatements, keys: list[str], plan: Plan[list[AcquireResult]]) -> Plan[list[AcquireResult]]:
+def _keys_named(
+    s: LeaseStatements, keys: list[str], plan: Callable[[], Plan[list[AcquireResult]]]
+) -> Plan[list[AcquireResult]]:
     # A key refused by a semaphore's head (owner ''): its refusal names the oldest holder instead.
-    results = yield from plan
-    for i, result in enumerate(results):
-        if not result.acquired and result.owner == "":
-            results[i] = yield from transactional.slot_refusal(s, keys[i])
+    # Refused only by stale heads (none names a holder): they are refreshed, then the call runs once more.
+    for attempt in range(2):
+        results = yield from plan()
+        stale = []
+        for i, result in enumerate(results):
+            if not result.acquired and result.owner == "":
+                results[i] = yield from transactional.slot_refusal(s, keys[i])
+                stale += [keys[i]] if results[i].owner is None else []
+        if attempt or not stale or any(result.owner is not None for result in results):
+            return results
+        for key in stale:
+            yield from transactional.slot_refresh_head(s, key)
     return results
 
 
