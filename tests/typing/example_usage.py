@@ -143,6 +143,10 @@ async def several_keys_on_every_provider(url: str) -> None:
     sync_faces: list[SyncHoldsSeveralKeys] = [SyncSqlLeaseProvider(url), SyncInMemoryLeaseProvider()]
     assert_type(sync_faces[0].release_leases(["a", "b"], "me", fences=[3, 4]), int)
     assert_type(await async_faces[0].release_leases(["a", "b"], "me", fences=[3, 4]), int)
+    async with InMemoryLeaseProvider().hold_all(["a", "b"], ttl_ms=5_000, wait=True, timeout_s=10) as both:
+        assert_type(both.fences, dict[str, int | None])
+    with SyncInMemoryLeaseProvider().hold_all(["a", "b"], ttl_ms=5_000, wait=True, timeout_s=10) as held:
+        assert_type(held.fences, dict[str, int | None])
 
 
 # -- @leased: sync functions on a sync provider, async functions on an async provider -------------
