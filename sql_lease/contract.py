@@ -270,6 +270,29 @@ class RenewsWithLeaseInfo(Protocol):
         ...
 
 
+@runtime_checkable
+class HoldsSeveralKeys(Protocol):
+    """Optional: all-or-nothing calls on several keys (1 to ``MAX_KEYS`` distinct keys), what
+    ``hold_all()`` needs; the bundled providers have them. ``fences`` (one fencing token per key, in
+    the order of ``keys``) limits a release or renewal to those tenures, so a newer tenure of the same
+    owner id is never touched; ``TypeError``/``ValueError`` for bad input before anything is sent."""
+
+    async def acquire_leases(self, keys: Sequence[str], owner: str, ttl_ms: int | float) -> list[AcquireResult]:
+        """Every key for ``owner`` for ``ttl_ms`` ms, or none; the results in the order of ``keys``."""
+        ...
+
+    async def release_leases(self, keys: Sequence[str], owner: str, *, fences: Sequence[int] | None = None) -> int:
+        """Release ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given); how many were released."""
+        ...
+
+    async def renew_leases(
+        self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, fences: Sequence[int] | None = None
+    ) -> list[bool]:
+        """Renew ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given) for ``ttl_ms`` ms;
+        whether each was renewed, in the order of ``keys``."""
+        ...
+
+
 class ReleaseWaiter(Protocol):
     """One waiter on one key, made by ``ReleaseWaiters.release_waiter`` (an async context manager:
     entering registers for wake-ups before the first attempt, so none is lost)."""
@@ -325,6 +348,19 @@ class SyncLeaseProvider(Protocol):
     def renew_lease(self, key: str, owner: str, ttl_ms: int | float) -> bool: ...
 
     def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int | float) -> bool: ...
+
+
+class SyncHoldsSeveralKeys(Protocol):
+    """The all-or-nothing calls of :class:`HoldsSeveralKeys` as plain (blocking) functions: what the
+    synchronous ``hold_all()`` needs (the bundled providers also take a keyword ``timeout_s``)."""
+
+    def acquire_leases(self, keys: Sequence[str], owner: str, ttl_ms: int | float) -> list[AcquireResult]: ...
+
+    def release_leases(self, keys: Sequence[str], owner: str, *, fences: Sequence[int] | None = None) -> int: ...
+
+    def renew_leases(
+        self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, fences: Sequence[int] | None = None
+    ) -> list[bool]: ...
 
 
 class SyncReleaseWaiter(Protocol):

@@ -97,16 +97,16 @@ class NoopLeaseProvider(LeaseProviderBase):
         validate_owner(owner), validate_ttl_ms(ttl_ms), encode_data(data)
         return [AcquireResult(acquired=True, owner=owner) for _ in checked]
 
-    async def release_leases(self, keys: Sequence[str], owner: str) -> int:
+    async def release_leases(self, keys: Sequence[str], owner: str, *, fences: Sequence[int] | None = None) -> int:
         checked = validate_keys(keys)
-        validate_owner(owner)
+        validate_owner(owner), validate_fences(fences, len(checked))
         return len(checked)
 
     async def renew_leases(
         self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, fences: Sequence[int] | None = None
     ) -> list[bool]:
         checked = validate_keys(keys)
-        validate_owner(owner), validate_ttl_ms(ttl_ms)
+        validate_owner(owner), validate_ttl_ms(ttl_ms), validate_fences(fences, len(checked))
         return [True for _ in checked]
 
 
@@ -278,10 +278,11 @@ class MemoryLeases:
                 return [AcquireResult(False, None) if refusal is None else refusal for refusal in refusals]
             return [self._grant(key, owner, ttl, text, now) for key in checked]
 
-    def release_many(self, keys: object, owner: object) -> int:
-        """How many of ``owner``'s unexpired leases on ``keys`` were released."""
+    def release_many(self, keys: object, owner: object, fences: object = None) -> int:
+        """How many of ``owner``'s unexpired leases on ``keys`` (of ``fences``' tenures, if given) were released."""
         checked, owner = validate_keys(keys), validate_owner(owner)
-        return sum(self.release(key, owner) for key in checked)
+        tenures = validate_fences(fences, len(checked))
+        return sum(self.release(key, owner, fence) for key, fence in zip(checked, tenures, strict=True))
 
     def renew_keys(self, keys: object, owner: object, ttl_ms: object, fences: object = None) -> list[bool]:
         """Whether each of ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given) was renewed."""
@@ -492,9 +493,10 @@ class InMemoryLeaseProvider(LeaseProviderBase):
         ``SqlLeaseProvider.acquire_leases``. ``TypeError``/``ValueError`` for bad input; nothing changes."""
         return self._leases.acquire_many(keys, owner, ttl_ms, data)
 
-    async def release_leases(self, keys: Sequence[str], owner: str) -> int:
-        """Release ``owner``'s leases on ``keys``; how many unexpired ones were released."""
-        return self._leases.release_many(keys, owner)
+    async def release_leases(self, keys: Sequence[str], owner: str, *, fences: Sequence[int] | None = None) -> int:
+        """Release ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given: one fence per key, in
+        order); how many unexpired ones were released."""
+        return self._leases.release_many(keys, owner, fences)
 
     async def renew_leases(
         self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, fences: Sequence[int] | None = None
@@ -650,9 +652,12 @@ class SyncInMemoryLeaseProvider(SyncLeaseProviderBase):
         ``SqlLeaseProvider.acquire_leases``."""
         return self._leases.acquire_many(keys, owner, ttl_ms, data)
 
-    def release_leases(self, keys: Sequence[str], owner: str, *, timeout_s: float | None = None) -> int:
-        """Release ``owner``'s leases on ``keys``; how many unexpired ones were released."""
-        return self._leases.release_many(keys, owner)
+    def release_leases(
+        self, keys: Sequence[str], owner: str, *, fences: Sequence[int] | None = None, timeout_s: float | None = None
+    ) -> int:
+        """Release ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given: one fence per key, in
+        order); how many unexpired ones were released."""
+        return self._leases.release_many(keys, owner, fences)
 
     def renew_leases(
         self,

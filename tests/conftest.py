@@ -151,6 +151,19 @@ async def sql_provider(request: pytest.FixtureRequest, tmp_path: os.PathLike[str
     await made.close()
 
 
+@pytest.fixture(params=PROVIDER_KINDS[1:])
+async def backend(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> dict[str, str]:
+    """Where processes of a test meet, each SQL backend in turn: ``{"url": ..., "schema": ...}`` of a
+    migrated SQLite file (schema ``""``), the session's PostgreSQL schema or MySQL database."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/shared.db"
+        async with SqlLeaseProvider(url) as provider:
+            await provider.migrate()
+        return {"url": url, "schema": ""}
+    url, schema = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_schema")
+    return {"url": url, "schema": schema}
+
+
 @pytest.fixture
 def key() -> str:
     """A key no other test uses."""

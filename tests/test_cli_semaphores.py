@@ -62,6 +62,9 @@ def test_exec_with_a_limit_is_refused_when_every_slot_is_held(tmp_path: Path) ->
     seed(url, key, ["a", "b"], limit=2)
     refused = run_cli(["exec", key, "--limit", "2", "--", "touch", str(tmp_path / "ran")], tmp_path)
     assert refused.returncode == 75 and "held by 'a'" in refused.stderr, refused.stderr
+    assert "2 of 2 slots held: 'a', 'b'" in refused.stderr, refused.stderr
+    waited = run_cli(["exec", key, "--limit", "2", "--wait", "--timeout", "0.3s", "--", "true"], tmp_path)
+    assert waited.returncode == 75 and "2 of 2 slots held: 'a', 'b'" in waited.stderr, waited.stderr
     ran = run_cli(["exec", key, "--limit", "3", "--", "sh", "-c", 'echo "fence=$SQL_LEASE_FENCE"'], tmp_path)
     assert ran.returncode == 0 and int(ran.stdout.strip().removeprefix("fence=")) > 0, ran.stderr
     plain = run_cli(["exec", key, "--", "true"], tmp_path)  # a plain run of a semaphore key
@@ -108,6 +111,7 @@ def url_with_holders(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch
             asyncio.run(memory.acquire_lease("sem", owner, 600_000, limit=3, data={"o": owner}))
         asyncio.run(memory.acquire_lease("plain", "p", 600_000))
         monkeypatch.setattr("sql_lease.cli.view_commands.open_provider", lambda *args, **kwargs: memory)
+        monkeypatch.setattr("sql_lease.cli.lease_commands.open_provider", lambda *args, **kwargs: memory)
         return url
 
     async def migrate() -> None:
@@ -153,3 +157,24 @@ def test_show_and_status_show_every_holder(url_with_holders: str) -> None:
     assert status.exit_code == 0 and "held by a (fence" in status.stdout and "and 2 more holders" in status.stdout
     free = invoke(["show", "nothing", "--json", "--url", url_with_holders])
     assert free.exit_code == 1 and json.loads(free.stdout) is None
+
+
+def test_break_names_every_holder_of_a_semaphore_it_broke(url_with_holders: str) -> None:
+    broken = invoke(["break", "sem", "--yes", "--url", url_with_holders])
+    assert broken.exit_code == 0
+    assert broken.stdout.startswith("broke sem, a semaphore: 3 holders: a (fence "), broken.stdout
+    assert [part.split()[0] for part in broken.stdout.split(": ", 2)[2].split("), ")] == ["a", "b", "c"]
+    assert invoke(["show", "sem", "--url", url_with_holders]).exit_code == 1
+    assert invoke(["show", "plain", "--url", url_with_holders]).exit_code == 0  # another key: left alone
+
+
+def test_break_json_lists_every_holder_of_a_semaphore(url_with_holders: str) -> None:
+    before = json.loads(invoke(["show", "sem", "--json", "--url", url_with_holders]).stdout)["holders"]
+    broken = invoke(["break", "sem", "--yes", "--json", "--url", url_with_holders])
+    assert broken.exit_code == 0
+    value = json.loads(broken.stdout)
+    assert value["owner"] == "a" and [(h["owner"], h["fence"]) for h in value["holders"]] == [
+        (h["owner"], h["fence"]) for h in before
+    ]
+    plain = json.loads(invoke(["break", "plain", "--yes", "--json", "--url", url_with_holders]).stdout)
+    assert plain["owner"] == "p" and [h["owner"] for h in plain["holders"]] == ["p"]

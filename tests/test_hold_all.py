@@ -129,3 +129,175 @@ async def test_providers_have_a_hold_all_shortcut_on_both_faces() -> None:
     with sync_leases.hold_all(["s:1", "s:2"], "b", ttl_ms=TTL):
         assert sync_leases.get_lease_owner("s:2") == "b"
     assert sync_leases.get_lease_owner("s:2") is None
+
+
+# -- an owner id that comes back (issue 24): a stale hold_all() exit frees only its own tenures --
+
+
+async def test_an_old_hold_all_exit_leaves_a_newer_tenure_of_the_same_owner(provider: Any, key: str) -> None:
+    keys = [f"{key}:a", f"{key}:b"]
+    async with hold_all(provider, keys, "job", TTL, renew_every_ms=TTL // 2, on_lost="flag") as old:
+        await provider.break_lease(keys[0])  # the old tenure of keys[0] ends; a retried job reuses the name
+        newer = await provider.acquire_lease(keys[0], "job", TTL)
+        assert newer.acquired and newer.fence != old.fences[keys[0]]
+    lease = await provider.get_lease(keys[0])
+    assert lease is not None and (lease.owner, lease.fence) == ("job", newer.fence)
+    assert await provider.get_lease_owner(keys[1]) is None  # its own tenure: released
+
+
+def test_sync_an_old_hold_all_exit_leaves_a_newer_tenure_of_the_same_owner(sync_provider: Any, key: str) -> None:
+    keys = [f"{key}:a", f"{key}:b"]
+    with sync_hold_all(sync_provider, keys, "job", TTL, renew_every_ms=TTL // 2, on_lost="flag") as old:
+        sync_provider.break_lease(keys[1])
+        newer = sync_provider.acquire_lease(keys[1], "job", TTL)
+        assert newer.acquired and newer.fence != old.fences[keys[1]]
+    lease = sync_provider.get_lease(keys[1])
+    assert lease is not None and (lease.owner, lease.fence) == ("job", newer.fence)
+    assert sync_provider.get_lease_owner(keys[0]) is None
+
+
+async def test_release_leases_with_fences_frees_only_those_tenures(provider: Any, key: str) -> None:
+    keys = [f"{key}:a", f"{key}:b", f"{key}:c"]
+    granted = await provider.acquire_leases(keys, "job", TTL)
+    fences = [result.fence for result in granted]
+    stale = [fences[0], fences[1] + 1_000, fences[2]]
+    assert await provider.release_leases(keys, "job", fences=stale) == 2
+    assert [await provider.get_lease_owner(k) for k in keys] == [None, "job", None]
+    assert await provider.release_leases(keys[1:2], "job", fences=[fences[1]]) == 1
+    assert await provider.get_lease_owner(keys[1]) is None
+
+
+async def test_release_leases_with_fences_frees_only_that_slot_of_a_semaphore(provider: Any, key: str) -> None:
+    slot = await provider.acquire_lease(key, "job", TTL, limit=2)
+    assert slot.acquired
+    assert await provider.release_leases([key], "job", fences=[slot.fence + 1_000]) == 0
+    assert [h.owner for h in await provider.get_lease_holders(key)] == ["job"]
+    assert await provider.release_leases([key], "job", fences=[slot.fence]) == 1
+    assert await provider.get_lease_holders(key) == []
+
+
+def test_sync_release_leases_with_fences_frees_only_those_tenures(sync_provider: Any, key: str) -> None:
+    keys = [f"{key}:a", f"{key}:b"]
+    fences = [result.fence for result in sync_provider.acquire_leases(keys, "job", TTL)]
+    assert sync_provider.release_leases(keys, "job", fences=[fences[0] + 1_000, fences[1]]) == 1
+    assert [sync_provider.get_lease_owner(k) for k in keys] == ["job", None]
+
+
+BAD_FENCES = [
+    ([1], ValueError),
+    ([1, 2, 3], ValueError),
+    ([1, 0], ValueError),
+    ([1, True], TypeError),
+    ("12", TypeError),
+]
+
+
+@pytest.mark.parametrize(("fences", "error"), BAD_FENCES)
+async def test_release_leases_refuses_bad_fences_before_any_sql(
+    provider: Any, key: str, fences: Any, error: type[Exception]
+) -> None:
+    keys = [f"{key}:a", f"{key}:b"]
+    await provider.acquire_leases(keys, "job", TTL)
+    with pytest.raises(error):
+        await provider.release_leases(keys, "job", fences=fences)
+    assert [await provider.get_lease_owner(k) for k in keys] == ["job", "job"]
+
+
+@pytest.mark.parametrize(("fences", "error"), BAD_FENCES)
+def test_sync_release_leases_refuses_bad_fences_before_any_sql(
+    sync_provider: Any, key: str, fences: Any, error: type[Exception]
+) -> None:
+    keys = [f"{key}:a", f"{key}:b"]
+    sync_provider.acquire_leases(keys, "job", TTL)
+    with pytest.raises(error):
+        sync_provider.release_leases(keys, "job", fences=fences)
+    assert [sync_provider.get_lease_owner(k) for k in keys] == ["job", "job"]
+
+
+async def test_the_noop_provider_checks_fences_as_the_others_do() -> None:
+    from sql_lease import NoopLeaseProvider
+
+    noop = NoopLeaseProvider()
+    assert await noop.release_leases(["a", "b"], "job", fences=[1, 2]) == 2
+    with pytest.raises(ValueError):
+        await noop.release_leases(["a", "b"], "job", fences=[1])
+    with pytest.raises(TypeError):
+        await noop.renew_leases(["a"], "job", TTL, fences=[True])
+
+
+# -- hold_all(wait=True, timeout_s=...): all or nothing, waiting as hold(wait=True) waits --
+
+
+async def test_hold_all_waits_for_a_holder_to_release_and_never_holds_part_meanwhile(provider: Any, key: str) -> None:
+    keys = [f"{key}:free", f"{key}:held"]
+    await provider.acquire_lease(keys[1], "bob", TTL)
+
+    async def enter() -> dict[str, int | None]:
+        async with hold_all(provider, keys, "alice", TTL, wait=True, timeout_s=10) as held:
+            assert [await provider.get_lease_owner(k) for k in keys] == ["alice", "alice"]
+            return held.fences
+
+    waiting = asyncio.ensure_future(enter())
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert await provider.get_lease_owner(keys[0]) is None  # no partial set while waiting
+    assert await provider.release_lease(keys[1], "bob")
+    fences = await asyncio.wait_for(waiting, 10)
+    assert set(fences) == set(keys)
+    assert [await provider.get_lease_owner(k) for k in keys] == [None, None]
+
+
+async def test_hold_all_wait_times_out_with_the_error_hold_wait_raises(provider: Any, key: str) -> None:
+    from sql_lease import hold
+
+    keys = [f"{key}:free", f"{key}:held"]
+    bob = await provider.acquire_lease(keys[1], "bob", TTL)
+    with pytest.raises(LeaseNotAcquiredError) as single:
+        async with hold(provider, keys[1], "alice", TTL, wait=True, timeout_s=0.2):
+            pytest.fail("entered")
+    with pytest.raises(LeaseNotAcquiredError) as several:
+        async with hold_all(provider, keys, "alice", TTL, wait=True, timeout_s=0.2):
+            pytest.fail("entered")
+    for error in (single.value, several.value):
+        assert (error.key, error.holder, error.fence) == (keys[1], "bob", bob.fence)
+        assert error.waited_s is not None and "after waiting" in str(error)
+    assert await provider.get_lease_owner(keys[0]) is None
+
+
+def test_sync_hold_all_waits_for_a_holder_to_release(sync_provider: Any, key: str) -> None:
+    import threading
+
+    keys = [f"{key}:free", f"{key}:held"]
+    sync_provider.acquire_lease(keys[1], "bob", TTL)
+    entered: list[list[str | None]] = []
+
+    def enter() -> None:
+        with sync_hold_all(sync_provider, keys, "alice", TTL, wait=True, timeout_s=10):
+            entered.append([sync_provider.get_lease_owner(k) for k in keys])
+
+    waiter = threading.Thread(target=enter)
+    waiter.start()
+    time.sleep(0.3)
+    assert not entered and sync_provider.get_lease_owner(keys[0]) is None
+    assert sync_provider.release_lease(keys[1], "bob")
+    waiter.join(10)
+    assert entered == [["alice", "alice"]]
+
+
+def test_sync_hold_all_wait_times_out_with_the_error_hold_wait_raises(sync_provider: Any, key: str) -> None:
+    from sql_lease.sync_holding import hold as sync_hold
+
+    keys = [f"{key}:free", f"{key}:held"]
+    bob = sync_provider.acquire_lease(keys[1], "bob", TTL)
+    errors = []
+    for holding in (
+        lambda: sync_hold(sync_provider, keys[1], "alice", TTL, wait=True, timeout_s=0.2),
+        lambda: sync_hold_all(sync_provider, keys, "alice", TTL, wait=True, timeout_s=0.2),
+    ):
+        with pytest.raises(LeaseNotAcquiredError) as refused, holding():
+            pytest.fail("entered")
+        errors.append(refused.value)
+    for error in errors:
+        assert (error.key, error.holder, error.fence) == (keys[1], "bob", bob.fence)
+        assert error.waited_s is not None and "after waiting" in str(error)
+    assert sync_provider.get_lease_owner(keys[0]) is None

@@ -11,7 +11,6 @@ import random
 import time
 import uuid
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,25 +52,9 @@ def hammer(url: str, schema: str, prefix: str, worker: int) -> dict[str, Any]:
     return {"grants": grants, "refusals": refusals, "partial": partial, "slowest": slowest}
 
 
-def _setup(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    if kind == "sqlite":
-        url = f"sqlite:///{tmp_path}/multikey.db"
-        with SyncSqlLeaseProvider(url) as provider:
-            provider.migrate()
-        return url, ""
-    fixture = "mysql_db" if kind == "mysql" else "pg_schema"
-    return request.getfixturevalue(fixture)  # type: ignore[no-any-return]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "kind",
-    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.mysql)],
-)
-def test_overlapping_all_or_nothing_acquires_never_share_a_key(
-    kind: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
-    url, schema = _setup(kind, request, tmp_path)
+def test_overlapping_all_or_nothing_acquires_never_share_a_key(backend: dict[str, str]) -> None:
+    url, schema = backend["url"], backend["schema"]
     prefix = f"multi-{uuid.uuid4().hex[:8]}"
     with multiprocessing.get_context("spawn").Pool(WORKERS) as pool:
         outcomes = pool.starmap(hammer, [(url, schema, prefix, i) for i in range(WORKERS)])

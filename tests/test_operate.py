@@ -150,8 +150,7 @@ async def test_statements_sent(sql_provider: SqlLeaseProvider, key: str) -> None
     s = sql_provider.statements
     broke = [s.steps["begin"], s.break_lease, s.steps["commit"]] if s.transactional else [s.break_lease]
     probe = [s.slots["slot_begin"], s.slots["slot_lock_only_head"], s.slots["slot_commit"]]  # a semaphore's head?
-    expanded = {s.slots["slot_holders"], s.slots.get("slot_rows")}  # other tests' semaphores in the shared table
-    assert [sql for sql, _ in seen if sql not in expanded] == [s.list_leases, s.list_all, *probe, *broke]
+    assert [sql for sql, _ in seen] == [s.list_leases, s.list_all, *probe, *broke]  # semaphores listed in one
     assert seen[0][1] == (key, False, 1000, prefix_upper_bound(key))
 
 
@@ -343,3 +342,44 @@ def test_sync_bad_break_fence_sends_no_sql(sync_provider: Any, key: str, bad: An
     with pytest.raises(expected):
         sync_provider.break_lease(key, fence=bad)
     assert counter.count == 0
+
+
+# -- list_leases: one statement per page, semaphores expanded in it (no query per head) --
+
+
+def _semaphores(key: str) -> list[tuple[str, str]]:
+    """(key, owner) of three semaphores of two holders each and a plain lease, under ``key``."""
+    return [(f"{key}:s{i}", owner) for i in range(3) for owner in ("a", "b")] + [(f"{key}:z", "p")]
+
+
+async def test_list_leases_sends_one_statement_however_many_semaphores(
+    sql_provider: SqlLeaseProvider, key: str
+) -> None:
+    held = _semaphores(key)
+    for name, owner in held:
+        limit = 1 if name.endswith(":z") else 2
+        assert (await sql_provider.acquire_lease(name, owner, TTL, limit=limit, data={"o": owner})).acquired
+    await sql_provider.acquire_lease(f"{key}:s0", "gone", 1, limit=3)  # an expired slot, listed with --all
+    await asyncio.sleep(0.05)
+    seen: list[str] = []
+    sql_provider.on_statement(lambda sql, params: seen.append(sql))
+    listed = await sql_provider.list_leases(prefix=key)
+    assert [(lease.key, lease.owner) for lease in listed] == held
+    assert [lease.data for lease in listed] == [{"o": owner} for _, owner in held]
+    assert all(lease.remaining_ms > 0 and lease.fence for lease in listed)
+    everything = await sql_provider.list_leases(prefix=key, include_expired=True)
+    assert [(lease.key, lease.owner) for lease in everything] == [held[0], held[1], (f"{key}:s0", "gone"), *held[2:]]
+    assert [(lease.key, lease.owner) for lease in await sql_provider.list_leases(prefix=key, limit=3)] == held[:3]
+    await sql_provider.list_leases()  # the shared table: other tests' semaphores too, in the one statement
+    s = sql_provider.statements
+    assert seen == [s.list_leases, s.list_leases, s.list_leases, s.list_all]
+
+
+def test_sync_list_leases_sends_one_statement_however_many_semaphores(sync_sql_provider: Any, key: str) -> None:
+    held = _semaphores(key)
+    for name, owner in held:
+        assert sync_sql_provider.acquire_lease(name, owner, TTL, limit=1 if name.endswith(":z") else 2).acquired
+    seen: list[str] = []
+    sync_sql_provider.on_statement(lambda sql, params: seen.append(sql))
+    assert [(lease.key, lease.owner) for lease in sync_sql_provider.list_leases(prefix=key)] == held
+    assert seen == [sync_sql_provider.statements.list_leases]

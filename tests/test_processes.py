@@ -17,17 +17,6 @@ WORKER = Path(__file__).with_name("support") / "fault_worker.py"
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/shared.db"
-        async with SqlLeaseProvider(url) as provider:
-            await provider.migrate()
-        return {"url": url, "schema": ""}
-    url, schema = request.getfixturevalue("pg_schema")
-    return {"url": url, "schema": schema}
-
-
 @pytest.mark.slow
 def test_processes_never_share_a_key(backend: dict[str, str], tmp_path: Path) -> None:
     workers, keys, duration = 6, 3, 3.0

@@ -387,3 +387,28 @@ async def test_release_and_renew_of_several_keys_reach_the_owners_slots(face: An
     assert [h.owner for h in await face.get_lease_holders(key)] == ["b"]
     assert await face.get_lease_owner(plain) is None
     assert await face.release_leases([key, plain], "a") == 0
+
+
+# -- a head whose only slot was re-acquired with a shorter TTL (tests/test_properties.py found it) --
+
+
+async def test_a_plain_acquire_takes_a_key_whose_only_slot_was_shortened_and_expired(face: Any, key: str) -> None:
+    """PostgreSQL's slot function raised the head's expiry to the longest it had seen, never lowered it
+    when the holder re-acquired its slot with a shorter TTL: once that slot expired the head still
+    refused plain acquires for the old TTL, naming nobody, while no one held the key."""
+    assert (await face.acquire_lease(key, "alice", TTL, limit=2)).acquired
+    assert (await face.acquire_lease(key, "alice", 1, limit=2)).acquired  # the same slot, now 1 ms
+    await asyncio.sleep(0.02)
+    assert await face.get_lease_holders(key) == []
+    taken = await face.acquire_lease(key, "bob", TTL)
+    assert (taken.acquired, taken.owner) == (True, "bob"), taken
+    assert [h.owner for h in await face.get_lease_holders(key)] == ["bob"]
+
+
+async def test_acquire_leases_takes_a_key_whose_only_slot_was_shortened_and_expired(face: Any, key: str) -> None:
+    assert (await face.acquire_lease(key, "alice", TTL, limit=3)).acquired
+    assert (await face.acquire_lease(key, "alice", 1, limit=3)).acquired
+    await asyncio.sleep(0.02)
+    results = await face.acquire_leases([key, key + ":other"], "bob", TTL)
+    assert [r.acquired for r in results] == [True, True], results
+    assert await face.get_lease_owner(key) == "bob"

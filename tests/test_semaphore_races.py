@@ -22,23 +22,6 @@ REPO = Path(__file__).resolve().parent.parent
 LIMIT = 3
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql", marks=pytest.mark.mysql),
-    ]
-)
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/shared.db"
-        async with SqlLeaseProvider(url) as provider:
-            await provider.migrate()
-        return {"url": url, "schema": ""}
-    url, schema = request.getfixturevalue("mysql_db" if request.param == "mysql" else "pg_schema")
-    return {"url": url, "schema": schema}
-
-
 def _lines(results: list[tuple[int, str, str]]) -> list[dict[str, Any]]:
     lines = []
     for code, out, err in results:

@@ -20,7 +20,7 @@ from ..holding.rules import Handoff, fence_kw, limit_kw
 from .exits import EX_TEMPFAIL, EXIT_LEASE_LOST, fail
 from .options import DURATION, data_option, parse_data, schema_option, table_option, url_option
 from .render import expiry_words, printable
-from .runner import is_embedded_sqlite, open_provider, run
+from .runner import is_embedded_sqlite, lease_holders, open_provider, run
 from .supervisor import Ending, Signals, Supervision, poll, run_in_group
 
 
@@ -283,7 +283,8 @@ async def _exec(provider: Any, url: str, opts: _ExecOptions) -> int:
                 return signals.exit_code()
             except LeaseNotAcquiredError as exc:
                 if not opts.quiet:
-                    click.echo(f"sql-lease: {printable(exc)}", err=True)
+                    slots = await _slots_held(provider, opts) if not isinstance(exc, _SameOwnerError) else ""
+                    click.echo(f"sql-lease: {printable(exc)}{slots}", err=True)
                 return opts.conflict_exit_code
     except asyncio.CancelledError:  # while the provider opened or closed
         if not signals.take_cancellation():
@@ -291,6 +292,23 @@ async def _exec(provider: Any, url: str, opts: _ExecOptions) -> int:
         return signals.exit_code()
     finally:
         signals.close()
+
+
+_NAMED_HOLDERS = 10  # a refusal names at most this many slot holders
+
+
+async def _slots_held(provider: Any, opts: _ExecOptions) -> str:
+    """For a refused ``--limit N`` run: "; K of N slots held: 'a', 'b'" as the database has them now
+    (empty for a plain run, or if they cannot be read: the refusal itself is what matters)."""
+    if opts.limit == 1:
+        return ""
+    try:
+        holders = await lease_holders(provider, opts.key)
+    except Exception:
+        return ""
+    named = ", ".join(printable(repr(lease.owner)) for lease in holders[:_NAMED_HOLDERS])
+    more = f" and {len(holders) - _NAMED_HOLDERS} more" if len(holders) > _NAMED_HOLDERS else ""
+    return f"; {len(holders)} of {opts.limit} slots held: {named}{more}" if holders else ""
 
 
 async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: Signals, taken: _Taken) -> int:

@@ -29,7 +29,7 @@ from .options import (
     validated,
 )
 from .render import describe_lease, expires_in, lease_json, print_json, printable
-from .runner import is_embedded_sqlite, open_provider, run
+from .runner import is_embedded_sqlite, lease_holders, open_provider, run
 
 
 @click.command(name="break")
@@ -55,7 +55,8 @@ def break_(
     fence; the holder, if it still runs, has its next renewal refused. Asks first on a terminal,
     and then breaks only the tenure it showed (its fence); without a terminal it refuses unless
     --yes is given. With --fence N it breaks only that tenure: a lease that changed hands since is
-    left alone (exit 1, naming its holder).
+    left alone (exit 1, naming its holder). A semaphore key: every holder, each by its fence, each
+    one broken named.
     """
     validated(lambda: validate_key(key))
     if fence is not None:
@@ -64,28 +65,21 @@ def break_(
         fail(2, f"refusing to break lease {printable(repr(key))} without --yes: stdin is not a terminal")
     provider = open_provider(url, table_name, schema)
 
-    async def main() -> tuple[Any, bool, Any]:
-        """(the lease broken, confirmed, the current lease when the tenure to break was not there)."""
+    async def main() -> tuple[list[Any], bool, Any]:
+        """(the leases broken, confirmed, the current lease when the tenure to break was not there)."""
         async with provider:
-            expected = fence
-            if not yes:
-                current = await provider.get_lease(key)
-                if current is None:
-                    return None, True, None
-                if fence is not None and current.fence != fence:
-                    return None, True, current
-                click.echo(describe_lease(current))
-                if not click.confirm("Break it? Its holder loses it at its next renewal", default=False):
-                    return None, False, None
-                expected = current.fence  # the tenure shown, not whoever holds the key by now
-            broken = await provider.break_lease(key, fence=expected)
-            if broken is None and expected is not None:
-                return None, True, await provider.get_lease(key)
-            return broken, True, None
+            if fence is None:
+                holders = await lease_holders(provider, key)
+                if len(holders) > 1:
+                    return *(await _break_holders(provider, key, holders, yes)), None
+            broken, confirmed, now = await _break_one(provider, key, fence, yes)
+            return ([] if broken is None else [broken]), confirmed, now
 
-    broken, confirmed, now = run(main)
+    every, confirmed, now = run(main)
+    broken = every[0] if every else None
     if as_json:
-        print_json(None if broken is None else lease_json(broken, read_row=False))
+        holders = [lease_json(lease, read_row=False) for lease in every]
+        print_json(None if broken is None else {**lease_json(broken, read_row=False), "holders": holders})
     if broken is None and now is not None:
         fail(
             1,
@@ -94,6 +88,11 @@ def break_(
         )
     if as_json:
         pass  # printed above
+    elif len(every) > 1:
+        named = ", ".join(
+            f"{printable(lease.owner)} (fence {lease.fence}, {expires_in(lease.remaining_ms)} left)" for lease in every
+        )
+        click.echo(f"broke {printable(key)}, a semaphore: {len(every)} holders: {named}")
     elif broken is not None:
         left = expires_in(broken.remaining_ms)
         click.echo(
@@ -105,6 +104,37 @@ def break_(
     else:
         click.echo("not broken")
     sys.exit(0 if broken is not None else 1)
+
+
+async def _break_holders(provider: Any, key: str, holders: list[Any], yes: bool) -> tuple[list[Any], bool]:
+    """(every holder of a semaphore's key broken, each by its fence, so each one named was broken: a
+    slot let go or granted meanwhile is neither broken nor named; confirmed), asking first on a terminal."""
+    if not yes:
+        for lease in holders:
+            click.echo(describe_lease(lease))
+        if not click.confirm(f"Break all {len(holders)}? Each loses its slot at its next renewal", default=False):
+            return [], False
+    broken = [await provider.break_lease(key, fence=lease.fence) for lease in holders]
+    return [lease for lease in broken if lease is not None], True
+
+
+async def _break_one(provider: Any, key: str, fence: int | None, yes: bool) -> tuple[Any, bool, Any]:
+    """(the lease broken, confirmed, the current lease when the tenure to break was not there)."""
+    expected = fence
+    if not yes:
+        current = await provider.get_lease(key)
+        if current is None:
+            return None, True, None
+        if fence is not None and current.fence != fence:
+            return None, True, current
+        click.echo(describe_lease(current))
+        if not click.confirm("Break it? Its holder loses it at its next renewal", default=False):
+            return None, False, None
+        expected = current.fence  # the tenure shown, not whoever holds the key by now
+    broken = await provider.break_lease(key, fence=expected)
+    if broken is None and expected is not None:
+        return None, True, await provider.get_lease(key)
+    return broken, True, None
 
 
 def _not_ours(key: str, owner: str, fence: int | None = None) -> NoReturn:

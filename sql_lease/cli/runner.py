@@ -30,6 +30,15 @@ def open_provider(
         fail(EX_CONFIG, str(exc) + from_config_file())
 
 
+async def lease_holders(provider: Any, key: str) -> list[Any]:
+    """Every holder of ``key`` (``get_lease_holders``), or the lease of a provider without it."""
+    reader = getattr(provider, "get_lease_holders", None)
+    if callable(reader):
+        return list(await reader(key))
+    lease = await provider.get_lease(key)
+    return [] if lease is None else [lease]
+
+
 def run(main: Callable[[], Awaitable[T]]) -> T:
     """Run ``main`` and turn the library's errors into messages and exit codes."""
     try:

@@ -12,7 +12,7 @@ from ..contract import validate_key
 from .exits import EX_CONFIG, fail
 from .options import DURATION, json_option, schema_option, table_option, url_option, validated
 from .render import lease_cells, lease_json, print_json, printable, render_leases, rich_console
-from .runner import open_provider, run
+from .runner import lease_holders, open_provider, run
 
 
 @click.command()
@@ -153,12 +153,3 @@ def show(key: str, url: str, table_name: str, schema: str | None, as_json: bool)
             ):
                 click.echo(f"{label + ':':<12}{value}".rstrip())
     sys.exit(0 if holders else 1)
-
-
-async def lease_holders(provider: Any, key: str) -> list[Any]:
-    """Every holder of ``key`` (``get_lease_holders``), or the lease of a provider without it."""
-    reader = getattr(provider, "get_lease_holders", None)
-    if callable(reader):
-        return list(await reader(key))
-    lease = await provider.get_lease(key)
-    return [] if lease is None else [lease]

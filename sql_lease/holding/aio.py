@@ -874,15 +874,16 @@ class _Member(GroupMember, HeldLease):
 class HeldLeases(HeldKeys):
     """Several leases held, all or nothing, while an ``async with`` block runs; made by
     :func:`hold_all`, which takes the same arguments: ``HeldLeases(provider, keys, owner=None,
-    ttl_ms=15_000, *, renew_every_ms=None, on_lost="cancel", data=None)``.
+    ttl_ms=15_000, *, renew_every_ms=None, wait=False, timeout_s=None, on_lost="cancel", data=None)``.
 
     Entering takes every key with one ``acquire_leases`` (``LeaseNotAcquiredError`` naming the holder
-    of the first key that blocked; nothing is held then). Each key is then held as by ``hold()``:
+    of the first key that blocked; nothing is held then; ``wait=True``: one per attempt until all are
+    taken or ``timeout_s`` passes). Each key is then held as by ``hold()``:
     renewed with its own fencing token, and on a provider with ``renew_many`` by the one renewal
     batcher, so the keys of one block are renewed by one statement per interval. A loss of any key
     is the loss of the whole hold: ``lost`` is set, ``on_lost="cancel"`` cancels the block once, and
     leaving raises ``LeaseLostError`` as ``hold()`` does. Leaving releases every key with one
-    ``release_leases``.
+    ``release_leases`` carrying each key's fence, so it never frees a newer tenure of the same owner.
 
     Attributes: ``keys``, ``owner``, ``fences`` (each key's fencing token, by key), ``leases`` (the
     :class:`HeldLease` of each key, in the order of ``keys``), ``lost`` (an ``asyncio.Event``),
@@ -896,17 +897,21 @@ class HeldLeases(HeldKeys):
 
     async def __aenter__(self) -> HeldLeases:
         loop = asyncio.get_running_loop()
-        first = self.leases[0]
-        sent = loop.time()
-        try:
-            results = await self.provider.acquire_leases(  # type: ignore[attr-defined]
-                self.keys, self.owner, first._call_ttl_ms, **data_kw(first.data)
-            )
-        except NOTHING_TAKEN:
-            raise
-        except BaseException:  # the acquire may have committed: free what it took
-            self._release_in_background(self.keys)
-            raise
+        first, pacing = self.leases[0], self._pacing()
+        if pacing is not None:
+            pacing.start(loop.time())
+        while True:
+            sent = loop.time()
+            try:
+                results = await self._acquire_all(pacing, sent)
+            except NOTHING_TAKEN:
+                raise
+            except BaseException:  # the acquire may have committed: free what it took
+                self._release_in_background(self.keys)
+                raise
+            if pacing is None or all(result.acquired for result in results):
+                break
+            await asyncio.sleep(self._pause(results, pacing, loop.time()))
         due, late = self._granted(results, sent)
         if late is not None:  # the body must not start on leases about to be lost
             await self._release(self._group.take_releasing(), first._margin_s)
@@ -929,12 +934,24 @@ class HeldLeases(HeldKeys):
         if raised is not None:
             raise raised
 
+    async def _acquire_all(self, pacing: WaitingAcquire[Any] | None, sent: float) -> list[AcquireResult]:
+        """One ``acquire_leases`` of every key, sent at ``sent``; while waiting, bounded as a waiting
+        single key's attempt."""
+        first = self.leases[0]
+        limit = {} if pacing is None else _acquire_timeout_kw(self.provider, pacing.attempt_limit(sent))
+        attempt = self.provider.acquire_leases(  # type: ignore[attr-defined]
+            self.keys, self.owner, first._call_ttl_ms, **data_kw(first.data), **limit
+        )
+        return await _bounded(attempt, None if pacing is None else pacing.attempt_end(sent))  # type: ignore[no-any-return]
+
     async def _release(self, keys: list[str], limit_s: float | None) -> None:
         """Release ``keys`` in one statement, finishing it even if cancelled meanwhile; give up after
         ``limit_s`` seconds (None: the provider's own timeout)."""
         if not keys:
             return
-        release = asyncio.ensure_future(self.provider.release_leases(keys, self.owner))  # type: ignore[attr-defined]
+        release = asyncio.ensure_future(
+            self.provider.release_leases(keys, self.owner, **self._group.release_kw(keys))  # type: ignore[attr-defined]
+        )
         try:
             try:
                 await asyncio.wait({release}, timeout=limit_s)
@@ -951,7 +968,9 @@ class HeldLeases(HeldKeys):
                 log.error("releasing %d leases of %r failed: %s", len(keys), self.owner, failure)
 
     def _release_in_background(self, keys: list[str]) -> None:
-        release = asyncio.ensure_future(self.provider.release_leases(keys, self.owner))  # type: ignore[attr-defined]
+        release = asyncio.ensure_future(
+            self.provider.release_leases(keys, self.owner, **self._group.release_kw(keys))  # type: ignore[attr-defined]
+        )
         release.add_done_callback(_consume_result)
 
 
@@ -961,13 +980,15 @@ hold_all = shortcut(
     "hold_all",
     """Hold every key of ``keys`` (all or nothing) while an ``async with`` block runs, renewing them together.
 
-    ``hold_all(provider, keys, owner=None, ttl_ms=15_000, *, renew_every_ms=None, on_lost="cancel",
-    data=None)`` returns a :class:`HeldLeases`::
+    ``hold_all(provider, keys, owner=None, ttl_ms=15_000, *, renew_every_ms=None, wait=False,
+    timeout_s=None, on_lost="cancel", data=None)`` returns a :class:`HeldLeases`::
 
         async with hold_all(provider, ["account:1", "account:2"], ttl_ms=15_000) as leases:
             await move_money(fences=leases.fences)
 
     ``provider`` must have ``acquire_leases`` and ``release_leases`` (every provider of sql_lease).
-    ``LeaseNotAcquiredError`` when a key is held by another owner (nothing is held then); a loss of
-    any key is the loss of all (``lost``, ``check()``, ``LeaseLostError`` as ``hold()``).""",
+    ``LeaseNotAcquiredError`` when a key is held by another owner (nothing is held then); with
+    ``wait=True`` it waits until every key can be taken at once, at most ``timeout_s`` seconds (None:
+    no limit; polling, nothing held while waiting), then raises it as ``hold(wait=True)`` does. A
+    loss of any key is the loss of all (``lost``, ``check()``, ``LeaseLostError`` as ``hold()``).""",
 )

@@ -896,15 +896,21 @@ class HoldGroup:
         self.lost: Any = None  # the face's event, set once every member was declared lost
         self.releasing: list[str] = []
 
-    def refusal(self, results: Sequence[AcquireResult]) -> LeaseNotAcquiredError | None:
+    def refusal(self, results: Sequence[AcquireResult], waited_s: float | None = None) -> LeaseNotAcquiredError | None:
         """The error ``hold_all()`` raises for the answer of its ``acquire_leases`` (None: all
-        granted): the first key that blocked, naming its holder."""
+        granted): the first key that blocked, naming its holder (``waited_s``: after a wait)."""
         if all(result.acquired for result in results):
             return None
+        key, result = self.blocker(results)
+        return LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at, waited_s=waited_s)
+
+    def blocker(self, results: Sequence[AcquireResult]) -> tuple[str, AcquireResult]:
+        """The first key of a refused ``acquire_leases`` that names its holder, with its result (the
+        first key, unnamed, if none does)."""
         for key, result in zip(self.keys, results, strict=True):
             if result.owner is not None:
-                return LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at)
-        return LeaseNotAcquiredError(self.keys[0], None)
+                return key, result
+        return self.keys[0], AcquireResult(False, None)
 
     def member_lost(self, member: Any, reason: str) -> list[Any]:
         """``member`` is lost for ``reason``, so the whole hold is: the other members to declare lost
@@ -928,6 +934,16 @@ class HoldGroup:
     def fences(self) -> dict[str, int | None]:
         """Each key's fencing token, by key."""
         return {member.key: member.fence for member in self.members}
+
+    def release_kw(self, keys: Sequence[str]) -> dict[str, Any]:
+        """``{"fences": [...]}`` for the ``release_leases`` of ``keys``: each key's tenure, so an old
+        hold's exit never frees a newer tenure of the same owner id; nothing where a fence is not
+        known (the acquire's answer was lost) or the provider does not take fences."""
+        fences = self.fences
+        chosen = [fences.get(key) for key in keys]
+        if not takes_fence(self.provider) or None in chosen:
+            return {}
+        return {"fences": chosen}
 
     @property
     def valid(self) -> bool:
@@ -986,11 +1002,15 @@ class HeldKeys:
         ttl_ms: int | float = 15_000,
         *,
         renew_every_ms: int | float | None = None,
+        wait: bool = False,
+        timeout_s: float | None = None,
         on_lost: Any = None,
         data: dict[str, Any] | None = None,
     ) -> None:
-        """``ttl_ms``/``renew_every_ms`` in milliseconds; ``on_lost`` None: the face's default.
+        """``ttl_ms``/``renew_every_ms`` in milliseconds; ``wait``: wait until every key can be taken
+        at once, up to ``timeout_s`` seconds (None: no limit); ``on_lost`` None: the face's default.
         ``TypeError``/``ValueError`` on bad input."""
+        self.wait, self.timeout_s = bool(wait), validate_timeout_s(timeout_s)
         self._group = group = HoldGroup(provider, keys, owner)
         self.provider, self.keys, self.owner = provider, group.keys, group.owner
         self.leases: list[Any] = group.members
@@ -1034,6 +1054,22 @@ class HeldKeys:
             for lease in self.leases:
                 lease._leave()
         return due, late
+
+    def _pacing(self) -> WaitingAcquire[Any] | None:
+        """The pacing of a waiting entry (``wait=True``; None: one attempt): the deadline, each
+        attempt's time limit and the pauses of ``hold(wait=True)`` on a provider without wake-ups."""
+        if not self.wait:
+            return None
+        first = self.leases[0]
+        return WaitingAcquire(self.provider, first.key, self.owner, first._call_ttl_ms, self.timeout_s)
+
+    def _pause(self, results: Sequence[AcquireResult], pacing: WaitingAcquire[Any], now: float) -> float:
+        """Seconds to wait after the refusal ``results`` answered at ``now`` (never past the blocking
+        holder's expiry); ``LeaseNotAcquiredError`` naming it, as ``hold(wait=True)`` raises, once
+        the deadline has passed. Nothing is held meanwhile: every attempt takes all keys or none."""
+        if pacing.deadline is not None and now >= pacing.deadline:
+            raise cast("LeaseNotAcquiredError", self._group.refusal(results, waited_s=now - pacing.started))
+        return pacing.pause(self._group.blocker(results)[1], now, listening=False)
 
     def _exit_limit_s(self) -> float | None:
         """Seconds the release on exit may take (see ``_release_limit_s`` of a single hold)."""

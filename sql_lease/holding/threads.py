@@ -463,14 +463,16 @@ class _Member(rules.GroupMember, SyncHeldLease):
 class SyncHeldLeases(rules.HeldKeys):
     """Several leases held, all or nothing, while a ``with`` block runs; made by :func:`hold_all`,
     which takes the same arguments: ``SyncHeldLeases(provider, keys, owner=None, ttl_ms=15_000, *,
-    renew_every_ms=None, on_lost="raise", data=None)``.
+    renew_every_ms=None, wait=False, timeout_s=None, on_lost="raise", data=None)``.
 
     Entering takes every key with one ``acquire_leases`` (``LeaseNotAcquiredError`` naming the holder
-    of the first key that blocked; nothing is held then). One background thread renews every key
+    of the first key that blocked; nothing is held then; ``wait=True``: one per attempt until all are
+    taken or ``timeout_s`` passes). One background thread renews every key
     with one ``renew_leases`` per interval, each key's fencing token given, so an old tenure is never
     renewed; the process-wide watch declares losses at each key's deadline. A loss of any key is the
     loss of the whole hold (``lost`` is set, the ``on_lost`` callable is called once, leaving raises
-    ``LeaseLostError`` unless ``on_lost="flag"``). Leaving releases every key with one ``release_leases``.
+    ``LeaseLostError`` unless ``on_lost="flag"``). Leaving releases every key with one ``release_leases``,
+    each key's fencing token given, so it never frees a newer tenure of the same owner.
 
     Attributes: ``keys``, ``owner``, ``fences`` (by key), ``leases`` (the :class:`SyncHeldLease` of
     each key, in the order of ``keys``), ``lost`` (a ``threading.Event``), ``lost_reason``;
@@ -483,17 +485,24 @@ class SyncHeldLeases(rules.HeldKeys):
     leases: list[SyncHeldLease]
 
     def __enter__(self) -> SyncHeldLeases:
-        first = self.leases[0]
-        sent = time.monotonic()
-        try:
-            results = self.provider.acquire_leases(  # type: ignore[attr-defined]
-                self.keys, self.owner, first._call_ttl_ms, **rules.data_kw(first.data)
-            )
-        except rules.NOTHING_TAKEN:
-            raise
-        except BaseException:  # the acquire may have committed: free what it took
-            threading.Thread(target=self._release, args=(self.keys, None), daemon=True).start()
-            raise
+        first, pacing = self.leases[0], self._pacing()
+        if pacing is not None:
+            pacing.start(time.monotonic())
+        while True:
+            sent = time.monotonic()
+            limit = {} if pacing is None else _timeout_kw(self.provider, pacing.attempt_limit(sent))
+            try:
+                results = self.provider.acquire_leases(  # type: ignore[attr-defined]
+                    self.keys, self.owner, first._call_ttl_ms, **rules.data_kw(first.data), **limit
+                )
+            except rules.NOTHING_TAKEN:
+                raise
+            except BaseException:  # the acquire may have committed: free what it took
+                threading.Thread(target=self._release, args=(self.keys, None), daemon=True).start()
+                raise
+            if pacing is None or all(result.acquired for result in results):
+                break
+            time.sleep(self._pause(results, pacing, time.monotonic()))
         due, late = self._granted(results, sent)
         if late is not None:  # the body must not start on leases about to be lost
             self._release(self._group.take_releasing(), first._margin_s)
@@ -525,7 +534,9 @@ class SyncHeldLeases(rules.HeldKeys):
         if not keys:
             return
         try:
-            self.provider.release_leases(keys, self.owner, **_timeout_kw(self.provider, limit_s))  # type: ignore[attr-defined]
+            self.provider.release_leases(  # type: ignore[attr-defined]
+                keys, self.owner, **self._group.release_kw(keys), **_timeout_kw(self.provider, limit_s)
+            )
         except Exception as exc:
             log.error("releasing %d leases of %r failed: %s", len(keys), self.owner, exc)
 
@@ -537,13 +548,16 @@ hold_all = rules.shortcut(
     """Hold every key of ``keys`` (all or nothing) on a synchronous provider while a ``with`` block
     runs, renewing them together from one thread.
 
-    ``hold_all(provider, keys, owner=None, ttl_ms=15_000, *, renew_every_ms=None, on_lost="raise",
-    data=None)`` returns a :class:`SyncHeldLeases`::
+    ``hold_all(provider, keys, owner=None, ttl_ms=15_000, *, renew_every_ms=None, wait=False,
+    timeout_s=None, on_lost="raise", data=None)`` returns a :class:`SyncHeldLeases`::
 
         with hold_all(provider, ["account:1", "account:2"], ttl_ms=15_000) as leases:
             move_money(fences=leases.fences)
 
     ``provider`` must have ``acquire_leases``, ``renew_leases`` and ``release_leases`` (every
     provider of sql_lease). ``LeaseNotAcquiredError`` when a key is held by another owner (nothing is
-    held then); a loss of any key is the loss of all (``lost``, ``check()``, ``LeaseLostError``).""",
+    held then); with ``wait=True`` it waits until every key can be taken at once, at most
+    ``timeout_s`` seconds (None: no limit; polling, nothing held while waiting), then raises it as
+    ``hold(wait=True)`` does. A loss of any key is the loss of all (``lost``, ``check()``,
+    ``LeaseLostError``).""",
 )

@@ -10,7 +10,7 @@ faces share every statement, every retry rule and every decoding step.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..contract import (
     MAX_KEY_LENGTH,
@@ -142,7 +142,10 @@ def acquire(
     checked_limit = validate_limit(limit)
     key, owner = stored_key(key), validate_owner(owner)
     ttl, text = s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data)
-    plain = _plain_acquire(s, key, owner, ttl, text, lock_wait_ms, waiting)
+
+    def plain() -> Plan[AcquireResult]:
+        return _plain_acquire(s, key, owner, ttl, text, lock_wait_ms, waiting)
+
     if checked_limit == 1:
         return _named_refusal(s, key, plain)
     return _slot_acquire(s, key, owner, ttl, text, checked_limit, waiting, plain)
@@ -156,12 +159,18 @@ def _plain_acquire(
     return _guarded_acquire(s, key, owner, s.acquire_params(key, owner, ttl, text, lock_wait_ms), waiting)
 
 
-def _named_refusal(s: LeaseStatements, key: str, plain: Plan[AcquireResult]) -> Plan[AcquireResult]:
-    # Refused by a semaphore's head (owner ''): the refusal names its oldest holder instead.
-    result = yield from plain
-    if result.acquired or result.owner != "":
-        return result
-    return (yield from transactional.slot_refusal(s, key))
+def _named_refusal(s: LeaseStatements, key: str, plain: Callable[[], Plan[AcquireResult]]) -> Plan[AcquireResult]:
+    # Refused by a semaphore's head (owner ''): the refusal names its oldest holder instead. A head
+    # that names none is stale (docs/statements.md, "Stale heads"): refreshed, then asked once more.
+    for attempt in range(2):
+        result = yield from plain()
+        if result.acquired or result.owner != "":
+            return result
+        refusal = yield from transactional.slot_refusal(s, key)
+        if refusal.owner is not None or attempt:
+            break
+        yield from transactional.slot_refresh_head(s, key)
+    return refusal
 
 
 def _slot_acquire(
@@ -172,7 +181,7 @@ def _slot_acquire(
     text: str | None,
     limit: int,
     waiting: bool,
-    plain: Plan[AcquireResult],
+    plain: Callable[[], Plan[AcquireResult]],
 ) -> Plan[AcquireResult]:
     result = yield from transactional.slot_acquire(s, key, owner, ttl, text, limit, waiting)
     if result is transactional.PLAIN:  # the owner's own plain lease: re-acquired as such
@@ -419,21 +428,13 @@ def list_leases(
     else:
         stored = encode_key(prefix)
         query = Query(s.list_leases, (stored, include_expired, limit, prefix_upper_bound(stored)), many=True)
-    return _list(s, query, include_expired, limit)
+    return _list(s, query)
 
 
-def _list(s: LeaseStatements, query: Query, include_expired: bool, limit: int) -> Plan[list[LeaseInfo]]:
+def _list(s: LeaseStatements, query: Query) -> Plan[list[LeaseInfo]]:
+    # One statement: a semaphore's head comes back as its slots' rows, oldest tenure first.
     rows = yield query
-    listed: list[LeaseInfo] = []
-    for row in rows:
-        if row[1] != "":
-            listed.append(s.listed(row))
-        elif include_expired:  # a semaphore's head: one row per slot, oldest tenure first
-            slots = yield Query(s.slots["slot_rows"], (row[0],), many=True)
-            listed += [s.held(row[0], slot) for slot in slots]
-        else:
-            listed += yield from _holders(s, row[0])
-    return listed[:limit]
+    return [s.listed(row) for row in rows]
 
 
 _LAST_CODE_POINT = 0x10FFFF
@@ -492,20 +493,32 @@ def acquire_keys(
     None)``). ``lock_wait_ms`` as :func:`acquire`'s. ``TypeError``/``ValueError`` before any I/O."""
     stored, owner = _stored_keys(keys), validate_owner(owner)
     ttl, text = s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data)
-    if s.transactional:
-        plan = transactional.acquire_keys(s, stored, owner, ttl, text, lock_wait_ms)
-    else:
+
+    def plan() -> Plan[list[AcquireResult]]:
+        if s.transactional:
+            return transactional.acquire_keys(s, stored, owner, ttl, text, lock_wait_ms)
         params = s.acquire_params(s.keys_param(sorted(stored)), owner, ttl, text, lock_wait_ms)
-        plan = _acquire_keys(s, stored, owner, params)
+        return _acquire_keys(s, stored, owner, params)
+
     return _keys_named(s, stored, plan)
 
 
-def _keys_named(s: LeaseStatements, keys: list[str], plan: Plan[list[AcquireResult]]) -> Plan[list[AcquireResult]]:
+def _keys_named(
+    s: LeaseStatements, keys: list[str], plan: Callable[[], Plan[list[AcquireResult]]]
+) -> Plan[list[AcquireResult]]:
     # A key refused by a semaphore's head (owner ''): its refusal names the oldest holder instead.
-    results = yield from plan
-    for i, result in enumerate(results):
-        if not result.acquired and result.owner == "":
-            results[i] = yield from transactional.slot_refusal(s, keys[i])
+    # Refused only by stale heads (none names a holder): they are refreshed, then the call runs once more.
+    for attempt in range(2):
+        results = yield from plan()
+        stale = []
+        for i, result in enumerate(results):
+            if not result.acquired and result.owner == "":
+                results[i] = yield from transactional.slot_refusal(s, keys[i])
+                stale += [keys[i]] if results[i].owner is None else []
+        if attempt or not stale or any(result.owner is not None for result in results):
+            return results
+        for key in stale:
+            yield from transactional.slot_refresh_head(s, key)
     return results
 
 
@@ -536,21 +549,26 @@ def _acquire_keys(
     return [AcquireResult(False, None)] * len(keys)
 
 
-def release_keys(s: LeaseStatements, keys: object, owner: object) -> Plan[int]:
-    """Release ``owner``'s leases on ``keys`` in one statement; how many unexpired ones it released
-    (one released already and kept for its minimum hold is left alone)."""
+def release_keys(s: LeaseStatements, keys: object, owner: object, fences: object = None) -> Plan[int]:
+    """Release ``owner``'s leases on ``keys`` (only the tenure each of ``fences`` names, if given: a
+    sequence aligned with ``keys``) in one statement; how many unexpired ones it released (one
+    released already and kept for its minimum hold is left alone)."""
     stored, owner = _stored_keys(keys), validate_owner(owner)
-    return _release_keys_or_slots(s, stored, owner)
+    tenures = None if fences is None else dict(zip(stored, validate_fences(fences, len(stored)), strict=True))
+    return _release_keys_or_slots(s, stored, owner, cast("dict[str, int] | None", tenures))
 
 
-def _release_keys_or_slots(s: LeaseStatements, keys: list[str], owner: str) -> Plan[int]:
+def _release_keys_or_slots(s: LeaseStatements, keys: list[str], owner: str, fences: dict[str, int] | None) -> Plan[int]:
     # Fewer released than asked: the owner's slots of the keys that are semaphores, one by one.
-    param = s.keys_param(sorted(keys))
-    released = yield from _release_keys(s, (param, owner))
+    keys = sorted(keys)
+    param = s.keys_param(keys)
+    tenures = None if fences is None else s.keys_param([fences[key] for key in keys])
+    released = yield from _release_keys(s, (param, owner, tenures))
     if released < len(keys):
         heads = [row[0] for row in (yield Query(s.holders, (param,), many=True)) if row[1] == ""]
         for key in heads:
-            released += bool((yield from transactional.slot_release(s, (key, owner, None, None))))
+            fence = None if fences is None else fences[key]
+            released += bool((yield from transactional.slot_release(s, (key, owner, fence, None))))
     return released
 
 

@@ -629,11 +629,13 @@ class SqlLeaseProvider(LeaseProviderBase):
             limit,
         )
 
-    async def release_leases(self, keys: Sequence[str], owner: str) -> int:
-        """Release ``owner``'s leases on ``keys`` (1 to ``MAX_KEYS`` distinct keys) in one statement; how
-        many unexpired ones were released. ``TypeError``/``ValueError`` for bad input before any SQL."""
+    async def release_leases(self, keys: Sequence[str], owner: str, *, fences: Sequence[int] | None = None) -> int:
+        """Release ``owner``'s leases on ``keys`` (1 to ``MAX_KEYS`` distinct keys) in one statement; with
+        ``fences`` (one fencing token per key, in order), only those tenures: a newer tenure of the same
+        owner is left alone. How many unexpired ones were released. ``TypeError``/``ValueError`` for bad
+        input (``fences`` included) before any SQL."""
         s = self.statements
-        return await self._run("release_leases", None, lambda: operations.release_keys(s, keys, owner))
+        return await self._run("release_leases", None, lambda: operations.release_keys(s, keys, owner, fences))
 
     async def renew_leases(
         self, keys: Sequence[str], owner: str, ttl_ms: int | float, *, fences: Sequence[int] | None = None

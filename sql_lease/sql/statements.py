@@ -120,9 +120,9 @@ class LeaseStatements:
             ),
         )
 
-    def keys_param(self, keys: Sequence[str]) -> Any:
-        """The stored keys of an all-or-nothing call as its statements take them (a ``varchar[]``;
-        SQLite, MySQL: a JSON array)."""
+    def keys_param(self, keys: Sequence[str] | Sequence[int]) -> Any:
+        """The stored keys of an all-or-nothing call (or their fences, in the same order) as its
+        statements take them (a ``varchar[]`` or ``bigint[]``; SQLite, MySQL: a JSON array)."""
         return json.dumps(list(keys))
 
     def refused_all(self, exc: BaseException) -> bool:
@@ -341,7 +341,7 @@ class PostgresStatements(LeaseStatements):
 
         return sqlstate(exc) in ("40P01", "40001")  # deadlock, serialization failure: nothing was written
 
-    def keys_param(self, keys: Sequence[str]) -> Any:
+    def keys_param(self, keys: Sequence[str] | Sequence[int]) -> Any:
         return list(keys)
 
     def refused_all(self, exc: BaseException) -> bool:

@@ -430,11 +430,13 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
             timeout_s,
         )
 
-    def release_leases(self, keys: Sequence[str], owner: str, *, timeout_s: float | None = None) -> int:
-        """Release ``owner``'s leases on ``keys`` in one statement; how many unexpired ones were released
-        (:meth:`SqlLeaseProvider.release_leases`)."""
+    def release_leases(
+        self, keys: Sequence[str], owner: str, *, fences: Sequence[int] | None = None, timeout_s: float | None = None
+    ) -> int:
+        """Release ``owner``'s leases on ``keys`` (of ``fences``' tenures, if given) in one statement; how
+        many unexpired ones were released (:meth:`SqlLeaseProvider.release_leases`)."""
         s = self.statements
-        return self._run("release_leases", None, lambda: operations.release_keys(s, keys, owner), timeout_s)
+        return self._run("release_leases", None, lambda: operations.release_keys(s, keys, owner, fences), timeout_s)
 
     def renew_leases(
         self,

@@ -32,6 +32,7 @@ __all__ = [
     "renew_checked",
     "slot_acquire",
     "slot_break",
+    "slot_refresh_head",
     "slot_refusal",
     "slot_release",
     "slot_renew",
@@ -265,6 +266,19 @@ def _draw_fence(s: LeaseStatements) -> Plan[int]:
     if s.slots["slot_drawn_fence"] is not None:
         row = yield Query(s.slots["slot_drawn_fence"], ())
     return int(row[0])
+
+
+def slot_refresh_head(s: LeaseStatements, key: str) -> Plan[None]:
+    """Set a semaphore head's expiry from its unexpired slots (now when none: free), under its lock:
+    a head left unexpired by PostgreSQL's slot function after its last slot was re-acquired with a
+    shorter TTL and expired (docs/statements.md, "Stale heads") no longer refuses plain acquires."""
+
+    def body() -> Plan[None]:
+        head = yield from _head(s, key, create=False)
+        if head is not None and head[0] == "":
+            yield from _refresh(s, key, None)
+
+    yield from _transaction(s, body, slots=True)
 
 
 def slot_refusal(s: LeaseStatements, key: str) -> Plan[AcquireResult]:

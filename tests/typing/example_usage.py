@@ -32,6 +32,7 @@ from sql_lease import (
     is_lease_provider,
     leased,
 )
+from sql_lease.contract import HoldsSeveralKeys, SyncHoldsSeveralKeys
 from sql_lease.django import DjangoSqlLeaseProvider, accept_fence, check_held, provider
 from sql_lease.sync_holding import acquire_lease_wait as sync_acquire_lease_wait
 from sql_lease.sync_holding import hold as sync_hold
@@ -134,6 +135,18 @@ def any_sync_provider(leases: SyncLeaseProvider) -> int | None:
 
 def use_any_sync_provider() -> None:
     assert_type(any_sync_provider(SyncInMemoryLeaseProvider()), int | None)
+
+
+async def several_keys_on_every_provider(url: str) -> None:
+    """Every bundled provider takes the all-or-nothing calls, ``fences`` included, on both faces."""
+    async_faces: list[HoldsSeveralKeys] = [SqlLeaseProvider(url), InMemoryLeaseProvider(), NoopLeaseProvider()]
+    sync_faces: list[SyncHoldsSeveralKeys] = [SyncSqlLeaseProvider(url), SyncInMemoryLeaseProvider()]
+    assert_type(sync_faces[0].release_leases(["a", "b"], "me", fences=[3, 4]), int)
+    assert_type(await async_faces[0].release_leases(["a", "b"], "me", fences=[3, 4]), int)
+    async with InMemoryLeaseProvider().hold_all(["a", "b"], ttl_ms=5_000, wait=True, timeout_s=10) as both:
+        assert_type(both.fences, dict[str, int | None])
+    with SyncInMemoryLeaseProvider().hold_all(["a", "b"], ttl_ms=5_000, wait=True, timeout_s=10) as held:
+        assert_type(held.fences, dict[str, int | None])
 
 
 # -- @leased: sync functions on a sync provider, async functions on an async provider -------------

@@ -54,21 +54,45 @@ SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ex
 OWNER = """
 SELECT owner FROM {table} WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)"""
 
-# list_leases ($1 prefix, $2 include_expired, $3 limit, $4 upper bound of the prefix)
+# list_leases ($1 prefix, $2 include_expired, $3 limit, $4 upper bound of the prefix): a page of at most $3
+#   rows of the table, each semaphore's head (owner '') replaced by its slots (unexpired ones unless $2),
+#   oldest tenure first, at most $3 rows in all; one statement however many semaphores
 #   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at, released) by key (byte order)
 LIST_LEASES = """
+WITH page AS (
+    SELECT `key`, owner, fence, expires_at, data, acquired_at, released FROM {table}
+     WHERE `key` >= $1 AND `key` < $4 AND ($2 OR expires_at > UTC_TIMESTAMP(6))
+     ORDER BY `key`
+     LIMIT $3
+)
 SELECT `key`, owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
-       acquired_at, released FROM {table}
- WHERE `key` >= $1 AND `key` < $4 AND ($2 OR expires_at > UTC_TIMESTAMP(6))
- ORDER BY `key`
+       acquired_at, released FROM (
+    SELECT `key`, owner, fence, expires_at, data, acquired_at, released FROM page WHERE owner <> ''
+    UNION ALL
+    SELECT s.`key`, s.owner, s.fence, s.expires_at, s.data, s.acquired_at, s.released
+      FROM page JOIN {slot_table} AS s ON s.`key` = page.`key`
+     WHERE page.owner = '' AND ($2 OR s.expires_at > UTC_TIMESTAMP(6))
+) AS listed
+ ORDER BY `key`, acquired_at, fence
  LIMIT $3"""
 
 # list_all ($1 include_expired, $2 limit) -> rows as LIST_LEASES, every key
 LIST_ALL = """
+WITH page AS (
+    SELECT `key`, owner, fence, expires_at, data, acquired_at, released FROM {table}
+     WHERE $1 OR expires_at > UTC_TIMESTAMP(6)
+     ORDER BY `key`
+     LIMIT $2
+)
 SELECT `key`, owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000, data,
-       acquired_at, released FROM {table}
- WHERE $1 OR expires_at > UTC_TIMESTAMP(6)
- ORDER BY `key`
+       acquired_at, released FROM (
+    SELECT `key`, owner, fence, expires_at, data, acquired_at, released FROM page WHERE owner <> ''
+    UNION ALL
+    SELECT s.`key`, s.owner, s.fence, s.expires_at, s.data, s.acquired_at, s.released
+      FROM page JOIN {slot_table} AS s ON s.`key` = page.`key`
+     WHERE page.owner = '' AND ($1 OR s.expires_at > UTC_TIMESTAMP(6))
+) AS listed
+ ORDER BY `key`, acquired_at, fence
  LIMIT $2"""
 
 # -- the steps of a transaction -------------------------------------------------------------------
@@ -319,12 +343,17 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
   JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r ON held.`key` = r.k
  WHERE held.expires_at > UTC_TIMESTAMP(6)"""
 
-# release_keys ($1 JSON array of stored keys, $2 owner) -> row count: the owner's unexpired leases deleted (not
-#   those released already and kept for a minimum hold), rows locked in key order
+# release_keys ($1 JSON array of stored keys, $2 owner, $3 JSON array of fences in the order of $1 | NULL: any)
+#   -> row count: the owner's unexpired leases (of those tenures) deleted (not those released already and kept
+#   for a minimum hold), rows locked in key order
 RELEASE_KEYS = """
 DELETE FROM {table}
  WHERE `key` IN (SELECT r.k FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r)
    AND owner = $2 AND NOT released AND expires_at > UTC_TIMESTAMP(6)
+   AND ($3 IS NULL OR (`key`, fence) IN (
+        SELECT r.k, f.f
+          FROM JSON_TABLE($1, '$[*]' COLUMNS (i FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+          JOIN JSON_TABLE($3, '$[*]' COLUMNS (i FOR ORDINALITY, f BIGINT PATH '$')) AS f ON f.i = r.i))
  ORDER BY `key`"""
 
 # lock_rows ($1 JSON array of stored keys, in byte order) -> rows (key, owner, fence, expires_at, remaining_ms,

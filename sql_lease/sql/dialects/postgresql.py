@@ -232,22 +232,46 @@ SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)
 # owner ($1 key) -> (owner,) of the unexpired lease
 OWNER = "SELECT owner FROM {table} WHERE key = $1 AND expires_at + interval '0' > now()"
 
-# list_leases ($1 prefix, $2 include_expired, $3 limit, $4 upper bound of the prefix)
+# list_leases ($1 prefix, $2 include_expired, $3 limit, $4 upper bound of the prefix): a page of at most $3
+#   rows of the table, each semaphore's head (owner '') replaced by its slots (unexpired ones unless $2),
+#   oldest tenure first, at most $3 rows in all; one statement however many semaphores
 #   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at, released) by key
 LIST_LEASES = """
+WITH page AS (
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM {table}
+     WHERE key COLLATE "C" >= $1::varchar AND key COLLATE "C" < $4::varchar
+       AND ($2::boolean OR expires_at + interval '0' > now())
+     ORDER BY key
+     LIMIT $3
+)
 SELECT key, owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text,
-       acquired_at, released FROM {table}
- WHERE key COLLATE "C" >= $1::varchar AND key COLLATE "C" < $4::varchar
-   AND ($2::boolean OR expires_at + interval '0' > now())
- ORDER BY key
+       acquired_at, released FROM (
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM page WHERE owner <> ''
+    UNION ALL
+    SELECT s.key, s.owner, s.fence, s.expires_at, s.data, s.acquired_at, s.released
+      FROM page JOIN {slot_table} AS s ON s.key = page.key
+     WHERE page.owner = '' AND ($2::boolean OR s.expires_at > now())
+) AS listed
+ ORDER BY key, acquired_at, fence
  LIMIT $3"""
 
 # list_all ($1 include_expired, $2 limit) -> rows as LIST_LEASES, every key
 LIST_ALL = """
+WITH page AS (
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM {table}
+     WHERE $1::boolean OR expires_at + interval '0' > now()
+     ORDER BY key
+     LIMIT $2
+)
 SELECT key, owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text,
-       acquired_at, released FROM {table}
- WHERE $1::boolean OR expires_at + interval '0' > now()
- ORDER BY key
+       acquired_at, released FROM (
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM page WHERE owner <> ''
+    UNION ALL
+    SELECT s.key, s.owner, s.fence, s.expires_at, s.data, s.acquired_at, s.released
+      FROM page JOIN {slot_table} AS s ON s.key = page.key
+     WHERE page.owner = '' AND ($1::boolean OR s.expires_at > now())
+) AS listed
+ ORDER BY key, acquired_at, fence
  LIMIT $2"""
 
 # notify_channel () -> (channel,) the LISTEN channel of the table
@@ -577,11 +601,13 @@ SELECT l.key, l.owner, l.fence, l.expires_at, (extract(epoch FROM l.expires_at -
   FROM unnest($1::varchar[]) AS w(key) JOIN {table} AS l ON l.key = w.key
  WHERE l.expires_at + interval '0' > now()"""
 
-# release_keys, relaxed ($1 stored keys varchar[], $2 owner) -> rows (was_unexpired, notified) of the owner's
-#   rows deleted (not those released already and kept for a minimum hold, unless expired)
+# release_keys, relaxed ($1 stored keys varchar[], $2 owner, $3 fences bigint[] in the order of $1 | NULL: any)
+#   -> rows (was_unexpired, notified) of the owner's rows (of those tenures) deleted (not those released
+#   already and kept for a minimum hold, unless expired)
 RELEASE_KEYS_RELAXED = """
 WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone AS (
     DELETE FROM {table} USING commit_mode WHERE key = ANY($1::varchar[]) AND owner = $2
+       AND ($3::bigint[] IS NULL OR (key, fence) IN (SELECT * FROM unnest($1::varchar[], $3::bigint[])))
        AND (expires_at + interval '0' <= now() OR NOT released)
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
@@ -592,6 +618,7 @@ SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {tabl
 RELEASE_KEYS_DURABLE = """
 WITH gone AS (
     DELETE FROM {table} WHERE key = ANY($1::varchar[]) AND owner = $2
+       AND ($3::bigint[] IS NULL OR (key, fence) IN (SELECT * FROM unnest($1::varchar[], $3::bigint[])))
        AND (expires_at + interval '0' <= now() OR NOT released)
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )
@@ -605,6 +632,7 @@ WITH commit_mode AS (
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
 ), gone AS (
     DELETE FROM {table} USING commit_mode WHERE key = ANY($1::varchar[]) AND owner = $2
+       AND ($3::bigint[] IS NULL OR (key, fence) IN (SELECT * FROM unnest($1::varchar[], $3::bigint[])))
        AND (expires_at + interval '0' <= now() OR NOT released)
     RETURNING key, expires_at > now() AS was_unexpired, has_waiters
 )

@@ -62,21 +62,45 @@ SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5
 OWNER = """
 SELECT owner FROM {table} WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# list_leases (?1 prefix, ?2 include_expired, ?3 limit, ?4 upper bound of the prefix)
+# list_leases (?1 prefix, ?2 include_expired, ?3 limit, ?4 upper bound of the prefix): a page of at most ?3
+#   rows of the table, each semaphore's head (owner '') replaced by its slots (unexpired ones unless ?2),
+#   oldest tenure first, at most ?3 rows in all; one statement however many semaphores
 #   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at, released) by key (BINARY collation)
 LIST_LEASES = """
+WITH page AS (
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM {table}
+     WHERE key >= ?1 AND key < ?4 AND (?2 OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+     ORDER BY key
+     LIMIT ?3
+)
 SELECT key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
-       acquired_at, released FROM {table}
- WHERE key >= ?1 AND key < ?4 AND (?2 OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
- ORDER BY key
+       acquired_at, released FROM (
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM page WHERE owner <> ''
+    UNION ALL
+    SELECT s.key, s.owner, s.fence, s.expires_at, s.data, s.acquired_at, s.released
+      FROM page JOIN {slot_table} AS s ON s.key = page.key
+     WHERE page.owner = '' AND (?2 OR s.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+)
+ ORDER BY key, acquired_at, fence
  LIMIT ?3"""
 
 # list_all (?1 include_expired, ?2 limit) -> rows as LIST_LEASES, every key
 LIST_ALL = """
+WITH page AS (
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM {table}
+     WHERE ?1 OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+     ORDER BY key
+     LIMIT ?2
+)
 SELECT key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
-       acquired_at, released FROM {table}
- WHERE ?1 OR expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
- ORDER BY key
+       acquired_at, released FROM (
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM page WHERE owner <> ''
+    UNION ALL
+    SELECT s.key, s.owner, s.fence, s.expires_at, s.data, s.acquired_at, s.released
+      FROM page JOIN {slot_table} AS s ON s.key = page.key
+     WHERE page.owner = '' AND (?1 OR s.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+)
+ ORDER BY key, acquired_at, fence
  LIMIT ?2"""
 
 # release (?1 key, ?2 owner, ?3 fence | NULL: any, ?4 min_hold_ms | NULL) -> (was_unexpired,) if owner's row
@@ -209,10 +233,13 @@ SELECT l.key, l.owner, l.fence, l.expires_at, l.expires_at - CAST((julianday('no
   FROM json_each(?1) AS w JOIN {table} AS l ON l.key = w.value
  WHERE l.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# release_keys (?1 JSON array of stored keys, ?2 owner) -> rows (was_unexpired,) of the owner's rows deleted (not
-#   those released already and kept for a minimum hold, unless expired)
+# release_keys (?1 JSON array of stored keys, ?2 owner, ?3 JSON array of fences in the order of ?1 | NULL: any)
+#   -> rows (was_unexpired,) of the owner's rows (of those tenures) deleted (not those released already and
+#   kept for a minimum hold, unless expired)
 RELEASE_KEYS = """
 DELETE FROM {table} WHERE key IN (SELECT value FROM json_each(?1)) AND owner = ?2
+   AND (?3 IS NULL OR (key, fence) IN (SELECT k.value, f.value FROM json_each(?1) AS k
+                                          JOIN json_each(?3) AS f ON f.key = k.key))
    AND (expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) OR NOT released)
 RETURNING expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
