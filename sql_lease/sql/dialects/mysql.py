@@ -345,16 +345,14 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
 
 # release_keys ($1 JSON array of stored keys, $2 owner, $3 JSON array of fences in the order of $1 | NULL: any)
 #   -> row count: the owner's unexpired leases (of those tenures) deleted (not those released already and kept
-#   for a minimum hold), rows locked in key order
+#   for a minimum hold); the keys drive the join (STRAIGHT_JOIN), so only their rows are locked, in key order
 RELEASE_KEYS = """
-DELETE FROM {table}
- WHERE `key` IN (SELECT r.k FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r)
-   AND owner = $2 AND NOT released AND expires_at > UTC_TIMESTAMP(6)
-   AND ($3 IS NULL OR (`key`, fence) IN (
-        SELECT r.k, f.f
-          FROM JSON_TABLE($1, '$[*]' COLUMNS (i FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-          JOIN JSON_TABLE($3, '$[*]' COLUMNS (i FOR ORDINALITY, f BIGINT PATH '$')) AS f ON f.i = r.i))
- ORDER BY `key`"""
+DELETE held
+  FROM JSON_TABLE($1, '$[*]' COLUMNS (i FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  LEFT JOIN JSON_TABLE(COALESCE($3, '[]'), '$[*]' COLUMNS (i FOR ORDINALITY, f BIGINT PATH '$')) AS f ON f.i = r.i
+  STRAIGHT_JOIN {table} AS held ON held.`key` = r.k
+ WHERE held.owner = $2 AND NOT held.released AND held.expires_at > UTC_TIMESTAMP(6)
+   AND ($3 IS NULL OR held.fence = f.f)"""
 
 # lock_rows ($1 JSON array of stored keys, in byte order) -> rows (key, owner, fence, expires_at, remaining_ms,
 #   data, acquired_at, live, released) of the keys that have a row, locked for update in key order
