@@ -258,7 +258,8 @@ NOTIFY_CHANNEL = "SELECT 'sql_lease_' || {table_literal}::regclass::oid"
 # release, relaxed ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_ms | NULL) -> (was_unexpired, notified)
 #   if owner's row was deleted: unless released already or (with $4) still to be kept (RELEASE_KEEPING);
 #   for a semaphore's key (its head, owner '', is no one's row) the owner's slot released by migration
-#   0006's function instead, in the same round trip: (released, NULL)
+#   0006's function instead, in the same round trip: (released, NULL); the function sets the commit mode
+#   itself (commit_mode runs only if the planner reaches it, which a DELETE matching no row need not)
 RELEASE_RELAXED = """
 WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone AS (
     DELETE FROM {table} USING commit_mode WHERE key = $1 AND owner = $2 AND ($3::bigint IS NULL OR fence = $3::bigint)
@@ -269,7 +270,7 @@ WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
   FROM gone
 UNION ALL
-SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL), NULL FROM {table}
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'off'), NULL FROM {table}
  WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM gone)"""
 
 # release, durable on a durable session: parameters and result as RELEASE_RELAXED
@@ -300,7 +301,7 @@ WITH commit_mode AS (
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
   FROM gone
 UNION ALL
-SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL), NULL FROM {table}
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'on'), NULL FROM {table}
  WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM gone)"""
 
 # release with a minimum hold ($1 key, $2 owner, $3 fence | NULL, $4 min_hold_ms) -> (fence,) if owner's
