@@ -468,7 +468,7 @@ def _break(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseInfo | 
     if s.transactional:
         return (yield from transactional.break_lease(s, key, fence))
     row = yield Query(s.break_lease, (key, fence))
-    return None if row is None or not row[4] else s.lease_info(key, row)
+    return None if row is None or not row[7] else s.held(key, row)
 
 
 # -- several keys at once, all or nothing (issue 25; docs/statements.md, "All-or-nothing acquire") --

@@ -216,7 +216,7 @@ def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseIn
         if row is None or (fence is not None and row[1] != fence):
             return None
         yield Query(s.steps["delete_row"], (key,))
-        return s.lease_info(key, row) if row[6] else None
+        return s.held(key, (*row[:6], row[7])) if row[6] else None  # lock_row: live before released
 
     return (yield from _transaction(s, body))
 

@@ -431,14 +431,16 @@ SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestam
 
 # -- operators: break and sweep -------------------------------------------------------------------
 
-# break_lease ($1 key, $2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, was_unexpired,
-#   notified) of the row it deleted; no advisory lock (deleting draws no fence), no durability pin
+# break_lease ($1 key, $2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, data, acquired_at,
+#   released, was_unexpired, notified) of the row it deleted; no advisory lock (deleting draws no fence),
+#   no durability pin
 BREAK_LEASE = """
 WITH gone AS (
     DELETE FROM {table} WHERE key = $1 AND ($2::bigint IS NULL OR fence = $2::bigint)
-    RETURNING key, owner, fence, expires_at, has_waiters
+    RETURNING key, owner, fence, expires_at, data, acquired_at, released, has_waiters
 )
-SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, expires_at > now(),
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text, acquired_at,
+       released, expires_at > now(),
        CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END FROM gone"""
 
 # sweep ($1 grace_ms, $2 batch_size) -> (leases deleted, notified): semaphores' heads go uncounted

@@ -132,11 +132,12 @@ UPDATE {table}
    AND NOT released AND (?6 IS NULL OR fence = ?6)
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# break_lease (?1 key, ?2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, was_unexpired) deleted
+# break_lease (?1 key, ?2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, data, acquired_at,
+#   released, was_unexpired) of the row deleted
 BREAK_LEASE = """
 DELETE FROM {table} WHERE key = ?1 AND (?2 IS NULL OR fence = ?2)
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
-          expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+          data, acquired_at, released, expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # sweep (?1 grace_ms, ?2 batch_size) -> one row per row deleted: true for a lease, false for a semaphore's head
 SWEEP = """
