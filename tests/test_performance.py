@@ -37,7 +37,7 @@ class Counted:
 
     def single_renewals(self) -> int:
         return sum(
-            sql.lstrip().startswith(("WITH durable", "UPDATE"))
+            sql.lstrip().startswith(("WITH durable", "WITH renewed", "UPDATE"))
             and not any(batch in sql for batch in ("unnest", "json_each", "JSON_TABLE", "last_fence"))
             for sql in self.sql
         )

@@ -23,6 +23,7 @@ from .statements import LeaseStatements
 
 __all__ = [
     "CONFLICT_RETRIES",
+    "HEAD",
     "PLAIN",
     "acquire",
     "acquire_keys",
@@ -154,20 +155,25 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     return (yield from _transaction(s, body, packed=True))
 
 
-def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
+def renewed_or_head(s: LeaseStatements, key: str, row: Any) -> Any:
+    """A renew's answer from its row: None (none), :data:`HEAD` (the key is a semaphore's), the lease."""
+    return None if row is None else HEAD if row[0] == "" else s.lease_info(key, row)
+
+
+def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[Any]:
     (count,) = yield Query(s.renew, (key, owner, ttl, fence))
-    if not count:
-        return None
-    row = yield Query(s.steps["granted"], (key,))
-    return s.lease_info(key, row)
+    row = yield Query(s.steps["granted"], (key,))  # the lease renewed, or a head's row
+    if count:
+        return s.lease_info(key, row)
+    return HEAD if row is not None and row[0] == "" else None
 
 
-def _renewed_packed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
-    row = yield Query(s.steps["renew_packet"], (key, owner, ttl, fence))
-    return None if row is None else s.lease_info(key, row)
+def _renewed_packed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[Any]:
+    return renewed_or_head(s, key, (yield Query(s.steps["renew_packet"], (key, owner, ttl, fence))))
 
 
-def renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
+def renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[Any]:
+    """Renew the owner's plain lease: the lease renewed, None, or :data:`HEAD` for a semaphore's key."""
     if s.packed:
         return (yield from _transaction(s, lambda: _renewed_packed(s, key, owner, ttl, fence), packed=True))
     return (yield from _transaction(s, lambda: _renewed(s, key, owner, ttl, fence)))
@@ -195,9 +201,12 @@ def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, 
 
 def transfer(
     s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl: Any, data: str | None, fence: int | None
-) -> Plan[bool]:
-    def body() -> Plan[bool]:
+) -> Plan[Any]:
+    """Transfer the plain lease: True, False, or :data:`HEAD` for a semaphore's key."""
+    def body() -> Plan[Any]:
         row = yield Query(s.steps["lock_row"], (key,))
+        if row is not None and row[0] == "":
+            return HEAD
         if row is None or not row[6] or row[0] != from_owner or row[7] or fence not in (None, row[1]):
             return False
         if to_owner == from_owner:
@@ -210,9 +219,13 @@ def transfer(
     return (yield from _transaction(s, body))
 
 
-def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseInfo | None]:
-    def body() -> Plan[LeaseInfo | None]:
+def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[Any]:
+    """Break the plain lease: the lease broken, None, or :data:`HEAD` for a semaphore's key."""
+
+    def body() -> Plan[Any]:
         row = yield Query(s.steps["lock_row"], (key,))
+        if row is not None and row[0] == "":
+            return HEAD
         if row is None or (fence is not None and row[1] != fence):
             return None
         yield Query(s.steps["delete_row"], (key,))
@@ -237,7 +250,19 @@ def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
 PLAIN = object()
 """A slot plan's answer when the key is held as a plain lease: the plain operation decides."""
 
+HEAD = object()
+"""A plain plan's answer when the key is a semaphore's head (owner ''): the slot plan decides."""
+
 HEAD_RETRIES = 3
+
+
+def or_head(s: LeaseStatements, key: str, plain: Plan[T], refused: object) -> Plan[Any]:
+    """``plain``'s answer, or :data:`HEAD` when it answered ``refused`` and the key's row is a
+    semaphore's head (one read, no lock: for statements that cannot report a row they leave)."""
+    result = yield from plain
+    if result is refused and (yield Query(s.slots["slot_is_head"], (key,))) is not None:
+        return HEAD
+    return result
 
 
 def _head(s: LeaseStatements, key: str, *, create: bool) -> Plan[Any]:

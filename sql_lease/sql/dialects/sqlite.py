@@ -102,40 +102,48 @@ UPDATE {table}
 RETURNING fence"""
 
 # renew (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms)
-#   if renewed
+#   if renewed; ('', ...) if the key is a semaphore's head, left as it was (the slot steps renew the owner's slot)
 RENEW = """
-UPDATE {table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3
- WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-   AND NOT released AND (?4 IS NULL OR fence = ?4)
+UPDATE {table} SET expires_at = CASE WHEN owner = '' THEN expires_at
+                                     ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3 END
+ WHERE key = ?1 AND (owner = '' OR (owner = ?2
+       AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       AND NOT released AND (?4 IS NULL OR fence = ?4)))
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # renew_many (?1 JSON array of [key, owner, ttl_ms] or [key, owner, ttl_ms, fence | NULL: any])
-#   -> rows (key, owner, fence, expires_at, remaining_ms) renewed
+#   -> rows (key, owner, fence, expires_at, remaining_ms) renewed; (key, '', ...) of each key that is a
+#   semaphore's head, left as it was (the slot steps renew the owner's slot)
 RENEW_MANY = """
-UPDATE {table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + r.ttl
+UPDATE {table} SET expires_at = CASE WHEN owner = '' THEN expires_at
+                                     ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + r.ttl END
   FROM (SELECT value ->> 0 AS k, value ->> 1 AS o, value ->> 2 AS ttl, value ->> 3 AS f FROM json_each(?1)) AS r
- WHERE key = r.k AND owner = r.o AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-   AND NOT released AND (r.f IS NULL OR fence = r.f)
+ WHERE key = r.k AND (owner = '' OR (owner = r.o
+       AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       AND NOT released AND (r.f IS NULL OR fence = r.f)))
 RETURNING key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # transfer (?1 key, ?2 from_owner, ?3 to_owner, ?4 ttl_ms integer, ?5 data JSON text | NULL, ?6 fence | NULL: any)
-#   -> (owner, fence, expires_at, remaining_ms) if transferred
+#   -> (owner, fence, expires_at, remaining_ms) if transferred; ('', ...) if the key is a semaphore's head, left
+#   as it was (the slot steps pass the owner's slot on)
 TRANSFER = """
 UPDATE {table}
-   SET owner = ?3,
-       expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?4,
-       fence = CASE WHEN owner = ?3 THEN fence ELSE (SELECT last_fence + 1 FROM {fence_counter}) END,
-       data = CASE WHEN owner = ?3 THEN coalesce(?5, data) ELSE ?5 END,
-       acquired_at = CASE WHEN owner = ?3 THEN acquired_at
+   SET owner = CASE WHEN owner = '' THEN owner ELSE ?3 END,
+       expires_at = CASE WHEN owner = '' THEN expires_at
+                         ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?4 END,
+       fence = CASE WHEN owner = ?3 OR owner = '' THEN fence ELSE (SELECT last_fence + 1 FROM {fence_counter}) END,
+       data = CASE WHEN owner = '' THEN data WHEN owner = ?3 THEN coalesce(?5, data) ELSE ?5 END,
+       acquired_at = CASE WHEN owner = ?3 OR owner = '' THEN acquired_at
                           ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END
- WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-   AND NOT released AND (?6 IS NULL OR fence = ?6)
+ WHERE key = ?1 AND (owner = '' OR (owner = ?2
+       AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       AND NOT released AND (?6 IS NULL OR fence = ?6)))
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # break_lease (?1 key, ?2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, data, acquired_at,
-#   released, was_unexpired) of the row deleted
+#   released, was_unexpired) of the row deleted (not a semaphore's head: the slot steps break it)
 BREAK_LEASE = """
-DELETE FROM {table} WHERE key = ?1 AND (?2 IS NULL OR fence = ?2)
+DELETE FROM {table} WHERE key = ?1 AND owner <> '' AND (?2 IS NULL OR fence = ?2)
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
           data, acquired_at, released, expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
@@ -268,6 +276,10 @@ SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5
        expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), released, has_waiters
   FROM {table} WHERE key = ?1 AND owner = ''"""
 
+# slot_is_head (?1 key) -> (1,) if the key's row is a semaphore's head: read after a plain release or break
+#   that deleted nothing (a DELETE cannot answer for a row it leaves), without the write lock
+SLOT_IS_HEAD = "SELECT 1 FROM {table} WHERE key = ?1 AND owner = ''"
+
 # slot_make_head (?1 key) -> nothing; an expired head (owner '') for a key without a row
 SLOT_MAKE_HEAD = """
 INSERT INTO {table} (key, owner, fence, expires_at, acquired_at)
@@ -391,6 +403,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_pin": None,
         "slot_lock_head": SLOT_LOCK_HEAD,
         "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
+        "slot_is_head": SLOT_IS_HEAD,
         "slot_make_head": SLOT_MAKE_HEAD,
         "slot_to_head": SLOT_TO_HEAD,
         "slot_state": SLOT_STATE,
