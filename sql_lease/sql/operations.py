@@ -299,7 +299,17 @@ def release(s: LeaseStatements, key: str, owner: str, fence: object = None, min_
     plain = transactional.release(s, params) if s.transactional else _release(s, params)
     if s.release_covers_slots:
         return plain
-    return _or_slot(transactional.or_head(s, key, plain, False), lambda: transactional.slot_release(s, params))
+    if s.slots["slot_release_one"] is None:  # one read asks whether the key is a semaphore's first
+        plain = transactional.or_head(s, key, plain, False)
+    else:  # the slot's release is one statement (SQLite): it asks itself
+        plain = _head_unless(plain, True)
+    return _or_slot(plain, lambda: transactional.slot_release(s, params))
+
+
+def _head_unless(plain: Plan[Any], done: object) -> Plan[Any]:
+    # Any answer but ``done`` goes on to the slot statement.
+    result = yield from plain
+    return result if result is done else transactional.HEAD
 
 
 def _or_slot(plain: Plan[Any], slot: Callable[[], Plan[T]]) -> Plan[T]:
@@ -311,14 +321,7 @@ def _or_slot(plain: Plan[Any], slot: Callable[[], Plan[T]]) -> Plan[T]:
 
 
 def _release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
-    # Kept, or else deleted: the delete refuses a row still to be kept, so a tenure that began
-    # between the two statements is left alone (docs/statements.md, "A minimum hold").
-    if params[3] is not None:
-        kept = yield Query(s.release_keeping, params)
-        if kept is not None:
-            return True
-    row = yield Query(s.release, params)
-    return False if row is None else bool(row[0])
+    return transactional.release_kept_or_deleted(s.release_keeping, s.release, params)
 
 
 def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object, fence: object = None) -> Plan[LeaseInfo | None]:

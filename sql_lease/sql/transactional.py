@@ -29,6 +29,7 @@ __all__ = [
     "acquire_keys",
     "break_lease",
     "release",
+    "release_kept_or_deleted",
     "renew",
     "renew_checked",
     "slot_acquire",
@@ -160,6 +161,18 @@ def renewed_or_head(s: LeaseStatements, key: str, row: Any) -> Any:
     return None if row is None else HEAD if row[0] == "" else s.lease_info(key, row)
 
 
+def release_kept_or_deleted(keeping: str, deleting: str, params: tuple[Any, ...]) -> Plan[bool]:
+    """Release as ``params`` (key, owner, fence, min_hold) say with one statement each, as RELEASE_KEEPING
+    and RELEASE do: kept, or else deleted (the delete refuses a row still to be kept, so a tenure
+    that began between the two statements is left alone: docs/statements.md, "A minimum hold")."""
+    if params[3] is not None:
+        kept = yield Query(keeping, params)
+        if kept is not None:
+            return True
+    row = yield Query(deleting, params)
+    return False if row is None else bool(row[0])
+
+
 def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[Any]:
     (count,) = yield Query(s.renew, (key, owner, ttl, fence))
     row = yield Query(s.steps["granted"], (key,))  # the lease renewed, or a head's row
@@ -203,6 +216,7 @@ def transfer(
     s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl: Any, data: str | None, fence: int | None
 ) -> Plan[Any]:
     """Transfer the plain lease: True, False, or :data:`HEAD` for a semaphore's key."""
+
     def body() -> Plan[Any]:
         row = yield Query(s.steps["lock_row"], (key,))
         if row is not None and row[0] == "":
@@ -311,6 +325,13 @@ def slot_acquire(
     slots = s.slots
     if slots["slot_acquire_call"] is not None:  # one round trip (PostgreSQL's function)
         return (yield from _slot_acquire_call(s, (key, owner, ttl, data, limit, waiting)))
+    if slots["slot_grant"] is not None:  # one statement (SQLite, migration 0007's triggers)
+        try:
+            return (yield from _slot_grant(s, key, owner, ttl, data, limit))
+        except Exception as exc:  # the write lock's wait ran out: refused, as below
+            if not s.lock_timed_out(exc):
+                raise
+        return (yield from _oldest_refusal(s, key))
 
     def body() -> Plan[Any]:
         head = yield from _head(s, key, create=True)
@@ -347,6 +368,16 @@ def slot_acquire(
     return (yield from _oldest_refusal(s, key))
 
 
+def _slot_grant(s: LeaseStatements, key: str, owner: str, ttl: Any, data: str | None, limit: int) -> Plan[Any]:
+    row = yield Query(s.slots["slot_grant"], (key, owner, ttl, data, limit))
+    if row is not None:
+        return AcquireResult(True, row[0], row[1], s.to_datetime(row[2]), float(row[3]))
+    head = yield Query(s.slots["slot_lock_head"], (key,))  # refused: by a plain lease, or by the slots
+    if head is not None and head[0] != "" and head[6]:
+        return PLAIN if head[0] == owner and not head[7] else s.refusal(head)
+    return (yield from _oldest_refusal(s, key))
+
+
 def _slot_acquire_call(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[Any]:
     row = yield Query(s.slots["slot_acquire_call"], params)
     if row is None:
@@ -364,6 +395,9 @@ def _live_slot(state: Any, fence: int | None) -> bool:
 def slot_renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
     """Renew ``owner``'s slot of ``key`` (of tenure ``fence``); None if it holds none."""
     slots = s.slots
+    if slots["slot_renew_one"] is not None:  # one statement (SQLite, migration 0007's triggers)
+        row = yield Query(slots["slot_renew_one"], (key, owner, ttl, fence))
+        return None if row is None else s.lease_info(key, row)
 
     def body() -> Plan[LeaseInfo | None]:
         head = yield from _head(s, key, create=False)
@@ -385,6 +419,8 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     tenure start + min_hold, or deleted (an expired one is deleted too, and answered False)."""
     key, owner, fence, min_hold = params
     slots = s.slots
+    if slots["slot_release_one"] is not None:  # one statement (SQLite, migration 0007's triggers)
+        return (yield from release_kept_or_deleted(slots["slot_keep_one"], slots["slot_release_one"], params))
 
     def body() -> Plan[bool]:
         head = yield from _head(s, key, create=False)

@@ -626,6 +626,10 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
     """The statements of semaphores by name (``SLOT_STEP_NAMES`` of the PostgreSQL module); the
     same in every variant."""
     return {
+        "slot_grant": None,  # SQLite's one-statement slot operations
+        "slot_renew_one": None,
+        "slot_release_one": None,
+        "slot_keep_one": None,
         "slot_acquire_call": None,  # a transaction of the steps below
         "slot_begin": BEGIN,
         "slot_commit": COMMIT,

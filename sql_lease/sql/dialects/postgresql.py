@@ -815,6 +815,10 @@ SELECT s.fence FROM {slot_table} AS s JOIN {table} AS h ON h.key = s.key AND h.o
 
 
 SLOT_STEP_NAMES = (
+    "slot_grant",
+    "slot_renew_one",
+    "slot_release_one",
+    "slot_keep_one",
     "slot_acquire_call",
     "slot_begin",
     "slot_commit",
@@ -853,6 +857,10 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
     0006's function; renew, transfer and break are transactions of the steps below."""
     s = durable_session
     return {
+        "slot_grant": None,  # SQLite's one-statement slot operations
+        "slot_renew_one": None,
+        "slot_release_one": None,
+        "slot_keep_one": None,
         "slot_acquire_call": SLOT_ACQUIRE_CALL if s else SLOT_ACQUIRE_CALL_PINNED,
         "slot_begin": SLOT_BEGIN,
         "slot_commit": SLOT_COMMIT,
