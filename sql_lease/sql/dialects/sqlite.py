@@ -335,8 +335,9 @@ SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5
        expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), released, has_waiters
   FROM {table} WHERE key = ?1 AND owner = ''"""
 
-# slot_is_head (?1 key) -> (1,) if the key's row is a semaphore's head: read after a plain release or break
-#   that deleted nothing (a DELETE cannot answer for a row it leaves), without the write lock
+# slot_is_head (?1 key) -> (1,) if the key's row is a semaphore's head: read after a plain break that deleted
+#   nothing (a DELETE cannot answer for a row it leaves), without the write lock (a release asks with
+#   SLOT_RELEASE_ONE itself)
 SLOT_IS_HEAD = "SELECT 1 FROM {table} WHERE key = ?1 AND owner = ''"
 
 # slot_state (?1 key, ?2 owner, ?3 min_hold_ms | NULL) -> (other owners' unexpired slots, owner's slot fence |
