@@ -172,6 +172,34 @@ async def test_0007_sqlite_slot_triggers_upgrade_and_downgrade(tmp_path: Path) -
         assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
 
 
+@pytest.mark.postgres
+async def test_0007_shortens_the_postgres_slot_functions_and_downgrade_restores_them(
+    pg_url: str, fresh_pg_schema: str
+) -> None:
+    async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as provider:
+
+        async def sources() -> list[str]:
+            async with provider.engine.connect() as conn:
+                rows = await conn.execute(
+                    text(
+                        "SELECT prosrc FROM pg_proc WHERE pronamespace = CAST(:schema AS regnamespace) ORDER BY proname"
+                    ),
+                    {"schema": fresh_pg_schema},
+                )
+                return [row[0] for row in rows]
+
+        await _alembic(provider, "upgrade", "0006")
+        old = await sources()
+        assert await provider.migrate() == "0007"
+        new = await sources()
+        assert len(new) == 2 and new != old and "FILTER" in new[0]  # the acquire reads its slot and the count at once
+        assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+        await _alembic(provider, "downgrade", "0006")
+        assert await sources() == old
+        assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["a"]
+        assert await provider.release_lease("sem", "a")
+
+
 _IN_AN_HOUR = {
     "postgresql": "now() + interval '1 hour'",
     "sqlite": f"{SQLITE_NOW_MS} + 3600000",

@@ -1,7 +1,7 @@
 """The lease table at Alembic revision 0007 (SQLite: the slot table's triggers and live-slot index,
-so a semaphore's grant, renewal and release are one statement each; nothing on PostgreSQL and
-MySQL): the statements of ``migrations/versions/0007``, run on this alias's connection, which also
-record 0007 in ``sql_lease_alembic_version`` for ``sql-lease migrate``."""
+so a semaphore's grant, renewal and release are one statement each; PostgreSQL: shorter slot
+functions; nothing on MySQL): the statements of ``migrations/versions/0007``, run on this alias's
+connection, which also record 0007 in ``sql_lease_alembic_version`` for ``sql-lease migrate``."""
 
 from __future__ import annotations
 
