@@ -119,18 +119,18 @@ class LeaseInfo:
     equality).
 
     ``data`` is the lease data given at acquire or transfer (a ``dict``, a JSON object), filled in
-    by ``get_lease`` and ``list_leases``; None when the lease has none or the call does not read it
-    (renewals, ``break_lease``). Not part of equality or hashing.
+    by ``get_lease``, ``list_leases`` and ``break_lease``; None when the lease has none or the call
+    does not read it (renewals). Not part of equality or hashing.
 
     ``acquired_at`` is when the current tenure began (aware UTC, by the database's clock): set by
     the acquire or transfer that drew the fence, kept by renewals, the owner's idempotent
-    re-acquire and a transfer to oneself. Filled in by ``get_lease`` and ``list_leases``; None when
-    unknown (a row written before migration 0003, or a call that does not read it). Not part of
-    equality or hashing.
+    re-acquire and a transfer to oneself. Filled in by ``get_lease``, ``list_leases`` and
+    ``break_lease``; None when unknown (a row written before migration 0003, or a call that does
+    not read it). Not part of equality or hashing.
 
     ``released`` is True for a lease its owner released with ``min_hold_ms`` whose minimum hold
     has not run out: it is kept (nobody acquires, renews or transfers it) until ``expires_at``.
-    Filled in by ``get_lease`` and ``list_leases``; False otherwise. Not part of equality."""
+    Filled in by ``get_lease``, ``list_leases`` and ``break_lease``; False otherwise. Not part of equality."""
 
     key: str
     owner: str

@@ -415,9 +415,7 @@ class MemoryLeases:
             live = sorted((tenure for tenure in every if tenure.expires_at_ms > now), key=_tenure_order)
             if not live:
                 return None
-            tenure = live[0]
-            expires_at, remaining = self._wall(tenure.expires_at_ms), tenure.expires_at_ms - now
-            return LeaseInfo(key, tenure.owner, tenure.fence, expires_at, remaining)
+            return self._info(key, live[0], now)
 
 
 class InMemoryLeaseProvider(LeaseProviderBase):

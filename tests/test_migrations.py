@@ -76,8 +76,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
 @pytest.mark.parametrize("table_name", ["sql_leases", "Job_Leases2"])
 async def test_migrations_build_exactly_the_declared_schema(target: dict[str, Any], table_name: str) -> None:
     async with SqlLeaseProvider(target["url"], schema=target["schema"], table_name=table_name) as provider:
-        assert await provider.migrate() == "0006"
-        assert await provider.migrate() == "0006"  # idempotent
+        assert await provider.migrate() == "0007"
+        assert await provider.migrate() == "0007"  # idempotent
         facts = await _schema_facts(provider)
         names = provider.names
         assert facts["drift"] == []
@@ -90,7 +90,9 @@ async def test_migrations_build_exactly_the_declared_schema(target: dict[str, An
         if provider.dialect_name == "postgresql":
             assert facts["sequences"] == {names.fence_sequence}
         else:
-            assert facts["triggers"] == {f"{table_name}_fence_on_insert", f"{table_name}_fence_on_update"}
+            assert facts["triggers"] == {f"{table_name}_fence_on_insert", f"{table_name}_fence_on_update"} | (
+                set(names.slot_triggers()) if provider.dialect_name == "sqlite" else set()
+            )
             assert facts["counter"] == [(1, 0)]
         assert (await provider.acquire_lease("k", "o", 1000)).acquired
 
@@ -105,7 +107,7 @@ async def test_custom_version_table(target: dict[str, Any]) -> None:
 async def test_concurrent_migrations_agree(target: dict[str, Any]) -> None:
     providers = [SqlLeaseProvider(target["url"], schema=target["schema"]) for _ in range(4)]
     try:
-        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0006"] * 4
+        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0007"] * 4
     finally:
         for p in providers:
             await p.close()
@@ -142,6 +144,62 @@ async def _alembic(provider: SqlLeaseProvider, step: str, revision: str) -> None
         await conn.run_sync(lambda c: getattr(command, step)(alembic_config(provider.names, connection=c), revision))
 
 
+async def test_0007_sqlite_slot_triggers_upgrade_and_downgrade(tmp_path: Path) -> None:
+    """0007 adds the slot table's triggers and live-slot index on SQLite (a semaphore's held slots
+    keep their head through it); downgrading to 0006 drops them, and 0006's transactions run again."""
+    path = tmp_path / "sem.db"
+    sqlite3.connect(path).close()
+
+    def objects() -> set[str]:
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type IN ('trigger', 'index')").fetchall()
+        return {row[0] for row in rows}
+
+    async with SqlLeaseProvider(f"sqlite:///{path}") as provider:
+        names = provider.names
+        added = {names.slot_live_index, *names.slot_triggers()}
+        await _alembic(provider, "upgrade", "0006")
+        assert not added & objects()
+        assert await provider.migrate() == "0007"
+        assert added <= objects()
+        assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+        await _alembic(provider, "downgrade", "0006")
+        assert not added & objects()
+        assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["a"]
+        assert await provider.migrate() == "0007"
+        assert not (await provider.acquire_lease("sem", "plain", 60_000)).acquired  # the head still holds it
+        assert await provider.release_lease("sem", "a")
+        assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
+
+
+@pytest.mark.postgres
+async def test_0007_shortens_the_postgres_slot_functions_and_downgrade_restores_them(
+    pg_url: str, fresh_pg_schema: str
+) -> None:
+    async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as provider:
+
+        async def sources() -> list[str]:
+            async with provider.engine.connect() as conn:
+                rows = await conn.execute(
+                    text(
+                        "SELECT prosrc FROM pg_proc WHERE pronamespace = CAST(:schema AS regnamespace) ORDER BY proname"
+                    ),
+                    {"schema": fresh_pg_schema},
+                )
+                return [row[0] for row in rows]
+
+        await _alembic(provider, "upgrade", "0006")
+        old = await sources()
+        assert await provider.migrate() == "0007"
+        new = await sources()
+        assert len(new) == 2 and new != old and "FILTER" in new[0]  # the acquire reads its slot and the count at once
+        assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+        await _alembic(provider, "downgrade", "0006")
+        assert await sources() == old
+        assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["a"]
+        assert await provider.release_lease("sem", "a")
+
+
 _IN_AN_HOUR = {
     "postgresql": "now() + interval '1 hour'",
     "sqlite": f"{SQLITE_NOW_MS} + 3600000",
@@ -172,7 +230,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
                 ),
                 {"key": "old\x01key"},
             )
-        assert await provider.migrate() == "0006"
+        assert await provider.migrate() == "0007"
         assert await _stored_keys(provider) == ["old\x01\x02key"]
         lease = await provider.get_lease("old\x01key")
         assert lease is not None and (lease.key, lease.owner, lease.fence) == ("old\x01key", "earlier", 7)
@@ -182,7 +240,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
 
         await _alembic(provider, "downgrade", "0004")  # the keys 0004 cannot name go with their leases
         assert await _stored_keys(provider) == ["new\x01key", "old\x01key"]
-        assert await provider.migrate() == "0006"
+        assert await provider.migrate() == "0007"
         assert [lease.key for lease in await provider.list_leases()] == ["new\x01key", "old\x01key"]
 
 
@@ -205,7 +263,7 @@ async def test_0005_rewrites_keys_whose_new_forms_are_other_rows_old_keys(any_ta
                     ),
                     {"key": key},
                 )
-        assert await provider.migrate() == "0006"
+        assert await provider.migrate() == "0007"
         for fence, key in enumerate(keys, 1):
             lease = await provider.get_lease(key)
             assert lease is not None and (lease.key, lease.fence) == (key, fence)
@@ -251,7 +309,7 @@ def test_concurrent_migrations_of_a_new_sqlite_file_in_separate_processes(tmp_pa
     ]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "0006", err
+        assert proc.returncode == 0 and out.strip() == "0007", err
     assert {p.name for p in tmp_path.iterdir()} <= {"race.db", "race.db-wal", "race.db-shm"}
 
 
@@ -279,7 +337,7 @@ def test_alembic_upgrade_head_from_a_checkout(target: dict[str, Any]) -> None:
     done = _run([alembic, *x_args, "upgrade", "head"], REPO)
     assert done.returncode == 0, done.stderr
     done = _run([alembic, *x_args, "current"], REPO)
-    assert "0006 (head)" in done.stdout, done.stdout + done.stderr
+    assert "0007 (head)" in done.stdout, done.stdout + done.stderr
 
 
 def test_alembic_reads_the_url_from_the_environment(tmp_path: Path) -> None:
@@ -312,7 +370,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     db = tmp_path / "installed.db"
     done = _run([sys.executable, "-m", "sql_lease", "migrate", "--url", f"sqlite:///{db}"], tmp_path, env)
     assert done.returncode == 0, done.stderr
-    assert "revision 0006" in done.stdout
+    assert "revision 0007" in done.stdout
 
 
 @pytest.mark.postgres
@@ -348,7 +406,7 @@ async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path
             migrate._PROCESS_LOCK.release()
         await asyncio.sleep(0.2)
         assert not migrate._PROCESS_LOCK.locked()
-        assert await asyncio.wait_for(provider.migrate(), 10) == "0006"
+        assert await asyncio.wait_for(provider.migrate(), 10) == "0007"
 
 
 # -- configuration errors are configuration errors, on both faces (issue 21, item 3) -------------------

@@ -149,9 +149,25 @@ async def test_statements_sent(sql_provider: SqlLeaseProvider, key: str) -> None
     await sql_provider.break_lease(key)
     s = sql_provider.statements
     broke = [s.steps["begin"], s.break_lease, s.steps["commit"]] if s.transactional else [s.break_lease]
-    probe = [s.slots["slot_begin"], s.slots["slot_lock_only_head"], s.slots["slot_commit"]]  # a semaphore's head?
-    assert [sql for sql, _ in seen] == [s.list_leases, s.list_all, *probe, *broke]  # semaphores listed in one
+    # no probe transaction: the statement answers a semaphore's head itself, or (SQLite) one read asks
+    is_head = [s.slots["slot_is_head"]] if s.slots["slot_is_head"] and not s.transactional else []
+    assert [sql for sql, _ in seen] == [s.list_leases, s.list_all, *broke, *is_head]  # semaphores listed in one
     assert seen[0][1] == (key, False, 1000, prefix_upper_bound(key))
+
+
+async def test_a_plain_lease_lost_costs_no_probe_transaction(sql_provider: SqlLeaseProvider, key: str) -> None:
+    """Renew, transfer, release and break of a plain lease another owner holds answer "no" without
+    the slot steps' transaction (BEGIN, lock the head, COMMIT) asking whether the key is a semaphore's."""
+    s = sql_provider.statements
+    assert (await sql_provider.acquire_lease(key, "a", TTL)).acquired
+    seen: list[str] = []
+    sql_provider.on_statement(lambda sql, params: seen.append(sql))
+    assert not await sql_provider.renew_lease(key, "b", TTL)
+    assert not await sql_provider.transfer_lease(key, "b", "c", TTL)
+    assert not await sql_provider.release_lease(key, "b")
+    assert await sql_provider.break_lease(key, fence=10**12) is None
+    assert s.slots["slot_lock_only_head"] not in seen, seen  # the probe's statement
+    assert await sql_provider.get_lease_owner(key) == "a"
 
 
 @pytest.mark.postgres

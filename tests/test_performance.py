@@ -37,7 +37,7 @@ class Counted:
 
     def single_renewals(self) -> int:
         return sum(
-            sql.lstrip().startswith(("WITH durable", "UPDATE"))
+            sql.lstrip().startswith(("WITH durable", "WITH renewed", "UPDATE"))
             and not any(batch in sql for batch in ("unnest", "json_each", "JSON_TABLE", "last_fence"))
             for sql in self.sql
         )
@@ -124,9 +124,10 @@ async def test_only_connections_the_provider_made_are_pinned_per_session(pg_sche
 
 @pytest.mark.slow
 @pytest.mark.postgres
-async def test_relaxed_release_is_not_flushed_at_commit() -> None:
+@pytest.mark.parametrize("limit", [1, 3], ids=["lease", "semaphore slot"])
+async def test_relaxed_release_is_not_flushed_at_commit(limit: int) -> None:
     """With a long wal_writer_delay, the WAL flush position stays behind a relaxed release's commit
-    and reaches a durable release's commit."""
+    and reaches a durable release's commit: a plain lease's, and a semaphore slot's."""
     from tests.test_faults import migrate
 
     with throwaway_postgres(log_min_messages="error", wal_writer_delay="10000") as (url, _executor):
@@ -135,7 +136,7 @@ async def test_relaxed_release_is_not_flushed_at_commit() -> None:
         try:
             for durable in (False, True):
                 async with SqlLeaseProvider(url, durable_release=durable) as leases:
-                    assert (await leases.acquire_lease("k", "a", 60_000)).acquired
+                    assert (await leases.acquire_lease("k", "a", 60_000, limit=limit)).acquired
                     await raw.execute("CHECKPOINT")
                     assert await leases.release_lease("k", "a")
                     behind = await raw.fetchval(

@@ -296,6 +296,21 @@ async def test_break_ends_every_holder_or_the_one_of_a_fence(face: Any, key: str
     assert plain.acquired and plain.fence > b.fence  # type: ignore[operator]
 
 
+@pytest.mark.parametrize("limit", [1, 2], ids=["lease", "semaphore"])
+async def test_break_answers_the_holder_as_get_lease_did(face: Any, key: str, limit: int) -> None:
+    """Every provider and face answers break_lease with every field of the holder it ended: data,
+    tenure start and released flag too, as get_lease read them just before."""
+    await face.acquire_lease(key, "a", TTL, limit=limit, data={"job": 7})
+    assert await face.release_lease(key, "a", min_hold_ms=TTL)  # kept, released
+    before = await face.get_lease(key)
+    broken = await face.break_lease(key)
+    assert before is not None and broken is not None
+    fields = ("key", "owner", "fence", "expires_at", "data", "acquired_at", "released")
+    assert {f: getattr(broken, f) for f in fields} == {f: getattr(before, f) for f in fields}
+    assert broken.acquired_at is not None and broken.released and broken.data == {"job": 7}
+    assert await face.get_lease(key) is None
+
+
 async def test_sweep_removes_expired_slots(face: Any, key: str) -> None:
     await face.acquire_lease(key, "a", SHORT_TTL, limit=2)
     await face.acquire_lease(key, "b", SHORT_TTL, limit=2)

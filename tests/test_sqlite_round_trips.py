@@ -59,3 +59,25 @@ def test_a_release_waits_out_another_writers_transaction(tmp_path: Path) -> None
         assert provider.release_lease("k", "a")
         assert 0.4 < time.monotonic() - started < 3.0
         other.close()
+
+
+def test_a_semaphore_slot_costs_one_statement_per_step(tmp_path: Path) -> None:
+    """Migration 0007: a slot's grant is one statement; its renewal and release are the plain
+    statement (which finds a semaphore's head) and one slot statement; a lost plain lease's renewal
+    is one statement (no probe)."""
+    with SyncSqlLeaseProvider(_migrated(tmp_path)) as provider:
+        slots = provider.statements.slots
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(sql))
+        assert provider.acquire_lease("sem", "a", 10_000, limit=2).acquired
+        assert sent == [slots["slot_grant"]], sent
+        sent.clear()
+        assert provider.renew_lease("sem", "a", 10_000)
+        assert sent == [provider.statements.renew, slots["slot_renew_one"]], sent
+        sent.clear()
+        assert provider.release_lease("sem", "a")
+        assert sent == [provider.statements.release, slots["slot_release_one"]], sent
+        assert provider.acquire_lease("plain", "a", 10_000).acquired
+        sent.clear()
+        assert not provider.renew_lease("plain", "b", 10_000)
+        assert sent == [provider.statements.renew], sent

@@ -94,6 +94,7 @@ def test_the_placeholders_are_the_quoted_table_names() -> None:
         "fence_counter": '"sql_leases_fence"',
         "fence_table": '"sql_leases_fences"',
         "slot_table": '"sql_leases_slots"',
+        "slot_live_index": "ix_sql_leases_slots_live",
     }
     filled = filled_texts("postgresql", names, durable_session=True)
     assert filled["owner"] == (
@@ -213,6 +214,7 @@ async def exercise_semaphore_async(provider: SqlLeaseProvider, engine: Any, key:
     async with engine.begin() as conn:
         await provider.check_held(conn, key, "a", first.fence)
     assert await provider.transfer_lease(key, "b", "d", TTL)
+    assert await provider.transfer_lease(key, "d", "d", TTL)  # to itself: its slot renewed
     assert await provider.release_lease(key, "a", min_hold_ms=TTL)  # kept
     assert await provider.release_lease(key, "d")
     assert len(await provider.list_leases(prefix=key, include_expired=True)) == 1
@@ -225,7 +227,7 @@ async def exercise_semaphore_async(provider: SqlLeaseProvider, engine: Any, key:
 
     remove = provider.on_statement(fail_once)
     with pytest.raises(Exception, match="failed inside"):  # rolled back
-        await provider.renew_lease(key, "a", TTL)
+        await provider.transfer_lease(key, "a", "e", TTL)
     assert (await provider.break_lease(key)) is not None
     assert (await provider.acquire_lease(key, "f", TTL, limit=2)).acquired  # a key without a row: a new head
 
@@ -288,6 +290,7 @@ def exercise_semaphore_sync(provider: SyncSqlLeaseProvider, engine: Any, key: st
     with engine.begin() as conn:
         provider.check_held(conn, key, "a", first.fence)
     assert provider.transfer_lease(key, "b", "d", TTL)
+    assert provider.transfer_lease(key, "d", "d", TTL)
     assert provider.release_lease(key, "a", min_hold_ms=TTL)
     assert provider.release_lease(key, "d")
     assert len(provider.list_leases(prefix=key, include_expired=True)) == 1
@@ -300,7 +303,7 @@ def exercise_semaphore_sync(provider: SyncSqlLeaseProvider, engine: Any, key: st
 
     remove = provider.on_statement(fail_once)
     with pytest.raises(Exception, match="failed inside"):
-        provider.renew_lease(key, "a", TTL)
+        provider.transfer_lease(key, "a", "e", TTL)
     assert provider.break_lease(key) is not None
     assert provider.acquire_lease(key, "f", TTL, limit=2).acquired
 

@@ -308,26 +308,29 @@ def release(s: LeaseStatements, key: str, owner: str, fence: object = None, min_
     plain = transactional.release(s, params) if s.transactional else _release(s, params)
     if s.release_covers_slots:
         return plain
-    return _or_slot(plain, False, lambda: transactional.slot_release(s, params))
+    if s.slots["slot_release_one"] is None:  # one read asks whether the key is a semaphore's first
+        plain = transactional.or_head(s, key, plain, False)
+    else:  # the slot's release is one statement (SQLite): it asks itself
+        plain = _head_unless(plain, True)
+    return _or_slot(plain, lambda: transactional.slot_release(s, params))
 
 
-def _or_slot(plain: Plan[T], refused: object, slot: Callable[[], Plan[T]]) -> Plan[T]:
-    # The plain statement answered "no" (``refused``): the owner's slot of a semaphore, if any.
+def _head_unless(plain: Plan[Any], done: object) -> Plan[Any]:
+    # Any answer but ``done`` goes on to the slot statement.
     result = yield from plain
-    if result is refused:
+    return result if result is done else transactional.HEAD
+
+
+def _or_slot(plain: Plan[Any], slot: Callable[[], Plan[T]]) -> Plan[T]:
+    # The plain statement answered that the key is a semaphore's head: the owner's slot, if any.
+    result = yield from plain
+    if result is transactional.HEAD:
         return (yield from slot())
-    return result
+    return result  # type: ignore[no-any-return]
 
 
 def _release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
-    # Kept, or else deleted: the delete refuses a row still to be kept, so a tenure that began
-    # between the two statements is left alone (docs/statements.md, "A minimum hold").
-    if params[3] is not None:
-        kept = yield Query(s.release_keeping, params)
-        if kept is not None:
-            return True
-    row = yield Query(s.release, params)
-    return False if row is None else bool(row[0])
+    return transactional.release_kept_or_deleted(s.release_keeping, s.release, params)
 
 
 def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object, fence: object = None) -> Plan[LeaseInfo | None]:
@@ -337,9 +340,9 @@ def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object, fence: objec
     plain = (
         transactional.renew(s, *params)
         if s.transactional
-        else _single(Query(s.renew, params), lambda row: s.lease_info(key, row))
+        else _single(Query(s.renew, params), lambda row: transactional.renewed_or_head(s, key, row))
     )
-    return _or_slot(plain, None, lambda: transactional.slot_renew(s, *params))
+    return _or_slot(plain, lambda: transactional.slot_renew(s, *params))
 
 
 def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
@@ -353,21 +356,31 @@ def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
 def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, LeaseInfo]]:
     """``renew_many`` for items :func:`validate_renew_items` returned (not checked again)."""
     items = [(encode_key(key), owner, ttl, fence) for key, owner, ttl, fence in items]
+    heads: set[str] | None = None  # stored keys that are semaphores' heads (None: not reported)
     if s.transactional:
         renewed = yield from transactional.renew_checked(s, items)
     else:
-        renewed = {}
+        renewed, heads = {}, set()
         for start in range(0, len(items), RENEW_BATCH_SIZE):
             chunk = items[start : start + RENEW_BATCH_SIZE]
             rows = yield Query(s.renew_many, s.renew_many_params(chunk), many=True)
             for row in rows:
+                if row[1] == "":
+                    heads.add(row[0])
+                    continue
                 lease = s.lease_info(row[0], row[1:])
                 renewed[lease.key] = lease
     for key, owner, ttl, fence in items:  # not renewed as plain leases: semaphores' slots, if any
-        if decode_key(key) not in renewed:
-            slot = yield from transactional.slot_renew(s, key, owner, s.ttl_param(ttl), fence)
-            if slot is not None:
-                renewed[slot.key] = slot
+        if decode_key(key) in renewed:
+            continue
+        if heads is None:  # one read instead of the slot transaction for a plain lease lost
+            if (yield Query(s.slots["slot_is_head"], (key,))) is None:
+                continue
+        elif key not in heads:
+            continue
+        slot = yield from transactional.slot_renew(s, key, owner, s.ttl_param(ttl), fence)
+        if slot is not None:
+            renewed[slot.key] = slot
     return renewed
 
 
@@ -391,9 +404,9 @@ def transfer(
     plain = (
         transactional.transfer(s, *params)
         if s.transactional
-        else _single(Query(s.transfer, params), lambda row: True, missing=False)
+        else _single(Query(s.transfer, params), lambda row: transactional.HEAD if row[0] == "" else True, False)
     )
-    return _or_slot(plain, False, lambda: transactional.slot_transfer(s, *params))
+    return _or_slot(plain, lambda: transactional.slot_transfer(s, *params))
 
 
 def sweep(s: LeaseStatements, batch_size: object = 1000, grace_ms: object = 0) -> Plan[int]:
@@ -463,13 +476,28 @@ def break_lease(s: LeaseStatements, key: str, fence: object = None) -> Plan[Leas
 
 
 def _break(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseInfo | None]:
-    broken = yield from transactional.slot_break(s, key, fence)
-    if broken is not transactional.PLAIN:
-        return broken  # type: ignore[no-any-return]
-    if s.transactional:
-        return (yield from transactional.break_lease(s, key, fence))
-    row = yield Query(s.break_lease, (key, fence))
-    return None if row is None or not row[4] else s.lease_info(key, row)
+    # The plain statement first; a semaphore's head goes to the slot steps, and back here if it was
+    # made a plain lease in between (at most HEAD_RETRIES times).
+    for _ in range(transactional.HEAD_RETRIES):
+        if s.transactional:
+            broken = yield from transactional.break_lease(s, key, fence)
+        elif s.slots["slot_is_head"] is None:  # the statement answers a head itself
+            broken = yield from _single(Query(s.break_lease, (key, fence)), lambda row: _broken(s, key, row))
+        else:
+            plain = _single(Query(s.break_lease, (key, fence)), lambda row: _broken(s, key, row))
+            broken = yield from transactional.or_head(s, key, plain, None)
+        if broken is not transactional.HEAD:
+            return broken  # type: ignore[no-any-return]
+        broken = yield from transactional.slot_break(s, key, fence)
+        if broken is not transactional.PLAIN:
+            return broken  # type: ignore[no-any-return]
+    return None
+
+
+def _broken(s: LeaseStatements, key: str, row: Row) -> Any:
+    if row[0] == "":
+        return transactional.HEAD
+    return s.held(key, row) if row[7] else None
 
 
 # -- several keys at once, all or nothing (issue 25; docs/statements.md, "All-or-nothing acquire") --

@@ -166,6 +166,17 @@ class LeaseTableNames:
         return f"ix_{self.table}_slots_exp"
 
     @property
+    def slot_live_index(self) -> str:
+        """SQLite index of the slot table on (key, expires_at) (migration 0007): the live slots of a key,
+        named by the one-statement slot operations (``INDEXED BY``), so a table older fails them."""
+        return f"ix_{self.table}_slots_live"
+
+    def slot_triggers(self) -> tuple[str, str, str]:
+        """SQLite triggers of migration 0007 on the slot table that keep each semaphore's head exact
+        after a slot is inserted, its expiry updated, or a live one deleted."""
+        return (f"{self.table}_slots_granted", f"{self.table}_slots_renewed", f"{self.table}_slots_freed")
+
+    @property
     def slot_acquire_function(self) -> str:
         """PostgreSQL function of the slot acquire transaction (migration 0006)."""
         return f"{self.table}_slot_acquire"
@@ -239,6 +250,7 @@ def lease_metadata(names: LeaseTableNames, dialect_name: str) -> MetaData:
         Column("data", data_type, nullable=True),
         Column("released", Boolean, nullable=False, server_default=false()),
         Index(names.slot_expires_at_index, "expires_at"),
+        *([Index(names.slot_live_index, "key", "expires_at")] if dialect_name == "sqlite" else []),
         sqlite_with_rowid=False,
     )
     Table(

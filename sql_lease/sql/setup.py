@@ -158,7 +158,8 @@ def migrate_command_options(names: LeaseTableNames) -> str:
 def schema_missing(names: LeaseTableNames, safe_url: str, exc: BaseException) -> SchemaMissingError:
     """The error for a statement that found no lease table (or an older one) at ``safe_url`` (a URL
     without its password), with the command that fixes it."""
-    later = (names.slot_table, names.slot_acquire_function, names.slot_release_function)  # revision 0006
+    # revision 0006, and 0007 (SQLite: "no such index" of the one-statement slot operations)
+    later = (names.slot_table, names.slot_acquire_function, names.slot_release_function, names.slot_live_index)
     older = schema_outdated(exc) or any(name in str(exc) for name in later)
     problem = "is older than this sql_lease" if older else "not found"
     return SchemaMissingError(

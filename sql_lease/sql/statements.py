@@ -269,6 +269,7 @@ def placeholder_values(dialect_name: str, names: LeaseTableNames) -> dict[str, s
         "slot_table": qualified_name(dialect, names, names.slot_table),
         "slot_acquire_function": qualified_name(dialect, names, names.slot_acquire_function),
         "slot_release_function": qualified_name(dialect, names, names.slot_release_function),
+        "slot_live_index": dialect.identifier_preparer.quote(names.slot_live_index),
     }
     return {name: values[name] for name in module.PLACEHOLDERS}
 

@@ -23,11 +23,13 @@ from .statements import LeaseStatements
 
 __all__ = [
     "CONFLICT_RETRIES",
+    "HEAD",
     "PLAIN",
     "acquire",
     "acquire_keys",
     "break_lease",
     "release",
+    "release_kept_or_deleted",
     "renew",
     "renew_checked",
     "slot_acquire",
@@ -155,20 +157,37 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     return (yield from _transaction(s, body, packed=True))
 
 
-def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
+def renewed_or_head(s: LeaseStatements, key: str, row: Any) -> Any:
+    """A renew's answer from its row: None (none), :data:`HEAD` (the key is a semaphore's), the lease."""
+    return None if row is None else HEAD if row[0] == "" else s.lease_info(key, row)
+
+
+def release_kept_or_deleted(keeping: str, deleting: str, params: tuple[Any, ...]) -> Plan[bool]:
+    """Release as ``params`` (key, owner, fence, min_hold) say with one statement each, as RELEASE_KEEPING
+    and RELEASE do: kept, or else deleted (the delete refuses a row still to be kept, so a tenure
+    that began between the two statements is left alone: docs/statements.md, "A minimum hold")."""
+    if params[3] is not None:
+        kept = yield Query(keeping, params)
+        if kept is not None:
+            return True
+    row = yield Query(deleting, params)
+    return False if row is None else bool(row[0])
+
+
+def _renewed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[Any]:
     (count,) = yield Query(s.renew, (key, owner, ttl, fence))
-    if not count:
-        return None
-    row = yield Query(s.steps["granted"], (key,))
-    return s.lease_info(key, row)
+    row = yield Query(s.steps["granted"], (key,))  # the lease renewed, or a head's row
+    if count:
+        return s.lease_info(key, row)
+    return HEAD if row is not None and row[0] == "" else None
 
 
-def _renewed_packed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
-    row = yield Query(s.steps["renew_packet"], (key, owner, ttl, fence))
-    return None if row is None else s.lease_info(key, row)
+def _renewed_packed(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[Any]:
+    return renewed_or_head(s, key, (yield Query(s.steps["renew_packet"], (key, owner, ttl, fence))))
 
 
-def renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
+def renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[Any]:
+    """Renew the owner's plain lease: the lease renewed, None, or :data:`HEAD` for a semaphore's key."""
     if s.packed:
         return (yield from _transaction(s, lambda: _renewed_packed(s, key, owner, ttl, fence), packed=True))
     return (yield from _transaction(s, lambda: _renewed(s, key, owner, ttl, fence)))
@@ -196,9 +215,13 @@ def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, 
 
 def transfer(
     s: LeaseStatements, key: str, from_owner: str, to_owner: str, ttl: Any, data: str | None, fence: int | None
-) -> Plan[bool]:
-    def body() -> Plan[bool]:
+) -> Plan[Any]:
+    """Transfer the plain lease: True, False, or :data:`HEAD` for a semaphore's key."""
+
+    def body() -> Plan[Any]:
         row = yield Query(s.steps["lock_row"], (key,))
+        if row is not None and row[0] == "":
+            return HEAD
         if row is None or not row[6] or row[0] != from_owner or row[7] or fence not in (None, row[1]):
             return False
         if to_owner == from_owner:
@@ -211,13 +234,17 @@ def transfer(
     return (yield from _transaction(s, body))
 
 
-def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[LeaseInfo | None]:
-    def body() -> Plan[LeaseInfo | None]:
+def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[Any]:
+    """Break the plain lease: the lease broken, None, or :data:`HEAD` for a semaphore's key."""
+
+    def body() -> Plan[Any]:
         row = yield Query(s.steps["lock_row"], (key,))
+        if row is not None and row[0] == "":
+            return HEAD
         if row is None or (fence is not None and row[1] != fence):
             return None
         yield Query(s.steps["delete_row"], (key,))
-        return s.lease_info(key, row) if row[6] else None
+        return s.held(key, (*row[:6], row[7])) if row[6] else None  # lock_row: live before released
 
     return (yield from _transaction(s, body))
 
@@ -238,7 +265,19 @@ def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
 PLAIN = object()
 """A slot plan's answer when the key is held as a plain lease: the plain operation decides."""
 
+HEAD = object()
+"""A plain plan's answer when the key is a semaphore's head (owner ''): the slot plan decides."""
+
 HEAD_RETRIES = 3
+
+
+def or_head(s: LeaseStatements, key: str, plain: Plan[T], refused: object) -> Plan[Any]:
+    """``plain``'s answer, or :data:`HEAD` when it answered ``refused`` and the key's row is a
+    semaphore's head (one read, no lock: for statements that cannot report a row they leave)."""
+    result = yield from plain
+    if result is refused and (yield Query(s.slots["slot_is_head"], (key,))) is not None:
+        return HEAD
+    return result
 
 
 def _head(s: LeaseStatements, key: str, *, create: bool) -> Plan[Any]:
@@ -300,6 +339,13 @@ def slot_acquire(
     slots = s.slots
     if slots["slot_acquire_call"] is not None:  # one round trip (PostgreSQL's function)
         return (yield from _slot_acquire_call(s, (key, owner, ttl, data, limit, waiting)))
+    if slots["slot_grant"] is not None:  # one statement (SQLite, migration 0007's triggers)
+        try:
+            return (yield from _slot_grant(s, key, owner, ttl, data, limit))
+        except Exception as exc:  # the write lock's wait ran out: refused, as below
+            if not s.lock_timed_out(exc):
+                raise
+        return (yield from _oldest_refusal(s, key))
 
     def body() -> Plan[Any]:
         head = yield from _head(s, key, create=True)
@@ -336,6 +382,16 @@ def slot_acquire(
     return (yield from _oldest_refusal(s, key))
 
 
+def _slot_grant(s: LeaseStatements, key: str, owner: str, ttl: Any, data: str | None, limit: int) -> Plan[Any]:
+    row = yield Query(s.slots["slot_grant"], (key, owner, ttl, data, limit))
+    if row is not None:
+        return AcquireResult(True, row[0], row[1], s.to_datetime(row[2]), float(row[3]))
+    head = yield Query(s.slots["slot_lock_head"], (key,))  # refused: by a plain lease, or by the slots
+    if head is not None and head[0] != "" and head[6]:
+        return PLAIN if head[0] == owner and not head[7] else s.refusal(head)
+    return (yield from _oldest_refusal(s, key))
+
+
 def _slot_acquire_call(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[Any]:
     row = yield Query(s.slots["slot_acquire_call"], params)
     if row is None:
@@ -353,6 +409,9 @@ def _live_slot(state: Any, fence: int | None) -> bool:
 def slot_renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | None) -> Plan[LeaseInfo | None]:
     """Renew ``owner``'s slot of ``key`` (of tenure ``fence``); None if it holds none."""
     slots = s.slots
+    if slots["slot_renew_one"] is not None:  # one statement (SQLite, migration 0007's triggers)
+        row = yield Query(slots["slot_renew_one"], (key, owner, ttl, fence))
+        return None if row is None else s.lease_info(key, row)
 
     def body() -> Plan[LeaseInfo | None]:
         head = yield from _head(s, key, create=False)
@@ -374,6 +433,8 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     tenure start + min_hold, or deleted (an expired one is deleted too, and answered False)."""
     key, owner, fence, min_hold = params
     slots = s.slots
+    if slots["slot_release_one"] is not None:  # one statement (SQLite, migration 0007's triggers)
+        return (yield from release_kept_or_deleted(slots["slot_keep_one"], slots["slot_release_one"], params))
 
     def body() -> Plan[bool]:
         head = yield from _head(s, key, create=False)

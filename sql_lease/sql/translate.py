@@ -40,7 +40,7 @@ _SCHEMA_MISSING = {"42P01", "3F000"}
 # 42703 undefined_column: the table predates a migration that added a column the statements use;
 # 42883 undefined_function: it predates migration 0006's slot functions
 _SCHEMA_OUTDATED = {"42703", "42883"}
-_SQLITE_SCHEMA_OUTDATED = ("no such column", "has no column named")
+_SQLITE_SCHEMA_OUTDATED = ("no such column", "has no column named", "no such index")
 # Class 08 (connection exception), 57P01-57P03 (shutdown, crash, cannot connect now), 53300 (too
 # many connections): the server is gone or going, so the connection is not reusable.
 _CONNECTION_GONE_PREFIXES = ("08", "57P")

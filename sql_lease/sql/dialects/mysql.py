@@ -240,13 +240,14 @@ COMMIT"""
 
 # renew_packet ($1 key, $2 owner, $3 ttl_us, $4 fence | NULL: any) -> (owner, fence, expires_at,
 #   remaining_ms) of the owner's unexpired lease (of that fence, not released), renewed, read back
-#   under the lock the UPDATE took; no row if none was renewed
+#   under the lock the UPDATE took; the head's row (owner '') if the key is a semaphore's (the slot steps
+#   renew the owner's slot); no row if none was renewed
 RENEW_PACKET = """
 START TRANSACTION;
 UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
  WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6) AND NOT released AND ($4 IS NULL OR fence = $4);
 SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000 FROM {table}
- WHERE `key` = $1 AND ROW_COUNT() > 0;
+ WHERE `key` = $1 AND (ROW_COUNT() > 0 OR owner = '');
 COMMIT"""
 
 # renew_many_packet ($1 JSON array as RENEW_MANY) -> rows (key, owner, fence, expires_at, remaining_ms)
@@ -604,6 +605,10 @@ SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ex
        acquired_at, expires_at > UTC_TIMESTAMP(6), released, has_waiters FROM {table}
  WHERE `key` = $1 AND owner = '' FOR UPDATE"""
 
+# slot_is_head ($1 key) -> (1,) if the key's row is a semaphore's head: read after a plain release that deleted
+#   nothing, or for an item renew_many did not renew (no lock)
+SLOT_IS_HEAD = "SELECT 1 FROM {table} WHERE `key` = $1 AND owner = ''"
+
 # slot_make_head ($1 key) -> row count; an expired head (owner '') for a key without a row (a row another
 #   acquirer inserted first is left as it is: no warning, as INSERT IGNORE would give)
 SLOT_MAKE_HEAD = """
@@ -706,6 +711,10 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
     """The statements of semaphores by name (``SLOT_STEP_NAMES`` of the PostgreSQL module); the
     same in every variant."""
     return {
+        "slot_grant": None,  # SQLite's one-statement slot operations
+        "slot_renew_one": None,
+        "slot_release_one": None,
+        "slot_keep_one": None,
         "slot_acquire_call": None,  # a transaction of the steps below
         "slot_begin": BEGIN,
         "slot_commit": COMMIT,
@@ -713,6 +722,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_pin": None,
         "slot_lock_head": SLOT_LOCK_HEAD,
         "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
+        "slot_is_head": SLOT_IS_HEAD,
         "slot_make_head": SLOT_MAKE_HEAD,
         "slot_to_head": SLOT_TO_HEAD,
         "slot_state": SLOT_STATE,

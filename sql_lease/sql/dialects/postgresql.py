@@ -282,7 +282,8 @@ NOTIFY_CHANNEL = "SELECT 'sql_lease_' || {table_literal}::regclass::oid"
 # release, relaxed ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_ms | NULL) -> (was_unexpired, notified)
 #   if owner's row was deleted: unless released already or (with $4) still to be kept (RELEASE_KEEPING);
 #   for a semaphore's key (its head, owner '', is no one's row) the owner's slot released by migration
-#   0006's function instead, in the same round trip: (released, NULL)
+#   0006's function instead, in the same round trip: (released, NULL); the function sets the commit mode
+#   itself (commit_mode runs only if the planner reaches it, which a DELETE matching no row need not)
 RELEASE_RELAXED = """
 WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone AS (
     DELETE FROM {table} USING commit_mode WHERE key = $1 AND owner = $2 AND ($3::bigint IS NULL OR fence = $3::bigint)
@@ -293,7 +294,7 @@ WITH commit_mode AS (SELECT set_config('synchronous_commit', 'off', true)), gone
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
   FROM gone
 UNION ALL
-SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL), NULL FROM {table}
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'off'), NULL FROM {table}
  WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM gone)"""
 
 # release, durable on a durable session: parameters and result as RELEASE_RELAXED
@@ -324,7 +325,7 @@ WITH commit_mode AS (
 SELECT was_unexpired, CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
   FROM gone
 UNION ALL
-SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL), NULL FROM {table}
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'on'), NULL FROM {table}
  WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM gone)"""
 
 # release with a minimum hold ($1 key, $2 owner, $3 fence | NULL, $4 min_hold_ms) -> (fence,) if owner's
@@ -351,50 +352,77 @@ RETURNING fence"""
 
 # -- renew ----------------------------------------------------------------------------------------
 
-# renew ($1 key, $2 owner, $3 ttl_ms, $4 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms) if renewed
+# renew ($1 key, $2 owner, $3 ttl_ms, $4 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms) if renewed;
+#   ('', NULL, NULL, NULL) if the key is a semaphore's head (the owner's slot is renewed by the slot steps)
 RENEW = """
-UPDATE {table} SET expires_at = now() + $3::float8 * interval '1 millisecond'
- WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now() AND NOT released
-   AND ($4::bigint IS NULL OR fence = $4::bigint)
-RETURNING owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
+WITH renewed AS (
+    UPDATE {table} SET expires_at = now() + $3::float8 * interval '1 millisecond'
+     WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now() AND NOT released
+       AND ($4::bigint IS NULL OR fence = $4::bigint)
+    RETURNING owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8
+)
+SELECT * FROM renewed
+UNION ALL
+SELECT '', NULL::bigint, NULL::timestamptz, NULL::float8 FROM {table}
+ WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM renewed)"""
 
 # renew, pinned durable for its own transaction: parameters and result as RENEW
 RENEW_PINNED = """
 WITH durable AS (
     SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+), renewed AS (
+    UPDATE {table} SET expires_at = now() + $3::float8 * interval '1 millisecond'
+      FROM durable
+     WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now() AND NOT released
+       AND ($4::bigint IS NULL OR fence = $4::bigint)
+    RETURNING owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8
 )
-UPDATE {table} SET expires_at = now() + $3::float8 * interval '1 millisecond'
-  FROM durable
- WHERE key = $1 AND owner = $2 AND expires_at + interval '0' > now() AND NOT released
-   AND ($4::bigint IS NULL OR fence = $4::bigint)
-RETURNING owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
+SELECT * FROM renewed
+UNION ALL
+SELECT '', NULL::bigint, NULL::timestamptz, NULL::float8 FROM {table}
+ WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM renewed)"""
 
 # renew_many ($1 keys varchar[], $2 owners varchar[], $3 ttls_ms float8[], $4 fences bigint[], NULL: any)
-#   -> rows (key, owner, fence, expires_at, remaining_ms) of the leases renewed
+#   -> rows (key, owner, fence, expires_at, remaining_ms) of the leases renewed, and (key, '', NULL, NULL, NULL)
+#   of each key that is a semaphore's head (its owner's slot is renewed by the slot steps)
 RENEW_MANY = """
-UPDATE {table} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
-  FROM unnest($1::varchar[], $2::varchar[], $3::float8[], $4::bigint[]) AS r(key, owner, ttl, fence)
- WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now() AND NOT l.released
-   AND (r.fence IS NULL OR l.fence = r.fence)
-RETURNING l.key, l.owner, l.fence, l.expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
+WITH renewed AS (
+    UPDATE {table} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
+      FROM unnest($1::varchar[], $2::varchar[], $3::float8[], $4::bigint[]) AS r(key, owner, ttl, fence)
+     WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now() AND NOT l.released
+       AND (r.fence IS NULL OR l.fence = r.fence)
+    RETURNING l.key, l.owner, l.fence, l.expires_at,
+              (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000)::float8
+)
+SELECT * FROM renewed
+UNION ALL
+SELECT h.key, '', NULL::bigint, NULL::timestamptz, NULL::float8 FROM {table} AS h
+ WHERE h.key = ANY($1::varchar[]) AND h.owner = ''"""
 
 # renew_many, pinned durable for its own transaction: parameters and result as RENEW_MANY
 RENEW_MANY_PINNED = """
 WITH durable AS (
     SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+), renewed AS (
+    UPDATE {table} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
+      FROM durable, unnest($1::varchar[], $2::varchar[], $3::float8[], $4::bigint[]) AS r(key, owner, ttl, fence)
+     WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now() AND NOT l.released
+       AND (r.fence IS NULL OR l.fence = r.fence)
+    RETURNING l.key, l.owner, l.fence, l.expires_at,
+              (extract(epoch FROM l.expires_at - clock_timestamp()) * 1000)::float8
 )
-UPDATE {table} AS l SET expires_at = now() + r.ttl * interval '1 millisecond'
-  FROM durable, unnest($1::varchar[], $2::varchar[], $3::float8[], $4::bigint[]) AS r(key, owner, ttl, fence)
- WHERE l.key = r.key AND l.owner = r.owner AND l.expires_at + interval '0' > now() AND NOT l.released
-   AND (r.fence IS NULL OR l.fence = r.fence)
-RETURNING l.key, l.owner, l.fence, l.expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8"""
+SELECT * FROM renewed
+UNION ALL
+SELECT h.key, '', NULL::bigint, NULL::timestamptz, NULL::float8 FROM {table} AS h
+ WHERE h.key = ANY($1::varchar[]) AND h.owner = ''"""
 
 # -- transfer -------------------------------------------------------------------------------------
 
 # transfer ($1 key, $2 from_owner, $3 to_owner, $4 ttl_ms, $5 data JSON text | NULL, $6 fence | NULL: any)
-#   -> (owner, fence, expires_at, remaining_ms, notified) if transferred
+#   -> (owner, fence, expires_at, remaining_ms, notified) if transferred; ('', NULL, NULL, NULL, NULL) if the
+#   key is a semaphore's head (the owner's slot is passed on by the slot steps)
 TRANSFER = """
 WITH serialised AS (
     SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar))
@@ -420,7 +448,9 @@ WITH serialised AS (
 )
 SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8,
        CASE WHEN had_waiters AND $2 <> $3 THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
-  FROM moved"""
+  FROM moved
+UNION ALL
+SELECT '', NULL, NULL, NULL, NULL FROM {table} WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM moved)"""
 
 # transfer, pinned durable for its own transaction: parameters and result as TRANSFER
 TRANSFER_PINNED = """
@@ -450,19 +480,26 @@ WITH serialised AS (
 )
 SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8,
        CASE WHEN had_waiters AND $2 <> $3 THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END
-  FROM moved"""
+  FROM moved
+UNION ALL
+SELECT '', NULL, NULL, NULL, NULL FROM {table} WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM moved)"""
 
 # -- operators: break and sweep -------------------------------------------------------------------
 
-# break_lease ($1 key, $2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, was_unexpired,
-#   notified) of the row it deleted; no advisory lock (deleting draws no fence), no durability pin
+# break_lease ($1 key, $2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, data, acquired_at,
+#   released, was_unexpired, notified) of the row it deleted; a semaphore's head is not deleted but
+#   answered ('', NULL, ...: the slot steps break it); no advisory lock (deleting draws no fence), no pin
 BREAK_LEASE = """
 WITH gone AS (
-    DELETE FROM {table} WHERE key = $1 AND ($2::bigint IS NULL OR fence = $2::bigint)
-    RETURNING key, owner, fence, expires_at, has_waiters
+    DELETE FROM {table} WHERE key = $1 AND owner <> '' AND ($2::bigint IS NULL OR fence = $2::bigint)
+    RETURNING key, owner, fence, expires_at, data, acquired_at, released, has_waiters
 )
-SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, expires_at > now(),
-       CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END FROM gone"""
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text, acquired_at,
+       released, expires_at > now(),
+       CASE WHEN has_waiters THEN pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) END FROM gone
+UNION ALL
+SELECT '', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM {table}
+ WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM gone)"""
 
 # sweep ($1 grace_ms, $2 batch_size) -> (leases deleted, notified): semaphores' heads go uncounted
 SWEEP = """
@@ -806,6 +843,10 @@ SELECT s.fence FROM {slot_table} AS s JOIN {table} AS h ON h.key = s.key AND h.o
 
 
 SLOT_STEP_NAMES = (
+    "slot_grant",
+    "slot_renew_one",
+    "slot_release_one",
+    "slot_keep_one",
     "slot_acquire_call",
     "slot_begin",
     "slot_commit",
@@ -813,6 +854,7 @@ SLOT_STEP_NAMES = (
     "slot_pin",
     "slot_lock_head",
     "slot_lock_only_head",
+    "slot_is_head",
     "slot_make_head",
     "slot_to_head",
     "slot_state",
@@ -843,6 +885,10 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
     0006's function; renew, transfer and break are transactions of the steps below."""
     s = durable_session
     return {
+        "slot_grant": None,  # SQLite's one-statement slot operations
+        "slot_renew_one": None,
+        "slot_release_one": None,
+        "slot_keep_one": None,
         "slot_acquire_call": SLOT_ACQUIRE_CALL if s else SLOT_ACQUIRE_CALL_PINNED,
         "slot_begin": SLOT_BEGIN,
         "slot_commit": SLOT_COMMIT,
@@ -850,6 +896,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_pin": None if durable_session else SLOT_PIN,
         "slot_lock_head": None,  # the acquire function locks the key's row itself
         "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
+        "slot_is_head": None,  # the plain statements answer a head themselves
         "slot_make_head": None,  # the acquire function makes heads
         "slot_to_head": None,
         "slot_state": SLOT_STATE,

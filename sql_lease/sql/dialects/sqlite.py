@@ -23,7 +23,7 @@ from __future__ import annotations
 
 __all__ = ["NOW_MS", "PLACEHOLDERS", "slot_steps", "texts"]
 
-PLACEHOLDERS = ("table", "fence_counter", "fence_table", "slot_table")
+PLACEHOLDERS = ("table", "fence_counter", "fence_table", "slot_table", "slot_live_index")
 
 NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 """SQLite's clock in epoch milliseconds, as written in every statement below (for scripts)."""
@@ -126,41 +126,50 @@ UPDATE {table}
 RETURNING fence"""
 
 # renew (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms)
-#   if renewed
+#   if renewed; ('', ...) if the key is a semaphore's head, left as it was (the slot steps renew the owner's slot)
 RENEW = """
-UPDATE {table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3
- WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-   AND NOT released AND (?4 IS NULL OR fence = ?4)
+UPDATE {table} SET expires_at = CASE WHEN owner = '' THEN expires_at
+                                     ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3 END
+ WHERE key = ?1 AND (owner = '' OR (owner = ?2
+       AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       AND NOT released AND (?4 IS NULL OR fence = ?4)))
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # renew_many (?1 JSON array of [key, owner, ttl_ms] or [key, owner, ttl_ms, fence | NULL: any])
-#   -> rows (key, owner, fence, expires_at, remaining_ms) renewed
+#   -> rows (key, owner, fence, expires_at, remaining_ms) renewed; (key, '', ...) of each key that is a
+#   semaphore's head, left as it was (the slot steps renew the owner's slot)
 RENEW_MANY = """
-UPDATE {table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + r.ttl
+UPDATE {table} SET expires_at = CASE WHEN owner = '' THEN expires_at
+                                     ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + r.ttl END
   FROM (SELECT value ->> 0 AS k, value ->> 1 AS o, value ->> 2 AS ttl, value ->> 3 AS f FROM json_each(?1)) AS r
- WHERE key = r.k AND owner = r.o AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-   AND NOT released AND (r.f IS NULL OR fence = r.f)
+ WHERE key = r.k AND (owner = '' OR (owner = r.o
+       AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       AND NOT released AND (r.f IS NULL OR fence = r.f)))
 RETURNING key, owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # transfer (?1 key, ?2 from_owner, ?3 to_owner, ?4 ttl_ms integer, ?5 data JSON text | NULL, ?6 fence | NULL: any)
-#   -> (owner, fence, expires_at, remaining_ms) if transferred
+#   -> (owner, fence, expires_at, remaining_ms) if transferred; ('', ...) if the key is a semaphore's head, left
+#   as it was (the slot steps pass the owner's slot on)
 TRANSFER = """
 UPDATE {table}
-   SET owner = ?3,
-       expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?4,
-       fence = CASE WHEN owner = ?3 THEN fence ELSE (SELECT last_fence + 1 FROM {fence_counter}) END,
-       data = CASE WHEN owner = ?3 THEN coalesce(?5, data) ELSE ?5 END,
-       acquired_at = CASE WHEN owner = ?3 THEN acquired_at
+   SET owner = CASE WHEN owner = '' THEN owner ELSE ?3 END,
+       expires_at = CASE WHEN owner = '' THEN expires_at
+                         ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?4 END,
+       fence = CASE WHEN owner = ?3 OR owner = '' THEN fence ELSE (SELECT last_fence + 1 FROM {fence_counter}) END,
+       data = CASE WHEN owner = '' THEN data WHEN owner = ?3 THEN coalesce(?5, data) ELSE ?5 END,
+       acquired_at = CASE WHEN owner = ?3 OR owner = '' THEN acquired_at
                           ELSE CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) END
- WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-   AND NOT released AND (?6 IS NULL OR fence = ?6)
+ WHERE key = ?1 AND (owner = '' OR (owner = ?2
+       AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+       AND NOT released AND (?6 IS NULL OR fence = ?6)))
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# break_lease (?1 key, ?2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, was_unexpired) deleted
+# break_lease (?1 key, ?2 fence | NULL: any) -> (owner, fence, expires_at, remaining_ms, data, acquired_at,
+#   released, was_unexpired) of the row deleted (not a semaphore's head: the slot steps break it)
 BREAK_LEASE = """
-DELETE FROM {table} WHERE key = ?1 AND (?2 IS NULL OR fence = ?2)
+DELETE FROM {table} WHERE key = ?1 AND owner <> '' AND (?2 IS NULL OR fence = ?2)
 RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
-          expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+          data, acquired_at, released, expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
 # sweep (?1 grace_ms, ?2 batch_size) -> one row per row deleted: true for a lease, false for a semaphore's head
 SWEEP = """
@@ -271,16 +280,75 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
     }
 
 
-# -- semaphores: the slot table {slot_table}, each operation one write transaction -----------------
-# A key held as a semaphore has a head row in {table} (owner ''): every slot operation runs
-# BEGIN IMMEDIATE (the database's write lock, so counting is exact), reads the head, acts, COMMIT.
+# -- semaphores: the slot table {slot_table} ------------------------------------------------------
+# A key held as a semaphore has a head row in {table} (owner ''). A grant, renewal and release are one
+# statement each (one statement holds the write lock from its start: counting is exact); migration
+# 0007's triggers on {slot_table} keep the head exact, and each names the index {slot_live_index}
+# (INDEXED BY), so on a table older than 0007 it fails ("no such index") before writing anything.
+# Transfer and break run BEGIN IMMEDIATE (the database's write lock), read the head, act, COMMIT.
+
+# slot_grant (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL, ?5 limit) -> (owner, fence,
+#   expires_at, remaining_ms) of the owner's slot if granted: a new tenure (fence: the counter's next;
+#   an expired slot of the owner's is its row reused) if no unexpired plain lease holds the key and
+#   fewer than ?5 other owners hold unexpired slots, or the owner's unexpired slot's tenure going on;
+#   no row if refused (the plan then reads SLOT_LOCK_HEAD and HOLDERS)
+SLOT_GRANT = """
+INSERT INTO {slot_table} AS mine (key, owner, fence, acquired_at, expires_at, data)
+SELECT ?1, ?2, (SELECT last_fence + 1 FROM {fence_counter}), CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+       CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3, ?4
+ WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE key = ?1 AND owner <> ''
+                      AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+   AND ((SELECT count(*) FROM {slot_table} INDEXED BY {slot_live_index}
+          WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+            AND owner <> ?2) < ?5
+        OR EXISTS (SELECT 1 FROM {slot_table} WHERE key = ?1 AND owner = ?2 AND NOT released
+                      AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)))
+ON CONFLICT (key, owner) DO UPDATE
+   SET fence = CASE WHEN mine.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                    THEN mine.fence ELSE excluded.fence END,
+       acquired_at = CASE WHEN mine.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                          THEN mine.acquired_at ELSE excluded.acquired_at END,
+       data = CASE WHEN mine.expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                   THEN coalesce(excluded.data, mine.data) ELSE excluded.data END,
+       expires_at = excluded.expires_at,
+       released = 0
+ WHERE mine.expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) OR NOT mine.released
+RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# slot_renew_one (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 fence | NULL: any) -> (owner, fence, expires_at,
+#   remaining_ms) if the owner's unexpired, unreleased slot (of that fence) was renewed
+SLOT_RENEW_ONE = """
+UPDATE {slot_table} INDEXED BY {slot_live_index}
+   SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3
+ WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+   AND NOT released AND (?4 IS NULL OR fence = ?4)
+RETURNING owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# slot_release_one (?1 key, ?2 owner, ?3 fence | NULL: any, ?4 min_hold_ms | NULL) -> (was_unexpired,) if the
+#   owner's slot was deleted: as RELEASE for a lease (released already and kept, or still to be kept: left)
+SLOT_RELEASE_ONE = """
+DELETE FROM {slot_table} INDEXED BY {slot_live_index}
+ WHERE key = ?1 AND owner = ?2 AND (?3 IS NULL OR fence = ?3)
+   AND (expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+        OR (NOT released
+            AND (?4 IS NULL OR acquired_at + ?4 <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))))
+RETURNING expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+
+# slot_keep_one (?1 key, ?2 owner, ?3 fence | NULL, ?4 min_hold_ms integer) -> (fence,) if the owner's unexpired
+#   slot's tenure began less than min_hold_ms ago: kept, marked released, until then (as RELEASE_KEEPING)
+SLOT_KEEP_ONE = """
+UPDATE {slot_table} INDEXED BY {slot_live_index} SET released = 1, expires_at = acquired_at + ?4
+ WHERE key = ?1 AND owner = ?2 AND (?3 IS NULL OR fence = ?3) AND NOT released
+   AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+   AND acquired_at + ?4 > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+RETURNING fence"""
 
 SLOT_BEGIN = "BEGIN IMMEDIATE"
 SLOT_COMMIT = "COMMIT"
 SLOT_ROLLBACK = "ROLLBACK"
 
 # slot_lock_head (?1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released,
-#   has_waiters) of the key's row in the lease table (a plain lease or a head)
+#   has_waiters) of the key's row in the lease table (a plain lease or a head): read after a refused grant
 SLOT_LOCK_HEAD = """
 SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
        data, acquired_at,
@@ -294,16 +362,10 @@ SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5
        expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), released, has_waiters
   FROM {table} WHERE key = ?1 AND owner = ''"""
 
-# slot_make_head (?1 key) -> nothing; an expired head (owner '') for a key without a row
-SLOT_MAKE_HEAD = """
-INSERT INTO {table} (key, owner, fence, expires_at, acquired_at)
-VALUES (?1, '', 0, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
-        CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
-ON CONFLICT (key) DO NOTHING"""
-
-# slot_to_head (?1 key) -> nothing; the expired plain lease of the key becomes its head
-SLOT_TO_HEAD = """
-UPDATE {table} SET owner = '', data = NULL, released = 0 WHERE key = ?1"""
+# slot_is_head (?1 key) -> (1,) if the key's row is a semaphore's head: read after a plain break that deleted
+#   nothing (a DELETE cannot answer for a row it leaves), without the write lock (a release asks with
+#   SLOT_RELEASE_ONE itself)
+SLOT_IS_HEAD = "SELECT 1 FROM {table} WHERE key = ?1 AND owner = ''"
 
 # slot_state (?1 key, ?2 owner, ?3 min_hold_ms | NULL) -> (other owners' unexpired slots, owner's slot fence |
 #   NULL, owner's slot unexpired, owner's slot released, owner's tenure began less than min_hold_ms ago)
@@ -337,10 +399,6 @@ UPDATE {slot_table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400
        data = coalesce(?4, data)
  WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
 
-# slot_keep (?1 key, ?2 owner, ?3 min_hold_ms integer) -> nothing; released, kept until its tenure start + min_hold_ms
-SLOT_KEEP = """
-UPDATE {slot_table} SET released = 1, expires_at = acquired_at + ?3 WHERE key = ?1 AND owner = ?2"""
-
 # slot_refresh_head (?1 key, ?2 fence granted | NULL) -> nothing; the head's expiry (the latest unexpired
 #   slot's, else now: free) and tenure start (the oldest holder's), its fence raised to ?2
 SLOT_REFRESH_HEAD = """
@@ -353,12 +411,6 @@ UPDATE {table}
                              acquired_at),
        fence = max(fence, coalesce(?2, fence))
  WHERE key = ?1"""
-
-# slot_mine (?1 key, ?2 owner) -> (owner, fence, expires_at, remaining_ms) of the owner's slot (read back)
-SLOT_MINE = """
-SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-  FROM {slot_table}
- WHERE key = ?1 AND owner = ?2"""
 
 # slot_rows (?1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released, live) of
 #   every slot of the key, expired ones too, oldest tenure first
@@ -410,24 +462,29 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
     """The statements of semaphores by name (``SLOT_STEP_NAMES`` of the PostgreSQL module);
     the same in every variant."""
     return {
-        "slot_acquire_call": None,  # a transaction of the steps below
+        "slot_acquire_call": None,
+        "slot_grant": SLOT_GRANT,
+        "slot_renew_one": SLOT_RENEW_ONE,
+        "slot_release_one": SLOT_RELEASE_ONE,
+        "slot_keep_one": SLOT_KEEP_ONE,
         "slot_begin": SLOT_BEGIN,
         "slot_commit": SLOT_COMMIT,
         "slot_rollback": SLOT_ROLLBACK,
         "slot_pin": None,
         "slot_lock_head": SLOT_LOCK_HEAD,
         "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
-        "slot_make_head": SLOT_MAKE_HEAD,
-        "slot_to_head": SLOT_TO_HEAD,
+        "slot_is_head": SLOT_IS_HEAD,
+        "slot_make_head": None,  # the triggers of migration 0007 make heads
+        "slot_to_head": None,
         "slot_state": SLOT_STATE,
         "slot_next_fence": SLOT_NEXT_FENCE,
         "slot_drawn_fence": None,
         "slot_insert": SLOT_INSERT,
         "slot_delete": SLOT_DELETE,
         "slot_extend": SLOT_EXTEND,
-        "slot_keep": SLOT_KEEP,
+        "slot_keep": None,  # SLOT_KEEP_ONE
         "slot_refresh_head": SLOT_REFRESH_HEAD,
-        "slot_mine": SLOT_MINE,
+        "slot_mine": None,  # the one-statement grant and renewal return the slot
         "slot_rows": SLOT_ROWS,
         "slot_delete_all": SLOT_DELETE_ALL,
         "slot_delete_head": SLOT_DELETE_HEAD,
