@@ -517,6 +517,10 @@ async def test_a_semaphore_on_a_table_at_0006_says_the_table_is_older(old_schema
     semaphore call fails before writing, plain leases work; PostgreSQL needs nothing of 0007."""
     await _migrate_to(old_schema, "0006")
     assert (await old_schema.acquire_lease("plain", "o", 60_000)).acquired  # plain leases work at 0006
+    assert not await old_schema.release_lease("plain", "other")  # a plain "no" stays a "no" at 0006
+    assert not await old_schema.release_lease("never held", "o", min_hold_ms=1_000)
+    assert await old_schema.release_lease("plain", "o")
+    assert not await old_schema.release_lease("plain", "o")
     if old_schema.engine.dialect.name != "sqlite":
         assert (await old_schema.acquire_lease("sem", "o", 60_000, limit=2)).acquired
         return

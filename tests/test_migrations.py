@@ -513,3 +513,25 @@ def test_sqlite_that_cannot_open_its_file_is_a_configuration_error() -> None:
     _assert_config_error(error, "/srv/x.db", "cannot be opened", cause=False)
     other = migrate_error(sqlite3.OperationalError("disk I/O error"), "sqlite:////srv/x.db")
     assert type(other).__name__ == "LeaseBackendError" and "disk I/O error" in str(other)
+
+
+async def test_0007_sqlite_slot_trigger_never_takes_a_live_plain_lease(tmp_path: Path) -> None:
+    """The grant trigger turns only an expired plain lease's row into a semaphore's head: a slot row
+    written under a live plain lease (an edit by hand; no statement of sql_lease writes one) leaves
+    the plain holder its lease."""
+    path = tmp_path / "sem.db"
+    async with SqlLeaseProvider(f"sqlite:///{path}") as provider:
+        await provider.migrate()
+        granted = await provider.acquire_lease("k", "plain", 60_000)
+        assert granted.acquired
+        names = provider.names
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            f'INSERT INTO "{names.slot_table}" (key, owner, fence, expires_at, acquired_at) '
+            "SELECT key, 'slot', fence + 1, expires_at, acquired_at FROM "
+            f'"{names.table}" WHERE key = ?',
+            ("k",),
+        )
+    async with SqlLeaseProvider(f"sqlite:///{path}") as provider:
+        lease = await provider.get_lease("k")
+        assert lease is not None and (lease.owner, lease.fence) == ("plain", granted.fence)

@@ -342,18 +342,18 @@ def test_a_key_taken_before_the_packet_locked_it_is_refused_by_its_read_back() -
     assert sent == ["acquire_keys_packet"] * 2 and [r.fence for r in results] == [5, 6]
 
 
-def test_sessions_whose_auto_increments_step_by_two_take_the_keys_step_by_step(
-    mysql_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("setting", ["auto_increment_increment = 2", "group_concat_max_len = 4"])
+def test_sessions_the_packet_cannot_serve_take_the_keys_step_by_step(
+    mysql_db: tuple[str, str], monkeypatch: pytest.MonkeyPatch, setting: str
 ) -> None:
     """On sessions with ``auto_increment_increment = 2`` (as a server in lock mode 2 may interleave one
-    insert's values) the packet changes nothing and the plan goes on with a packet per step: every key
-    granted, each its own fence, a takeover's larger than the tenure before it."""
+    insert's values), or a ``group_concat_max_len`` that could cut the packet's lists of positions, the
+    packet changes nothing and the plan goes on with a packet per step: every key granted, each its
+    own fence, a takeover's larger than the tenure before it."""
     from sql_lease.sql import setup
 
     original = setup.mysql_session_setup
-    monkeypatch.setattr(
-        setup, "mysql_session_setup", lambda s: (*original(s), "SET SESSION auto_increment_increment = 2")
-    )
+    monkeypatch.setattr(setup, "mysql_session_setup", lambda s: (*original(s), f"SET SESSION {setting}"))
     url, schema = mysql_db
     tag = uuid.uuid4().hex
     keys = [f"steps:{tag}:{i}" for i in range(3)]

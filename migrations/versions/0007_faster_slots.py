@@ -228,7 +228,8 @@ def upgrade() -> None:
     head = (
         f'INSERT INTO "{table}" (key, owner, fence, expires_at, acquired_at) '
         f"VALUES (NEW.key, '', NEW.fence, NEW.expires_at, NEW.acquired_at) "
-        f"ON CONFLICT (key) DO UPDATE SET owner = '', data = NULL, released = 0 WHERE owner <> ''; "
+        f"ON CONFLICT (key) DO UPDATE SET owner = '', data = NULL, released = 0 "
+        f"WHERE owner <> '' AND expires_at <= {NOW}; "
         f"{_refresh(table, slots, 'NEW')}, fence = max(fence, NEW.fence) WHERE key = NEW.key AND owner = ''; "
     )
     for trigger, event in ((granted, "INSERT"), (renewed, "UPDATE OF expires_at")):

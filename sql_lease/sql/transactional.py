@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from ..contract import AcquireResult, LeaseInfo, RenewItem
 from .plans import RENEW_BATCH_SIZE, Plan, Query
 from .statements import LeaseStatements
+from .translate import schema_outdated
 
 __all__ = [
     "CONFLICT_RETRIES",
@@ -434,7 +435,12 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     key, owner, fence, min_hold = params
     slots = s.slots
     if slots["slot_release_one"] is not None:  # one statement (SQLite, migration 0007's triggers)
-        return (yield from release_kept_or_deleted(slots["slot_keep_one"], slots["slot_release_one"], params))
+        try:
+            return (yield from release_kept_or_deleted(slots["slot_keep_one"], slots["slot_release_one"], params))
+        except Exception as exc:  # a table at 0006 (no slot index): a plain "no" stays one unless a head
+            if not schema_outdated(exc) or (yield Query(slots["slot_is_head"], (key,))) is not None:
+                raise
+            return False
 
     def body() -> Plan[bool]:
         head = yield from _head(s, key, create=False)

@@ -404,15 +404,17 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
 #   live; NULLs for a key without a row, free, bulk, granted); the whole all-or-nothing acquire in one round
 #   trip, decided in user variables: the holders read without a lock first (free: no key held by another or
 #   released and kept; bulk: free, and one insert's auto-increment values come consecutively: lock mode 0 or 1,
-#   increment 1); every row of the keys locked in key order (the keys drive the LEFT JOIN), noting the
-#   positions (FOR ORDINALITY) of the keys without a row and of the new tenures; granted iff no row is held by
-#   another under the lock: the missing keys inserted (1062: another acquirer inserted one first), one fence
+#   increment 1; and the lists of positions uncut: group_concat_max_len at least its default, 1024, where 100
+#   keys' positions take 291 bytes); every row of the keys locked in key order (the keys drive the LEFT JOIN),
+#   noting the positions (FOR ORDINALITY) of the keys without a row and of the new tenures; granted iff no row
+#   is held by another under the lock: the missing keys inserted (1062: another acquirer inserted one first), one fence
 #   value per key drawn by one insert once every row is locked, each new tenure's fence the first value plus
 #   its position minus one (an upsert that also extends the owner's own tenures, fence 0 marking those), every
 #   row read back, COMMIT. Nothing changes unless granted; not bulk: nothing is locked (the plan goes on step
 #   by step)
 ACQUIRE_KEYS_PACKET = """
 SELECT COUNT(*) = 0, COUNT(*) = 0 AND @@innodb_autoinc_lock_mode < 2 AND @@auto_increment_increment = 1
+                     AND @@group_concat_max_len >= 1024
   INTO @sl_free, @sl_bulk
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
   JOIN {table} AS held ON held.`key` = r.k
