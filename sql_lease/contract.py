@@ -183,8 +183,8 @@ class LeaseProvider(Protocol):
     replaces it. Renewals keep it; release, expiry sweeps and ``break_lease`` remove it with the row.
 
     Tenure-scoped operations and a minimum hold (extensions of the bundled providers, which say so
-    with ``accepts_fence = True``; ``hold()``, ``@leased`` and ``exec`` pass them only to such
-    providers): ``release_lease``, ``renew_lease`` and ``transfer_lease`` take a keyword-only
+    with ``accepts_fence = True``; ``hold()``, ``@leased``, ``exec`` and ``hold_all`` pass them only
+    to such providers, ``hold_all`` as ``release_leases(..., fences=)``): ``release_lease``, ``renew_lease`` and ``transfer_lease`` take a keyword-only
     ``fence`` (an ``int``, :func:`validate_fence`; None: any tenure of the owner): with it they act
     only while the key's current tenure has that fencing token, else return False and change
     nothing, so a reused owner id never releases or renews a later tenure. ``release_lease`` takes
