@@ -25,19 +25,25 @@ MYSQL_URL = os.environ.get("SQL_LEASE_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3
 """The MySQL or MariaDB server the tests use (this machine's MariaDB unless the variable names another)."""
 
 
-def mysql_execute(url: str, *statements: str) -> None:
-    """Run ``statements`` on the MySQL server of ``url`` (PyMySQL, autocommit)."""
+def mysql_connect(url: str, database: str | None = None, *, autocommit: bool = True) -> Any:
+    """A PyMySQL connection to the MySQL server of ``url`` (in ``database``, if given)."""
     import pymysql
     import sqlalchemy as sa
 
     parsed = sa.make_url(url)
-    conn = pymysql.connect(
+    return pymysql.connect(
         host=parsed.host,
         port=parsed.port or 3306,
         user=parsed.username,
         password=parsed.password or "",
-        autocommit=True,
+        database=database,
+        autocommit=autocommit,
     )
+
+
+def mysql_execute(url: str, *statements: str) -> None:
+    """Run ``statements`` on the MySQL server of ``url`` (PyMySQL, autocommit)."""
+    conn = mysql_connect(url)
     try:
         with conn.cursor() as cursor:
             for statement in statements:

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from sql_lease import LeaseConfigError, LeaseError, MissingDriverError, SqlLeaseProvider, SyncSqlLeaseProvider
 from sql_lease.sql.urls import to_async_url, to_sync_url
-from tests.conftest import MYSQL_URL, mysql_execute
+from tests.conftest import MYSQL_URL, mysql_connect, mysql_execute
 
 pytestmark = pytest.mark.mysql
 REPO = Path(__file__).resolve().parent.parent
@@ -401,23 +401,13 @@ def test_a_lease_table_not_on_innodb_is_refused(fresh_db: str) -> None:
 def test_release_leases_locks_only_its_own_keys_rows(mysql_db: tuple[str, str]) -> None:
     """release_leases reaches its keys' rows by the primary key: a row another transaction holds
     locked, of a key it was not given, never makes it wait (a scan of the table would)."""
-    import pymysql
-
     url, schema = mysql_db
     tag = uuid.uuid4().hex
     mine, other = [f"rel:{tag}:{i}" for i in range(3)], f"rel:{tag}:other"
-    parsed = sa.make_url(url)
     with SyncSqlLeaseProvider(url, schema=schema) as provider:
         assert all(r.acquired for r in provider.acquire_leases(mine, "me", 60_000))
         assert provider.acquire_lease(other, "them", 60_000).acquired
-        locker = pymysql.connect(
-            host=parsed.host,
-            port=parsed.port or 3306,
-            user=parsed.username,
-            password=parsed.password or "",
-            database=schema,
-            autocommit=False,
-        )
+        locker = mysql_connect(url, schema, autocommit=False)
         try:
             with locker.cursor() as cursor:
                 cursor.execute("SELECT owner FROM sql_leases WHERE `key` = %s FOR UPDATE", (other,))
