@@ -184,16 +184,17 @@ class LeaseProvider(Protocol):
 
     Tenure-scoped operations and a minimum hold (extensions of the bundled providers, which say so
     with ``accepts_fence = True``; ``hold()``, ``@leased``, ``exec`` and ``hold_all`` pass them only
-    to such providers, ``hold_all`` as ``release_leases(..., fences=)``): ``release_lease``, ``renew_lease`` and ``transfer_lease`` take a keyword-only
-    ``fence`` (an ``int``, :func:`validate_fence`; None: any tenure of the owner): with it they act
-    only while the key's current tenure has that fencing token, else return False and change
-    nothing, so a reused owner id never releases or renews a later tenure. ``release_lease`` takes
-    a keyword-only ``min_hold_ms`` (:func:`validate_min_hold_ms`): the lease is then kept, held by
-    its owner and marked released (``LeaseInfo.released``), until ``min_hold_ms`` after its tenure
-    began (``acquired_at``, by the provider's clock; for a tenure without a recorded start, from
-    the release), and freed at once if that moment has passed. A kept lease refuses every acquire
-    (its own owner's too: it was released), renewal, transfer and further release; it ends at
-    that expiry (or by ``break_lease``), and the next acquire is a new tenure with a larger fence.
+    to such providers, ``hold_all`` as ``release_leases(..., fences=)``): ``release_lease``,
+    ``renew_lease`` and ``transfer_lease`` take a keyword-only ``fence`` (an ``int``,
+    :func:`validate_fence`; None: any tenure of the owner): with it they act only while the key's
+    current tenure has that fencing token, else return False and change nothing, so a reused owner
+    id never releases or renews a later tenure. ``release_lease`` takes a keyword-only
+    ``min_hold_ms`` (:func:`validate_min_hold_ms`): the lease is then kept, held by its owner and
+    marked released (``LeaseInfo.released``), until ``min_hold_ms`` after its tenure began
+    (``acquired_at``, by the provider's clock; for a tenure without a recorded start, from the
+    release), and freed at once if that moment has passed. A kept lease refuses every acquire (its
+    own owner's too: it was released), renewal, transfer and further release; it ends at that expiry
+    (or by ``break_lease``), and the next acquire is a new tenure with a larger fence.
 
     Semaphores (an extension of the bundled providers, which say so with ``accepts_limit = True``;
     ``hold()``, ``acquire_lease_wait()``, ``@leased`` and ``exec`` pass ``limit`` only when it is
