@@ -124,10 +124,15 @@ async def test_only_connections_the_provider_made_are_pinned_per_session(pg_sche
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.parametrize("limit", [1, 3], ids=["lease", "semaphore slot"])
-async def test_relaxed_release_is_not_flushed_at_commit(limit: int) -> None:
+@pytest.mark.parametrize(
+    ("limit", "several"),
+    [(1, False), (3, False), (1, True), (3, True)],
+    ids=["lease", "semaphore slot", "release_leases", "release_leases of a semaphore slot"],
+)
+async def test_relaxed_release_is_not_flushed_at_commit(limit: int, several: bool) -> None:
     """With a long wal_writer_delay, the WAL flush position stays behind a relaxed release's commit
-    and reaches a durable release's commit: a plain lease's, and a semaphore slot's."""
+    and reaches a durable release's commit: a plain lease's, and a semaphore slot's, by
+    ``release_lease`` and by ``release_leases``."""
     from tests.test_faults import migrate
 
     with throwaway_postgres(log_min_messages="error", wal_writer_delay="10000") as (url, _executor):
@@ -138,7 +143,10 @@ async def test_relaxed_release_is_not_flushed_at_commit(limit: int) -> None:
                 async with SqlLeaseProvider(url, durable_release=durable) as leases:
                     assert (await leases.acquire_lease("k", "a", 60_000, limit=limit)).acquired
                     await raw.execute("CHECKPOINT")
-                    assert await leases.release_lease("k", "a")
+                    if several:
+                        assert await leases.release_leases(["k"], "a") == 1
+                    else:
+                        assert await leases.release_lease("k", "a")
                     behind = await raw.fetchval(
                         "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), pg_current_wal_flush_lsn())"
                     )

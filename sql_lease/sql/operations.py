@@ -595,8 +595,10 @@ def _release_keys_or_slots(s: LeaseStatements, keys: list[str], owner: str, fenc
     if released < len(keys):
         heads = [row[0] for row in (yield Query(s.holders, (param,), many=True)) if row[1] == ""]
         for key in heads:
-            fence = None if fences is None else fences[key]
-            released += bool((yield from transactional.slot_release(s, (key, owner, fence, None))))
+            params = (key, owner, None if fences is None else fences[key], None)
+            # PostgreSQL's release statement covers slots, with the release's commit mode
+            slot = _release(s, params) if s.release_covers_slots else transactional.slot_release(s, params)
+            released += bool((yield from slot))
     return released
 
 
