@@ -178,3 +178,18 @@ def test_break_json_lists_every_holder_of_a_semaphore(url_with_holders: str) -> 
     ]
     plain = json.loads(invoke(["break", "plain", "--yes", "--json", "--url", url_with_holders]).stdout)
     assert plain["owner"] == "p" and [h["owner"] for h in plain["holders"]] == ["p"]
+
+
+def test_transfer_of_a_slot_prints_the_new_holders_fence(url_with_holders: str) -> None:
+    before = {
+        h["owner"]: h["fence"]
+        for h in json.loads(invoke(["show", "sem", "--json", "--url", url_with_holders]).stdout)["holders"]
+    }
+    moved = invoke(["transfer", "sem", "--from", "b", "--to", "d", "--json", "--url", url_with_holders])
+    assert moved.exit_code == 0, moved.stderr
+    value = json.loads(moved.stdout)
+    assert value["owner"] == "d" and value["fence"] > max(before.values())
+    holders = json.loads(invoke(["show", "sem", "--json", "--url", url_with_holders]).stdout)["holders"]
+    assert sorted(h["owner"] for h in holders) == ["a", "c", "d"]
+    text = invoke(["transfer", "sem", "--from", "c", "--to", "e", "--url", url_with_holders])
+    assert text.exit_code == 0 and "fence" in text.stdout, text.stderr

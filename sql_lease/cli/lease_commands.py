@@ -327,12 +327,13 @@ def transfer(
         async with provider:
             if not await provider.transfer_lease(key, from_owner, to_owner, ttl_ms, data=data, fence=fence):
                 return False, None
-            return True, await provider.get_lease(key)
+            mine = [lease for lease in await provider.get_lease_holders(key) if lease.owner == to_owner]
+            return True, mine[0] if mine else None  # a semaphore's slot, or the plain lease
 
     moved, lease = run(main)
     if not moved:
         _not_ours(key, from_owner, fence)
-    if lease is None or lease.owner != to_owner:  # released or lost in the instant since
+    if lease is None:  # released or lost in the instant since
         fail(
             EX_TEMPFAIL,
             f"lease {printable(repr(key))} was transferred but is no longer held by {printable(repr(to_owner))}",
