@@ -193,3 +193,9 @@ def test_transfer_of_a_slot_prints_the_new_holders_fence(url_with_holders: str) 
     assert sorted(h["owner"] for h in holders) == ["a", "c", "d"]
     text = invoke(["transfer", "sem", "--from", "c", "--to", "e", "--url", url_with_holders])
     assert text.exit_code == 0 and "fence" in text.stdout, text.stderr
+
+
+def test_transfer_to_an_owner_holding_a_slot_says_so(url_with_holders: str) -> None:
+    refused = invoke(["transfer", "sem", "--from", "b", "--to", "a", "--url", url_with_holders])
+    assert refused.exit_code == 75
+    assert "'a' already holds a slot of semaphore 'sem'" in refused.stderr, refused.stderr

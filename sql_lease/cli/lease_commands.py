@@ -325,14 +325,16 @@ def transfer(
 
     async def main() -> tuple[bool, Any]:
         async with provider:
-            if not await provider.transfer_lease(key, from_owner, to_owner, ttl_ms, data=data, fence=fence):
-                return False, None
-            mine = [lease for lease in await provider.get_lease_holders(key) if lease.owner == to_owner]
-            return True, mine[0] if mine else None  # a semaphore's slot, or the plain lease
+            moved = await provider.transfer_lease(key, from_owner, to_owner, ttl_ms, data=data, fence=fence)
+            holders = {lease.owner: lease for lease in await provider.get_lease_holders(key)}
+            return moved, holders
 
-    moved, lease = run(main)
+    moved, holders = run(main)
+    if not moved and from_owner in holders and to_owner in holders and from_owner != to_owner:
+        fail(EX_TEMPFAIL, f"{printable(repr(to_owner))} already holds a slot of semaphore {printable(repr(key))}")
     if not moved:
         _not_ours(key, from_owner, fence)
+    lease = holders.get(to_owner)  # a semaphore's slot, or the plain lease
     if lease is None:  # released or lost in the instant since
         fail(
             EX_TEMPFAIL,
