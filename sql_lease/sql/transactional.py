@@ -31,6 +31,7 @@ __all__ = [
     "break_lease",
     "release",
     "release_kept_or_deleted",
+    "release_packed",
     "renew",
     "renew_checked",
     "slot_acquire",
@@ -156,6 +157,18 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
         return False
 
     return (yield from _transaction(s, body, packed=True))
+
+
+def release_packed(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
+    """:func:`release`, then :func:`slot_release` if the key is a semaphore's, in one packet
+    (``release_packet``, MySQL's own connections); True iff the owner's lease or slot was released."""
+    row = yield from _transaction(s, functools.partial(_packet_row, s, "release_packet", params), packed=True)
+    return bool(row[0]) or bool(row[1] and row[2])
+
+
+def _packet_row(s: LeaseStatements, step: str, params: tuple[Any, ...]) -> Plan[Any]:
+    row = yield Query(s.steps[step], params)
+    return row
 
 
 def renewed_or_head(s: LeaseStatements, key: str, row: Any) -> Any:
@@ -347,6 +360,14 @@ def slot_acquire(
             if not s.lock_timed_out(exc):
                 raise
         return (yield from _oldest_refusal(s, key))
+    if s.packed:  # the transaction below in one packet (MySQL's own connections)
+        packet = functools.partial(_slot_acquire_packed, s, (key, owner, ttl, data, limit))
+        try:
+            return (yield from _transaction(s, packet, packed=True))
+        except Exception as exc:  # a lock wait that ran out: refused, as below
+            if not s.lock_timed_out(exc):
+                raise
+        return (yield from _oldest_refusal(s, key))
 
     def body() -> Plan[Any]:
         head = yield from _head(s, key, create=True)
@@ -381,6 +402,15 @@ def slot_acquire(
         if not s.lock_timed_out(exc):
             raise
     return (yield from _oldest_refusal(s, key))
+
+
+def _slot_acquire_packed(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[Any]:
+    row = yield Query(s.steps["slot_acquire_packet"], params)
+    if row[0]:  # an unexpired plain lease: the owner's own (not released) is re-acquired as such
+        return PLAIN if row[2] == params[1] and not row[6] else s.refusal(row[2:6])
+    if row[7] is None:  # refused, no unexpired slot left to name
+        return AcquireResult(False, None)
+    return AcquireResult(bool(row[1]), row[7], row[8], s.to_datetime(row[9]), float(row[10]))
 
 
 def _slot_grant(s: LeaseStatements, key: str, owner: str, ttl: Any, data: str | None, limit: int) -> Plan[Any]:
@@ -441,6 +471,9 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
             if not schema_outdated(exc) or (yield Query(slots["slot_is_head"], (key,))) is not None:
                 raise
             return False
+
+    if s.packed:  # the transaction below in one packet, after a plain release (MySQL's own connections)
+        return (yield from release_packed(s, params))
 
     def body() -> Plan[bool]:
         head = yield from _head(s, key, create=False)
