@@ -376,7 +376,9 @@ def _check_slot_trips(sent: list[str], first: Any, again: Any, second: Any, refu
     assert second.acquired and second.fence > first.fence
     assert not refused.acquired and refused.owner == "a" and refused.fence == first.fence  # the oldest holder
     assert released
-    assert len(sent) == 5, sent  # grant, re-acquire, second grant, refusal, release: one packet each
+    # grant, re-acquire, second grant, refusal: one packet each; the release: the plain release's statement
+    # (which keeps a plain lease's release one statement), then one packet for the slot
+    assert len(sent) == 6, sent
 
 
 def test_sync_semaphore_slot_grant_and_release_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
@@ -412,11 +414,11 @@ async def test_async_semaphore_slot_grant_and_release_are_one_round_trip_each(my
 def test_the_slot_packets_lock_the_head_before_they_draw_a_fence_or_write_a_slot() -> None:
     """The texts (no database): the slot grant makes the head (a key without a row) and locks it before it
     reads the slots, draws the fence after that lock and inserts the slot with it; the slot release writes a
-    slot only under the head's lock, after the plain release's statements."""
+    slot only under the head's lock."""
     marks = ["START TRANSACTION", "ON DUPLICATE KEY", "FOR UPDATE", "INTO @ss_others", "INSERT INTO {fence_counter}"]
     order = [mysql.SLOT_ACQUIRE_PACKET.index(mark) for mark in [*marks, "@ss_fence = IF", "INSERT INTO {slot_table}"]]
     assert order == sorted(order), order
-    release = mysql.RELEASE_PACKET
+    release = mysql.SLOT_RELEASE_PACKET
     locked = release.index("FOR UPDATE")
     assert release.index("START TRANSACTION") < locked < release.index("UPDATE {slot_table}")
     assert "{slot_table}" not in release[:locked] and locked < release.index("DELETE FROM {slot_table}")
@@ -428,6 +430,7 @@ def _slot_plan(plan: Any, failures: list[BaseException], answers: dict[str, Any]
 
     s = MysqlStatements(LeaseTableNames(), lock_wait_s=5, packed=True)
     name = {text: step for step, text in s.slots.items() if text} | {text: step for step, text in s.steps.items()}
+    name[s.release] = "release"
     run = plan(s)
     sent: list[str] = []
     query = next(run)
@@ -462,5 +465,7 @@ def test_a_slot_packet_that_met_a_deadlock_runs_again_and_one_whose_lock_wait_ra
     sent, result = _slot_plan(grant, [timeout], {"slot_holders": oldest})
     assert sent == ["slot_acquire_packet", "rollback", "slot_holders"], sent
     assert getattr(result, "owner", None) == "b" and not result.acquired  # type: ignore[attr-defined]
-    sent, result = _slot_plan(lambda s: release(s, "k", "o"), [deadlock], {"release_packet": (0, 1, 1)})
-    assert sent == ["release_packet", "rollback", "release_packet"] and result is True, sent
+    answers = {"release": (0,), "slot_release_packet": (1, 1)}
+    sent, result = _slot_plan(lambda s: release(s, "k", "o"), [deadlock], answers)
+    assert sent == ["release", "slot_release_packet", "rollback", "release", "slot_release_packet"], sent
+    assert result is True

@@ -31,7 +31,6 @@ __all__ = [
     "break_lease",
     "release",
     "release_kept_or_deleted",
-    "release_packed",
     "renew",
     "renew_checked",
     "slot_acquire",
@@ -143,7 +142,9 @@ def acquire(
 def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     """Release as ``params`` (key, owner, fence, min_hold) say: kept (``release_keeping``) or
     deleted; True if it was the owner's unexpired lease (an expired one is deleted too). A statement
-    the server ended in a deadlock (beside a semaphore's transaction on the same row) runs again."""
+    the server ended in a deadlock (beside a semaphore's transaction on the same row) runs again.
+    ``s.packed``: a plain release that released nothing is followed by ``slot_release_packet``
+    (the owner's slot, if the key is a semaphore's), so the answer covers slots."""
 
     def body() -> Plan[bool]:
         if params[3] is not None:
@@ -153,22 +154,17 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
         (count,) = yield Query(s.release, params)
         if count:
             return True
+        if s.packed:  # the expired row's delete and the owner's slot, if a semaphore's, in one packet
+            return (yield from _slot_released(s, params))
         yield Query(s.steps["release_expired"], params[:3])
         return False
 
     return (yield from _transaction(s, body, packed=True))
 
 
-def release_packed(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
-    """:func:`release`, then :func:`slot_release` if the key is a semaphore's, in one packet
-    (``release_packet``, MySQL's own connections); True iff the owner's lease or slot was released."""
-    row = yield from _transaction(s, functools.partial(_packet_row, s, "release_packet", params), packed=True)
-    return bool(row[0]) or bool(row[1] and row[2])
-
-
-def _packet_row(s: LeaseStatements, step: str, params: tuple[Any, ...]) -> Plan[Any]:
-    row = yield Query(s.steps[step], params)
-    return row
+def _slot_released(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
+    row = yield Query(s.steps["slot_release_packet"], params)
+    return bool(row[0] and row[1])
 
 
 def renewed_or_head(s: LeaseStatements, key: str, row: Any) -> Any:
@@ -472,8 +468,8 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
                 raise
             return False
 
-    if s.packed:  # the transaction below in one packet, after a plain release (MySQL's own connections)
-        return (yield from release_packed(s, params))
+    if s.packed:  # the transaction below in one packet (MySQL's own connections)
+        return (yield from _transaction(s, functools.partial(_slot_released, s, params), packed=True))
 
     def body() -> Plan[bool]:
         head = yield from _head(s, key, create=False)

@@ -490,7 +490,7 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
 COMMIT"""
 
 # -- one packet per semaphore slot grant or release, on the provider's own connections --------------
-# The steps of slot_acquire's and slot_release's transactions (SLOT_* below) in one round trip, decided
+# The steps of slot_acquire's and slot_release's transactions (SLOT_* below) in one round trip each, decided
 # in user variables (@ss_*, @sr_*) as ACQUIRE_PACKET does; the head row is locked before anything else.
 
 # slot_acquire_packet ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL, $5 limit) -> (plain: the key's
@@ -539,25 +539,14 @@ SELECT @ss_plain, @ss_extend OR @ss_grant, h.owner, h.fence, h.expires_at,
  WHERE h.`key` = $1;
 COMMIT"""
 
-# release_packet ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_us | NULL) -> (the plain lease released:
-#   kept or deleted, the key is a semaphore's, the owner's slot released: kept, or deleted unexpired); the plain
-#   release first as release does (RELEASE_KEEPING, RELEASE, RELEASE_EXPIRED, each on its own), then, if that
-#   released nothing and a plain read (SLOT_IS_HEAD) finds a head, slot_release's transaction: the head
-#   locked (SLOT_LOCK_ONLY_HEAD), SLOT_STATE, SLOT_KEEP or SLOT_DELETE of the owner's slot, SLOT_REFRESH_HEAD
-RELEASE_PACKET = """
-UPDATE {table} SET released = TRUE, expires_at = COALESCE(acquired_at, UTC_TIMESTAMP(6)) + INTERVAL $4 MICROSECOND
- WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $3) AND NOT released
-   AND expires_at > UTC_TIMESTAMP(6)
-   AND COALESCE(acquired_at, UTC_TIMESTAMP(6)) + INTERVAL $4 MICROSECOND > UTC_TIMESTAMP(6);
-SET @sr_kept = ROW_COUNT() > 0;
-DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $3) AND NOT released
-   AND expires_at > UTC_TIMESTAMP(6) AND NOT @sr_kept
-   AND ($4 IS NULL OR COALESCE(acquired_at, UTC_TIMESTAMP(6)) + INTERVAL $4 MICROSECOND <= UTC_TIMESTAMP(6));
-SET @sr_deleted = ROW_COUNT() > 0;
-DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $3) AND expires_at <= UTC_TIMESTAMP(6)
-   AND NOT @sr_kept AND NOT @sr_deleted;
+# slot_release_packet ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_us | NULL) -> (the key is a
+#   semaphore's, the owner's slot released: kept, or deleted unexpired); sent after RELEASE (and RELEASE_KEEPING)
+#   released nothing: RELEASE_EXPIRED, then, if a plain read (SLOT_IS_HEAD) finds a head, slot_release's
+#   transaction: the head locked (SLOT_LOCK_ONLY_HEAD), SLOT_STATE, SLOT_KEEP or SLOT_DELETE, SLOT_REFRESH_HEAD
+SLOT_RELEASE_PACKET = """
+DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $3) AND expires_at <= UTC_TIMESTAMP(6);
 SELECT COUNT(*), IF(COUNT(*), $1, NULL) INTO @sr_head, @sr_key
-  FROM {table} WHERE `key` = $1 AND owner = '' AND NOT @sr_kept AND NOT @sr_deleted;
+  FROM {table} WHERE `key` = $1 AND owner = '';
 START TRANSACTION;
 SELECT COUNT(*) INTO @sr_locked FROM {table} WHERE `key` = @sr_key AND owner = '' FOR UPDATE;
 SELECT MAX(CASE WHEN owner = $2 THEN fence END), COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0),
@@ -577,7 +566,7 @@ UPDATE {table}
        acquired_at = COALESCE((SELECT MIN(acquired_at) FROM {slot_table}
                                 WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), acquired_at)
  WHERE `key` = $1 AND owner = '' AND @sr_mine;
-SELECT @sr_kept OR @sr_deleted, @sr_head, @sr_mine AND (@sr_keep OR @sr_live);
+SELECT @sr_head, @sr_mine AND (@sr_keep OR @sr_live);
 COMMIT"""
 
 STEP_NAMES = (
@@ -612,7 +601,7 @@ STEP_NAMES = (
     "granted_keys_packet",
     "acquire_keys_packet",
     "slot_acquire_packet",
-    "release_packet",
+    "slot_release_packet",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -679,7 +668,7 @@ def steps() -> dict[str, str]:
         "granted_keys_packet": GRANTED_KEYS_PACKET,
         "acquire_keys_packet": ACQUIRE_KEYS_PACKET,
         "slot_acquire_packet": SLOT_ACQUIRE_PACKET,
-        "release_packet": RELEASE_PACKET,
+        "slot_release_packet": SLOT_RELEASE_PACKET,
     }
 
 
