@@ -381,7 +381,7 @@ def _check_slot_trips(sent: list[str], first: Any, again: Any, second: Any, refu
     assert len(sent) == 6, sent
 
 
-def test_sync_semaphore_slot_grant_and_release_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
+def test_sync_semaphore_slot_grant_is_one_round_trip_and_its_release_two(mysql_db: tuple[str, str]) -> None:
     url, schema = mysql_db
     key = f"slots:{uuid.uuid4().hex}"
     with SyncSqlLeaseProvider(url, schema=schema) as provider:
@@ -396,7 +396,7 @@ def test_sync_semaphore_slot_grant_and_release_are_one_round_trip_each(mysql_db:
         assert [h.owner for h in provider.get_lease_holders(key)] == ["a"]
 
 
-async def test_async_semaphore_slot_grant_and_release_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
+async def test_async_semaphore_slot_grant_is_one_round_trip_and_its_release_two(mysql_db: tuple[str, str]) -> None:
     url, schema = mysql_db
     key = f"slots:{uuid.uuid4().hex}"
     async with SqlLeaseProvider(url, schema=schema) as provider:

@@ -505,9 +505,9 @@ START TRANSACTION;
 INSERT INTO {table} (`key`, owner, fence, expires_at, acquired_at, has_waiters)
 VALUES ($1, '', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), FALSE)
 ON DUPLICATE KEY UPDATE `key` = `key`;
-SELECT owner <> '' AND expires_at > UTC_TIMESTAMP(6), owner <> '' INTO @ss_plain, @ss_expired_plain
+SELECT owner <> '' AND expires_at > UTC_TIMESTAMP(6), owner <> '' INTO @ss_plain, @ss_plain_row
   FROM {table} WHERE `key` = $1 FOR UPDATE;
-UPDATE {table} SET owner = '', data = NULL, released = FALSE WHERE `key` = $1 AND @ss_expired_plain AND NOT @ss_plain;
+UPDATE {table} SET owner = '', data = NULL, released = FALSE WHERE `key` = $1 AND @ss_plain_row AND NOT @ss_plain;
 SELECT COUNT(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN 1 END),
        COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0), COALESCE(MAX(owner = $2 AND released), 0)
   INTO @ss_others, @ss_mine_live, @ss_mine_released
