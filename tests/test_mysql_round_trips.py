@@ -415,7 +415,7 @@ def test_the_slot_packets_lock_the_head_before_they_draw_a_fence_or_write_a_slot
     """The texts (no database): the slot grant makes the head (a key without a row) and locks it before it
     reads the slots, draws the fence after that lock and inserts the slot with it; the slot release writes a
     slot only under the head's lock."""
-    marks = ["START TRANSACTION", "ON DUPLICATE KEY", "FOR UPDATE", "INTO @ss_others", "INSERT INTO {fence_counter}"]
+    marks = ["START TRANSACTION", "ON DUPLICATE KEY", "FOR UPDATE", "INTO @ss_extend", "INSERT INTO {fence_counter}"]
     order = [mysql.SLOT_ACQUIRE_PACKET.index(mark) for mark in [*marks, "@ss_fence = IF", "INSERT INTO {slot_table}"]]
     assert order == sorted(order), order
     release = mysql.SLOT_RELEASE_PACKET

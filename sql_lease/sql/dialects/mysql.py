@@ -508,12 +508,12 @@ ON DUPLICATE KEY UPDATE `key` = `key`;
 SELECT owner <> '' AND expires_at > UTC_TIMESTAMP(6), owner <> '' INTO @ss_plain, @ss_plain_row
   FROM {table} WHERE `key` = $1 FOR UPDATE;
 UPDATE {table} SET owner = '', data = NULL, released = FALSE WHERE `key` = $1 AND @ss_plain_row AND NOT @ss_plain;
-SELECT COUNT(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN 1 END),
-       COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0), COALESCE(MAX(owner = $2 AND released), 0)
-  INTO @ss_others, @ss_mine_live, @ss_mine_released
+SELECT NOT @ss_plain AND COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0)
+       AND NOT COALESCE(MAX(owner = $2 AND released), 0),
+       NOT @ss_plain AND NOT COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0)
+       AND COUNT(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN 1 END) < $5
+  INTO @ss_extend, @ss_grant
   FROM {slot_table} WHERE `key` = $1;
-SET @ss_extend = NOT @ss_plain AND @ss_mine_live AND NOT @ss_mine_released,
-    @ss_grant = NOT @ss_plain AND NOT @ss_mine_live AND @ss_others < $5;
 UPDATE {slot_table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
  WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6) AND @ss_extend;
 INSERT INTO {fence_counter} (id) SELECT NULL FROM DUAL WHERE @ss_grant;
@@ -549,14 +549,14 @@ SELECT COUNT(*), IF(COUNT(*), $1, NULL) INTO @sr_head, @sr_key
   FROM {table} WHERE `key` = $1 AND owner = '';
 START TRANSACTION;
 SELECT COUNT(*) INTO @sr_locked FROM {table} WHERE `key` = @sr_key AND owner = '' FOR UPDATE;
-SELECT MAX(CASE WHEN owner = $2 THEN fence END), COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0),
-       COALESCE(MAX(owner = $2 AND released), 0),
-       COALESCE(MAX(owner = $2 AND acquired_at + INTERVAL $4 MICROSECOND > UTC_TIMESTAMP(6)), 0)
-  INTO @sr_fence, @sr_live, @sr_released, @sr_young
+SELECT COALESCE(MAX(CASE WHEN owner = $2 THEN fence END) IS NOT NULL
+                AND ($3 IS NULL OR MAX(CASE WHEN owner = $2 THEN fence END) = $3)
+                AND NOT (MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)) AND MAX(owner = $2 AND released)), 0),
+       COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0),
+       COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)) AND $4 IS NOT NULL
+                AND MAX(owner = $2 AND acquired_at + INTERVAL $4 MICROSECOND > UTC_TIMESTAMP(6)), 0)
+  INTO @sr_mine, @sr_live, @sr_keep
   FROM {slot_table} WHERE `key` = @sr_key AND @sr_locked;
-SET @sr_mine = COALESCE(@sr_locked AND @sr_fence IS NOT NULL AND ($3 IS NULL OR @sr_fence = $3)
-                        AND NOT (@sr_live AND @sr_released), 0),
-    @sr_keep = COALESCE(@sr_live AND $4 IS NOT NULL AND @sr_young, 0);
 UPDATE {slot_table} SET released = TRUE, expires_at = acquired_at + INTERVAL $4 MICROSECOND
  WHERE `key` = $1 AND owner = $2 AND @sr_mine AND @sr_keep;
 DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2 AND @sr_mine AND NOT @sr_keep;
