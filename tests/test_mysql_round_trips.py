@@ -6,6 +6,7 @@ a new tenure is still drawn only after the key's row is locked."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from datetime import datetime
@@ -368,3 +369,103 @@ def test_sessions_the_packet_cannot_serve_take_the_keys_step_by_step(
     assert len({r.fence for r in [*first, *taken]}) == 7 and min(r.fence for r in taken) > max(r.fence for r in first)
     assert sent[:2] == ["acquire_keys_packet", "lock_rows_packet"] and sent.count("acquire_keys_packet") == 2, sent
     assert sent.count("fence_take_over_packet") == 3 and sent.count("fence_new_packet") == 4, sent
+
+
+def _check_slot_trips(sent: list[str], first: Any, again: Any, second: Any, refused: Any, released: bool) -> None:
+    assert first.acquired and again.acquired and again.fence == first.fence  # the owner's slot goes on
+    assert second.acquired and second.fence > first.fence
+    assert not refused.acquired and refused.owner == "a" and refused.fence == first.fence  # the oldest holder
+    assert released
+    # grant, re-acquire, second grant, refusal: one packet each; the release: the plain release's statement
+    # (which keeps a plain lease's release one statement), then one packet for the slot
+    assert len(sent) == 6, sent
+
+
+def test_sync_semaphore_slot_grant_is_one_round_trip_and_its_release_two(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    key = f"slots:{uuid.uuid4().hex}"
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(sql))
+        first = provider.acquire_lease(key, "a", 10_000, limit=2)
+        again = provider.acquire_lease(key, "a", 10_000, limit=2)
+        second = provider.acquire_lease(key, "b", 10_000, limit=2)
+        refused = provider.acquire_lease(key, "c", 10_000, limit=2)
+        released = provider.release_lease(key, "b")
+        _check_slot_trips(sent, first, again, second, refused, released)
+        assert [h.owner for h in provider.get_lease_holders(key)] == ["a"]
+
+
+async def test_async_semaphore_slot_grant_is_one_round_trip_and_its_release_two(mysql_db: tuple[str, str]) -> None:
+    url, schema = mysql_db
+    key = f"slots:{uuid.uuid4().hex}"
+    async with SqlLeaseProvider(url, schema=schema) as provider:
+        sent: list[str] = []
+        provider.on_statement(lambda sql, _params: sent.append(sql))
+        first = await provider.acquire_lease(key, "a", 10_000, limit=2)
+        again = await provider.acquire_lease(key, "a", 10_000, limit=2)
+        second = await provider.acquire_lease(key, "b", 10_000, limit=2)
+        refused = await provider.acquire_lease(key, "c", 10_000, limit=2)
+        released = await provider.release_lease(key, "b")
+        _check_slot_trips(sent, first, again, second, refused, released)
+        assert [h.owner for h in await provider.get_lease_holders(key)] == ["a"]
+
+
+def test_the_slot_packets_lock_the_head_before_they_draw_a_fence_or_write_a_slot() -> None:
+    """The texts (no database): the slot grant makes the head (a key without a row) and locks it before it
+    reads the slots, draws the fence after that lock and inserts the slot with it; the slot release writes a
+    slot only under the head's lock."""
+    marks = ["START TRANSACTION", "ON DUPLICATE KEY", "FOR UPDATE", "INTO @ss_extend", "INSERT INTO {fence_counter}"]
+    order = [mysql.SLOT_ACQUIRE_PACKET.index(mark) for mark in [*marks, "@ss_fence = IF", "INSERT INTO {slot_table}"]]
+    assert order == sorted(order), order
+    release = mysql.SLOT_RELEASE_PACKET
+    locked = release.index("FOR UPDATE")
+    assert release.index("START TRANSACTION") < locked < release.index("UPDATE {slot_table}")
+    assert "{slot_table}" not in release[:locked] and locked < release.index("DELETE FROM {slot_table}")
+
+
+def _slot_plan(plan: Any, failures: list[BaseException], answers: dict[str, Any]) -> tuple[list[str], object]:
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import MysqlStatements
+
+    s = MysqlStatements(LeaseTableNames(), lock_wait_s=5, packed=True)
+    name = {text: step for step, text in s.slots.items() if text} | {text: step for step, text in s.steps.items()}
+    name[s.release] = "release"
+    run = plan(s)
+    sent: list[str] = []
+    query = next(run)
+    try:
+        while True:
+            sent.append(name[query.sql])
+            if sent[-1].endswith("_packet") and failures:
+                query = run.throw(failures.pop(0))
+                continue
+            query = run.send(answers.get(sent[-1]))
+    except StopIteration as done:
+        return sent, done.value
+    except Exception as exc:
+        return sent, exc
+
+
+def test_a_slot_packet_that_met_a_deadlock_runs_again_and_one_whose_lock_wait_ran_out_is_refused() -> None:
+    """A deadlock (1213) in a slot packet: ROLLBACK, then the whole packet again; a lock wait timeout
+    (1205) at the grant's head lock: ROLLBACK, then a refusal naming the oldest holder read afresh."""
+    import pymysql
+
+    from sql_lease.sql.operations import acquire, release
+
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+    timeout = pymysql.err.OperationalError(1205, "Lock wait timeout exceeded; try restarting transaction")
+    granted = (0, 1, "", 3, WHEN, 0.0, 0, "o", 7, WHEN, 1000.0)
+    grant = functools.partial(acquire, key="k", owner="o", ttl_ms=1000, limit=2)
+    sent, result = _slot_plan(grant, [deadlock], {"slot_acquire_packet": granted})
+    assert sent == ["slot_acquire_packet", "rollback", "slot_acquire_packet"], sent
+    assert getattr(result, "fence", None) == 7 and result.acquired  # type: ignore[attr-defined]
+    oldest = [("b", 5, WHEN, 800.0, None, WHEN, 0)]
+    sent, result = _slot_plan(grant, [timeout], {"slot_holders": oldest})
+    assert sent == ["slot_acquire_packet", "rollback", "slot_holders"], sent
+    assert getattr(result, "owner", None) == "b" and not result.acquired  # type: ignore[attr-defined]
+    answers = {"release": (0,), "slot_release_packet": (1, 1)}
+    sent, result = _slot_plan(lambda s: release(s, "k", "o"), [deadlock], answers)
+    assert sent == ["release", "slot_release_packet", "rollback", "release", "slot_release_packet"], sent
+    assert result is True

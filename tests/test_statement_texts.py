@@ -479,6 +479,20 @@ def test_mysql_sends_each_statement_as_written(mysql_db: tuple[str, str], monkey
             time.sleep(0.1)
             assert on_engine.acquire_lease(key, "b", 10_000).acquired  # an expired lease taken over
             assert on_engine.acquire_lease(key, "b", 10_000).acquired  # the owner's tenure extended
+            # a semaphore's slot step by step: a head made for a new key, an expired plain lease made a head
+            assert on_engine.acquire_lease(f"{key}:slots", "a", 10_000, limit=2).acquired
+            assert on_engine.acquire_lease(f"{key}:slots", "b", 10_000, limit=2).acquired
+            assert on_engine.acquire_lease(f"{key}:expired", "a", 50).acquired
+            assert on_engine.acquire_lease(f"{key}:gone", "a", 50).acquired
+            time.sleep(0.1)
+            assert on_engine.acquire_lease(f"{key}:expired", "b", 10_000, limit=2).acquired
+            # releases step by step: a plain lease kept, one deleted, an expired one; a slot kept, one deleted
+            assert not on_engine.release_lease(f"{key}:gone", "a")
+            assert on_engine.acquire_lease(f"{key}:kept", "a", 10_000).acquired
+            assert on_engine.release_lease(f"{key}:kept", "a", min_hold_ms=60_000)
+            assert on_engine.release_lease(key, "b")
+            assert on_engine.release_lease(f"{key}:slots", "a", min_hold_ms=60_000)
+            assert on_engine.release_lease(f"{key}:slots", "b")
     engine.dispose()
     original = lease_setup.mysql_session_setup
     step_by_two = "SET SESSION auto_increment_increment = 2"  # as lock mode 2: no fences drawn in bulk

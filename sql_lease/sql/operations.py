@@ -306,7 +306,7 @@ def release(s: LeaseStatements, key: str, owner: str, fence: object = None, min_
     checked_fence, min_hold = validate_tenure_options(fence, min_hold_ms)
     params = (key, owner, checked_fence, None if min_hold is None else s.ttl_param(min_hold))
     plain = transactional.release(s, params) if s.transactional else _release(s, params)
-    if s.release_covers_slots:
+    if s.release_covers_slots or s.packed:  # MySQL's own connections: the plain release's packet asks
         return plain
     if s.slots["slot_release_one"] is None:  # one read asks whether the key is a semaphore's first
         plain = transactional.or_head(s, key, plain, False)

@@ -142,7 +142,9 @@ def acquire(
 def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     """Release as ``params`` (key, owner, fence, min_hold) say: kept (``release_keeping``) or
     deleted; True if it was the owner's unexpired lease (an expired one is deleted too). A statement
-    the server ended in a deadlock (beside a semaphore's transaction on the same row) runs again."""
+    the server ended in a deadlock (beside a semaphore's transaction on the same row) runs again.
+    ``s.packed``: a plain release that released nothing is followed by ``slot_release_packet``
+    (the owner's slot, if the key is a semaphore's), so the answer covers slots."""
 
     def body() -> Plan[bool]:
         if params[3] is not None:
@@ -152,10 +154,17 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
         (count,) = yield Query(s.release, params)
         if count:
             return True
+        if s.packed:  # the expired row's delete and the owner's slot, if a semaphore's, in one packet
+            return (yield from _slot_released(s, params))
         yield Query(s.steps["release_expired"], params[:3])
         return False
 
     return (yield from _transaction(s, body, packed=True))
+
+
+def _slot_released(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
+    row = yield Query(s.steps["slot_release_packet"], params)
+    return bool(row[0] and row[1])
 
 
 def renewed_or_head(s: LeaseStatements, key: str, row: Any) -> Any:
@@ -347,6 +356,14 @@ def slot_acquire(
             if not s.lock_timed_out(exc):
                 raise
         return (yield from _oldest_refusal(s, key))
+    if s.packed:  # the transaction below in one packet (MySQL's own connections)
+        packet = functools.partial(_slot_acquire_packed, s, (key, owner, ttl, data, limit))
+        try:
+            return (yield from _transaction(s, packet, packed=True))
+        except Exception as exc:  # a lock wait that ran out: refused, as below
+            if not s.lock_timed_out(exc):
+                raise
+        return (yield from _oldest_refusal(s, key))
 
     def body() -> Plan[Any]:
         head = yield from _head(s, key, create=True)
@@ -381,6 +398,15 @@ def slot_acquire(
         if not s.lock_timed_out(exc):
             raise
     return (yield from _oldest_refusal(s, key))
+
+
+def _slot_acquire_packed(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[Any]:
+    row = yield Query(s.steps["slot_acquire_packet"], params)
+    if row[0]:  # an unexpired plain lease: the owner's own (not released) is re-acquired as such
+        return PLAIN if row[2] == params[1] and not row[6] else s.refusal(row[2:6])
+    if row[7] is None:  # refused, no unexpired slot left to name
+        return AcquireResult(False, None)
+    return AcquireResult(bool(row[1]), row[7], row[8], s.to_datetime(row[9]), float(row[10]))
 
 
 def _slot_grant(s: LeaseStatements, key: str, owner: str, ttl: Any, data: str | None, limit: int) -> Plan[Any]:
@@ -441,6 +467,9 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
             if not schema_outdated(exc) or (yield Query(slots["slot_is_head"], (key,))) is not None:
                 raise
             return False
+
+    if s.packed:  # the transaction below in one packet (MySQL's own connections)
+        return (yield from _transaction(s, functools.partial(_slot_released, s, params), packed=True))
 
     def body() -> Plan[bool]:
         head = yield from _head(s, key, create=False)

@@ -489,6 +489,86 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
   JOIN {table} AS held ON held.`key` = r.k;
 COMMIT"""
 
+# -- one packet per semaphore slot grant or release, on the provider's own connections --------------
+# The steps of slot_acquire's and slot_release's transactions (SLOT_* below) in one round trip each, decided
+# in user variables (@ss_*, @sr_*) as ACQUIRE_PACKET does; the head row is locked before anything else.
+
+# slot_acquire_packet ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL, $5 limit) -> (plain: the key's
+#   row is an unexpired plain lease (nothing changed), granted (a new slot or the owner's own renewed), the
+#   key's row's owner, fence, expires_at, remaining_ms, released, then the owner's slot if granted, else the
+#   oldest unexpired slot: owner, fence, expires_at, remaining_ms); SLOT_MAKE_HEAD (an expired head for a key
+#   without a row), its lock, SLOT_TO_HEAD (an expired plain lease), SLOT_STATE, then SLOT_EXTEND (the
+#   owner's unexpired slot, not released), or a fence drawn after the head lock, SLOT_DELETE and
+#   SLOT_INSERT (fewer than $5 others), SLOT_REFRESH_HEAD; a refusal changes nothing
+SLOT_ACQUIRE_PACKET = """
+START TRANSACTION;
+INSERT INTO {table} (`key`, owner, fence, expires_at, acquired_at, has_waiters)
+VALUES ($1, '', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), FALSE)
+ON DUPLICATE KEY UPDATE `key` = `key`;
+SELECT owner <> '' AND expires_at > UTC_TIMESTAMP(6), owner <> '' INTO @ss_plain, @ss_plain_row
+  FROM {table} WHERE `key` = $1 FOR UPDATE;
+UPDATE {table} SET owner = '', data = NULL, released = FALSE WHERE `key` = $1 AND @ss_plain_row AND NOT @ss_plain;
+SELECT NOT @ss_plain AND COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0)
+       AND NOT COALESCE(MAX(owner = $2 AND released), 0),
+       NOT @ss_plain AND NOT COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0)
+       AND COUNT(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN 1 END) < $5
+  INTO @ss_extend, @ss_grant
+  FROM {slot_table} WHERE `key` = $1;
+UPDATE {slot_table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
+ WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6) AND @ss_extend;
+INSERT INTO {fence_counter} (id) SELECT NULL FROM DUAL WHERE @ss_grant;
+SET @ss_fence = IF(@ss_grant, LAST_INSERT_ID(), NULL);
+DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2 AND @ss_grant;
+INSERT INTO {slot_table} (`key`, owner, fence, acquired_at, expires_at, data, released)
+SELECT $1, $2, @ss_fence, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, FALSE FROM DUAL
+ WHERE @ss_grant;
+UPDATE {table}
+   SET expires_at = COALESCE((SELECT MAX(expires_at) FROM {slot_table}
+                               WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6)),
+       acquired_at = COALESCE((SELECT MIN(acquired_at) FROM {slot_table}
+                                WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), acquired_at),
+       fence = GREATEST(fence, COALESCE(@ss_fence, fence))
+ WHERE `key` = $1 AND (@ss_extend OR @ss_grant);
+SELECT @ss_plain, @ss_extend OR @ss_grant, h.owner, h.fence, h.expires_at,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), h.expires_at) / 1000, h.released,
+       s.owner, s.fence, s.expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), s.expires_at) / 1000
+  FROM {table} AS h
+  LEFT JOIN (SELECT owner, fence, expires_at FROM {slot_table}
+              WHERE `key` = $1 AND IF(@ss_extend OR @ss_grant, owner = $2, expires_at > UTC_TIMESTAMP(6))
+              ORDER BY acquired_at, fence LIMIT 1) AS s ON TRUE
+ WHERE h.`key` = $1;
+COMMIT"""
+
+# slot_release_packet ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_us | NULL) -> (the key is a
+#   semaphore's, the owner's slot released: kept, or deleted unexpired); sent after RELEASE (and RELEASE_KEEPING)
+#   released nothing: RELEASE_EXPIRED, then, if a plain read (SLOT_IS_HEAD) finds a head, slot_release's
+#   transaction: the head locked (SLOT_LOCK_ONLY_HEAD), SLOT_STATE, SLOT_KEEP or SLOT_DELETE, SLOT_REFRESH_HEAD
+SLOT_RELEASE_PACKET = """
+DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $3) AND expires_at <= UTC_TIMESTAMP(6);
+SELECT COUNT(*), IF(COUNT(*), $1, NULL) INTO @sr_head, @sr_key
+  FROM {table} WHERE `key` = $1 AND owner = '';
+START TRANSACTION;
+SELECT COUNT(*) INTO @sr_locked FROM {table} WHERE `key` = @sr_key AND owner = '' FOR UPDATE;
+SELECT COALESCE(MAX(CASE WHEN owner = $2 THEN fence END) IS NOT NULL
+                AND ($3 IS NULL OR MAX(CASE WHEN owner = $2 THEN fence END) = $3)
+                AND NOT (MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)) AND MAX(owner = $2 AND released)), 0),
+       COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0),
+       COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)) AND $4 IS NOT NULL
+                AND MAX(owner = $2 AND acquired_at + INTERVAL $4 MICROSECOND > UTC_TIMESTAMP(6)), 0)
+  INTO @sr_mine, @sr_live, @sr_keep
+  FROM {slot_table} WHERE `key` = @sr_key AND @sr_locked;
+UPDATE {slot_table} SET released = TRUE, expires_at = acquired_at + INTERVAL $4 MICROSECOND
+ WHERE `key` = $1 AND owner = $2 AND @sr_mine AND @sr_keep;
+DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2 AND @sr_mine AND NOT @sr_keep;
+UPDATE {table}
+   SET expires_at = COALESCE((SELECT MAX(expires_at) FROM {slot_table}
+                               WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6)),
+       acquired_at = COALESCE((SELECT MIN(acquired_at) FROM {slot_table}
+                                WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), acquired_at)
+ WHERE `key` = $1 AND owner = '' AND @sr_mine;
+SELECT @sr_head, @sr_mine AND (@sr_keep OR @sr_live);
+COMMIT"""
+
 STEP_NAMES = (
     "begin",
     "commit",
@@ -520,6 +600,8 @@ STEP_NAMES = (
     "fence_take_over_packet",
     "granted_keys_packet",
     "acquire_keys_packet",
+    "slot_acquire_packet",
+    "slot_release_packet",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -585,6 +667,8 @@ def steps() -> dict[str, str]:
         "fence_take_over_packet": FENCE_TAKE_OVER_PACKET,
         "granted_keys_packet": GRANTED_KEYS_PACKET,
         "acquire_keys_packet": ACQUIRE_KEYS_PACKET,
+        "slot_acquire_packet": SLOT_ACQUIRE_PACKET,
+        "slot_release_packet": SLOT_RELEASE_PACKET,
     }
 
 
