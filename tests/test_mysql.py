@@ -417,3 +417,25 @@ def test_release_leases_locks_only_its_own_keys_rows(mysql_db: tuple[str, str]) 
             locker.close()
         assert released == 3
         assert provider.get_lease_owner(other) == "them"
+
+
+def test_a_plain_release_that_frees_nothing_answers_false_on_a_table_at_0005(fresh_db: str) -> None:
+    """Before semaphores (0005: no slot table) a plain release answers as ever; the slot packet it
+    sends after a plain "no" must not turn that "no" into SchemaMissingError."""
+    from alembic import command
+
+    from sql_lease.sql.migrate import alembic_config
+
+    url = url_of(fresh_db)
+    with SyncSqlLeaseProvider(url) as provider:
+        engine = sa.create_engine(to_sync_url(url))
+        try:
+            with engine.begin() as conn:
+                command.upgrade(alembic_config(provider.names, connection=conn), "0005")
+        finally:
+            engine.dispose()
+        assert provider.acquire_lease("k", "a", 60_000).acquired
+        assert not provider.release_lease("k", "b")
+        assert not provider.release_lease("never held", "a")
+        assert provider.release_lease("k", "a")
+        assert not provider.release_lease("k", "a")

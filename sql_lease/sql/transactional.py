@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from ..contract import AcquireResult, LeaseInfo, RenewItem
 from .plans import RENEW_BATCH_SIZE, Plan, Query
 from .statements import LeaseStatements
-from .translate import schema_outdated
+from .translate import schema_behind
 
 __all__ = [
     "CONFLICT_RETRIES",
@@ -155,7 +155,15 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
         if count:
             return True
         if s.packed:  # the expired row's delete and the owner's slot, if a semaphore's, in one packet
-            return (yield from _slot_released(s, params))
+            try:
+                return (yield from _slot_released(s, params))
+            except Exception as exc:  # a table at 0005 (no slot table): a plain "no" stays one unless a head
+                if not schema_behind(exc):
+                    raise
+                yield Query(s.steps["rollback"], ())  # the packet stopped inside its transaction
+                if (yield Query(s.slots["slot_is_head"], (params[0],))) is not None:
+                    raise
+                return False
         yield Query(s.steps["release_expired"], params[:3])
         return False
 
@@ -464,7 +472,7 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
         try:
             return (yield from release_kept_or_deleted(slots["slot_keep_one"], slots["slot_release_one"], params))
         except Exception as exc:  # a table at 0006 (no slot index): a plain "no" stays one unless a head
-            if not schema_outdated(exc) or (yield Query(slots["slot_is_head"], (key,))) is not None:
+            if not schema_behind(exc) or (yield Query(slots["slot_is_head"], (key,))) is not None:
                 raise
             return False
 

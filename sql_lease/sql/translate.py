@@ -17,6 +17,7 @@ __all__ = [
     "mysql_errno",
     "mysql_not_sent",
     "operation_label",
+    "schema_behind",
     "schema_outdated",
     "sqlite_busy",
     "sqlite_error",
@@ -146,6 +147,15 @@ def schema_outdated(exc: BaseException) -> bool:
     return lite is not None and any(text in str(lite) for text in _SQLITE_SCHEMA_OUTDATED)
 
 
+def schema_behind(exc: BaseException) -> bool:
+    """True if ``exc`` says a table, column, index or function of the lease tables is missing: the
+    schema is absent or older than this sql_lease (``sql-lease migrate``)."""
+    lite = sqlite_error(exc)
+    # SQLite reports a missing table only as text (SQLITE_ERROR is every kind of error).
+    missing = sqlstate(exc) in _SCHEMA_MISSING or (lite is not None and "no such table" in str(lite))
+    return missing or schema_outdated(exc)
+
+
 def connection_survives(exc: BaseException) -> bool:
     """True if ``exc`` is the server's (or SQLite's) answer about the statement, so the connection
     that ran it can be reused; False for timeouts, cancellations and lost connections."""
@@ -189,9 +199,7 @@ def translate(
     """The library error for a driver error raised while doing ``what`` on ``where`` (a safe URL);
     ``schema_missing`` words the error for a missing table or column (it knows the migrate command)."""
     state = sqlstate(exc)
-    lite = sqlite_error(exc)
-    # SQLite reports a missing table only as text (SQLITE_ERROR is every kind of error).
-    if state in _SCHEMA_MISSING or (lite is not None and "no such table" in str(lite)) or schema_outdated(exc):
+    if schema_behind(exc):
         return schema_missing(exc)
     if state is not None:
         hint = _CONFIG_HINTS.get(state) or (_CONFIG_HINTS["28"] if state.startswith("28") else None)

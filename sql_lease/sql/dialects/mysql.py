@@ -499,7 +499,9 @@ COMMIT"""
 #   oldest unexpired slot: owner, fence, expires_at, remaining_ms); SLOT_MAKE_HEAD (an expired head for a key
 #   without a row), its lock, SLOT_TO_HEAD (an expired plain lease), SLOT_STATE, then SLOT_EXTEND (the
 #   owner's unexpired slot, not released), or a fence drawn after the head lock, SLOT_DELETE and
-#   SLOT_INSERT (fewer than $5 others), SLOT_REFRESH_HEAD; a refusal changes nothing
+#   SLOT_INSERT (fewer than $5 others), SLOT_REFRESH_HEAD; a refusal writes nothing but the head it made
+#   (or the expired plain lease it turned into one); the extend does not ask the clock again: @ss_extend
+#   was decided under the head's lock, so a slot that expired since is still the owner's
 SLOT_ACQUIRE_PACKET = """
 START TRANSACTION;
 INSERT INTO {table} (`key`, owner, fence, expires_at, acquired_at, has_waiters)
@@ -515,7 +517,7 @@ SELECT NOT @ss_plain AND COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(
   INTO @ss_extend, @ss_grant
   FROM {slot_table} WHERE `key` = $1;
 UPDATE {slot_table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
- WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6) AND @ss_extend;
+ WHERE `key` = $1 AND owner = $2 AND @ss_extend;
 INSERT INTO {fence_counter} (id) SELECT NULL FROM DUAL WHERE @ss_grant;
 SET @ss_fence = IF(@ss_grant, LAST_INSERT_ID(), NULL);
 DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2 AND @ss_grant;
