@@ -96,6 +96,7 @@ async def exercise(provider: Any, key: str) -> None:
     assert not await provider.release_lease(key, "a")
     assert await provider.release_lease(key, "b")
     assert (await provider.acquire_lease(key + ":short", "c", 1)).acquired
+    await asyncio.sleep(0.01)  # past its 1 ms TTL before the list (a fast SQLite lists within 1 ms)
     assert (await provider.acquire_lease(key + ":broken", "c", 60_000)).acquired
     assert await provider.break_lease(key + ":broken") is not None
     assert await provider.break_lease(key + ":none") is None
@@ -114,6 +115,7 @@ def exercise_sync(provider: Any, key: str) -> None:
     assert not provider.release_lease(key, "a")
     assert provider.release_lease(key, "b")
     assert provider.acquire_lease(key + ":short", "c", 1).acquired
+    time.sleep(0.01)  # past its 1 ms TTL before the list (a fast SQLite lists within 1 ms)
     assert provider.acquire_lease(key + ":broken", "c", 60_000).acquired
     assert provider.break_lease(key + ":broken") is not None
     assert provider.break_lease(key + ":none") is None
