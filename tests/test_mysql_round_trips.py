@@ -16,23 +16,13 @@ import pytest
 
 from sql_lease import LeaseBackendError, SqlLeaseProvider, SyncSqlLeaseProvider
 from sql_lease.sql.dialects import mysql
-from tests.conftest import MYSQL_URL
+from tests.conftest import MYSQL_URL, mysql_connect
 
 pytestmark = pytest.mark.mysql
 
 
 def _blocker() -> Any:
-    import pymysql
-    import sqlalchemy as sa
-
-    parsed = sa.make_url(MYSQL_URL)
-    return pymysql.connect(
-        host=parsed.host,
-        port=parsed.port or 3306,
-        user=parsed.username,
-        password=parsed.password or "",
-        autocommit=True,
-    )
+    return mysql_connect(MYSQL_URL)
 
 
 def test_sync_uncontended_operations_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
