@@ -76,8 +76,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
 @pytest.mark.parametrize("table_name", ["sql_leases", "Job_Leases2"])
 async def test_migrations_build_exactly_the_declared_schema(target: dict[str, Any], table_name: str) -> None:
     async with SqlLeaseProvider(target["url"], schema=target["schema"], table_name=table_name) as provider:
-        assert await provider.migrate() == "0007"
-        assert await provider.migrate() == "0007"  # idempotent
+        assert await provider.migrate() == "0008"
+        assert await provider.migrate() == "0008"  # idempotent
         facts = await _schema_facts(provider)
         names = provider.names
         assert facts["drift"] == []
@@ -107,7 +107,7 @@ async def test_custom_version_table(target: dict[str, Any]) -> None:
 async def test_concurrent_migrations_agree(target: dict[str, Any]) -> None:
     providers = [SqlLeaseProvider(target["url"], schema=target["schema"]) for _ in range(4)]
     try:
-        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0007"] * 4
+        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0008"] * 4
     finally:
         for p in providers:
             await p.close()
@@ -160,16 +160,26 @@ async def test_0007_sqlite_slot_triggers_upgrade_and_downgrade(tmp_path: Path) -
         added = {names.slot_live_index, *names.slot_triggers()}
         await _alembic(provider, "upgrade", "0006")
         assert not added & objects()
-        assert await provider.migrate() == "0007"
+        assert await provider.migrate() == "0008"
         assert added <= objects()
         assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
         await _alembic(provider, "downgrade", "0006")
         assert not added & objects()
         assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["a"]
-        assert await provider.migrate() == "0007"
+        assert await provider.migrate() == "0008"
         assert not (await provider.acquire_lease("sem", "plain", 60_000)).acquired  # the head still holds it
         assert await provider.release_lease("sem", "a")
         assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
+
+
+async def _function_sources(provider: SqlLeaseProvider, schema: str) -> list[str]:
+    # The bodies of the schema's functions (PostgreSQL's slot acquire and release), by name
+    async with provider.engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT prosrc FROM pg_proc WHERE pronamespace = CAST(:schema AS regnamespace) ORDER BY proname"),
+            {"schema": schema},
+        )
+        return [row[0] for row in rows]
 
 
 @pytest.mark.postgres
@@ -177,27 +187,37 @@ async def test_0007_shortens_the_postgres_slot_functions_and_downgrade_restores_
     pg_url: str, fresh_pg_schema: str
 ) -> None:
     async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as provider:
-
-        async def sources() -> list[str]:
-            async with provider.engine.connect() as conn:
-                rows = await conn.execute(
-                    text(
-                        "SELECT prosrc FROM pg_proc WHERE pronamespace = CAST(:schema AS regnamespace) ORDER BY proname"
-                    ),
-                    {"schema": fresh_pg_schema},
-                )
-                return [row[0] for row in rows]
-
         await _alembic(provider, "upgrade", "0006")
-        old = await sources()
-        assert await provider.migrate() == "0007"
-        new = await sources()
+        old = await _function_sources(provider, fresh_pg_schema)
+        assert await provider.migrate() == "0008"
+        new = await _function_sources(provider, fresh_pg_schema)
         assert len(new) == 2 and new != old and "FILTER" in new[0]  # the acquire reads its slot and the count at once
         assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
         await _alembic(provider, "downgrade", "0006")
-        assert await sources() == old
+        assert await _function_sources(provider, fresh_pg_schema) == old
         assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["a"]
         assert await provider.release_lease("sem", "a")
+
+
+@pytest.mark.postgres
+async def test_0008_quiets_the_postgres_semaphore_heads_and_downgrade_restores_0007(
+    pg_url: str, fresh_pg_schema: str
+) -> None:
+    async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as provider:
+        await _alembic(provider, "upgrade", "0007")
+        old = await _function_sources(provider, fresh_pg_schema)
+        assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+        assert await provider.migrate() == "0008"
+        new = await _function_sources(provider, fresh_pg_schema)
+        assert len(new) == 2 and all(before != after for before, after in zip(old, new, strict=True))
+        assert "IF head.expires_at < until_" in new[0] and "head_row" not in new[1]
+        assert (await provider.acquire_lease("sem", "b", 60_000, limit=2)).acquired
+        assert await provider.release_lease("sem", "a")
+        await _alembic(provider, "downgrade", "0007")
+        assert await _function_sources(provider, fresh_pg_schema) == old
+        assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["b"]
+        assert await provider.release_lease("sem", "b")
+        assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
 
 
 _IN_AN_HOUR = {
@@ -230,7 +250,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
                 ),
                 {"key": "old\x01key"},
             )
-        assert await provider.migrate() == "0007"
+        assert await provider.migrate() == "0008"
         assert await _stored_keys(provider) == ["old\x01\x02key"]
         lease = await provider.get_lease("old\x01key")
         assert lease is not None and (lease.key, lease.owner, lease.fence) == ("old\x01key", "earlier", 7)
@@ -240,7 +260,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
 
         await _alembic(provider, "downgrade", "0004")  # the keys 0004 cannot name go with their leases
         assert await _stored_keys(provider) == ["new\x01key", "old\x01key"]
-        assert await provider.migrate() == "0007"
+        assert await provider.migrate() == "0008"
         assert [lease.key for lease in await provider.list_leases()] == ["new\x01key", "old\x01key"]
 
 
@@ -263,7 +283,7 @@ async def test_0005_rewrites_keys_whose_new_forms_are_other_rows_old_keys(any_ta
                     ),
                     {"key": key},
                 )
-        assert await provider.migrate() == "0007"
+        assert await provider.migrate() == "0008"
         for fence, key in enumerate(keys, 1):
             lease = await provider.get_lease(key)
             assert lease is not None and (lease.key, lease.fence) == (key, fence)
@@ -309,7 +329,7 @@ def test_concurrent_migrations_of_a_new_sqlite_file_in_separate_processes(tmp_pa
     ]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "0007", err
+        assert proc.returncode == 0 and out.strip() == "0008", err
     assert {p.name for p in tmp_path.iterdir()} <= {"race.db", "race.db-wal", "race.db-shm"}
 
 
@@ -337,7 +357,7 @@ def test_alembic_upgrade_head_from_a_checkout(target: dict[str, Any]) -> None:
     done = _run([alembic, *x_args, "upgrade", "head"], REPO)
     assert done.returncode == 0, done.stderr
     done = _run([alembic, *x_args, "current"], REPO)
-    assert "0007 (head)" in done.stdout, done.stdout + done.stderr
+    assert "0008 (head)" in done.stdout, done.stdout + done.stderr
 
 
 def test_alembic_reads_the_url_from_the_environment(tmp_path: Path) -> None:
@@ -370,7 +390,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     db = tmp_path / "installed.db"
     done = _run([sys.executable, "-m", "sql_lease", "migrate", "--url", f"sqlite:///{db}"], tmp_path, env)
     assert done.returncode == 0, done.stderr
-    assert "revision 0007" in done.stdout
+    assert "revision 0008" in done.stdout
 
 
 @pytest.mark.postgres
@@ -406,7 +426,7 @@ async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path
             migrate._PROCESS_LOCK.release()
         await asyncio.sleep(0.2)
         assert not migrate._PROCESS_LOCK.locked()
-        assert await asyncio.wait_for(provider.migrate(), 10) == "0007"
+        assert await asyncio.wait_for(provider.migrate(), 10) == "0008"
 
 
 # -- configuration errors are configuration errors, on both faces (issue 21, item 3) -------------------

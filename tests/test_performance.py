@@ -384,3 +384,36 @@ def test_a_provider_held_from_one_event_loop_after_another_keeps_none_of_them() 
         asyncio.run(job(i))
     gc.collect()
     assert [ref for ref in loops if ref() is not None] == [], "finished event loops kept alive"
+
+
+# -- semaphore cycles -----------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+async def test_semaphore_cycles_rewrite_the_head_row_at_most_once_per_ttl(pg_schema: tuple[str, str], key: str) -> None:
+    """Migration 0008: a grant within its TTL of the last head extension and a release (no waiters)
+    leave the semaphore's head row as it was (a head whose expiry outlives its slots is tolerated:
+    docs/statements.md, "Stale heads"), so a cycle writes only its slot row."""
+    url, schema = pg_schema
+    raw = await asyncpg.connect(plain(url))
+    try:
+
+        async def head_version() -> Any:
+            return await raw.fetchval(f'SELECT xmin::text FROM "{schema}".sql_leases WHERE key = $1', key)
+
+        async with SqlLeaseProvider(url, schema=schema) as leases:
+            assert (await leases.acquire_lease(key, "a", 60_000, limit=2)).acquired
+            first = await head_version()
+            assert (await leases.acquire_lease(key, "b", 60_000, limit=2)).acquired
+            for owner in ("a", "b") * 3:
+                assert await leases.release_lease(key, owner)
+                assert (await leases.acquire_lease(key, owner, 60_000, limit=2)).acquired
+            assert await head_version() == first
+            assert await leases.release_lease(key, "a") and await leases.release_lease(key, "b")
+            assert await head_version() == first
+            # the stale head refuses no one once its slots are gone
+            assert (await leases.acquire_lease(key, "c", 60_000)).acquired
+            assert await leases.get_lease_owner(key) == "c"
+            assert await leases.release_lease(key, "c")
+    finally:
+        await raw.close()
