@@ -314,6 +314,43 @@ def test_a_deadlock_runs_the_transaction_again_and_never_answers_falsely() -> No
     assert result is deadlock and sent.count("begin") == CONFLICT_RETRIES + 1
 
 
+def test_a_sweep_that_meets_a_deadlock_runs_the_statement_again() -> None:
+    """The plan (no database): each of the sweep's statements that met a deadlock (1213: the server
+    rolled that statement back; slot traffic deadlocks with it) runs again, and the count is still
+    every row deleted; past CONFLICT_RETRIES the error is raised."""
+    import pymysql
+
+    from sql_lease.sql.operations import sweep
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import MysqlStatements
+    from sql_lease.sql.transactional import CONFLICT_RETRIES
+
+    s = MysqlStatements(LeaseTableNames(), lock_wait_s=5)
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+
+    def run(failures: int) -> tuple[int, object]:
+        plan = sweep(s, 100)
+        sent, query, left = 0, next(plan), failures
+        try:
+            while True:
+                sent += 1
+                if left:
+                    left -= 1
+                    query = plan.throw(deadlock)
+                    continue
+                query = plan.send([(3,)] if query.many else (3,))
+        except StopIteration as done:
+            return sent, done.value
+        except pymysql.err.OperationalError as exc:
+            return sent, exc
+
+    clean_sent, clean = run(0)
+    sent, result = run(2)
+    assert result == clean and sent == clean_sent + 2
+    sent, result = run(CONFLICT_RETRIES + 1)
+    assert result is deadlock and sent == CONFLICT_RETRIES + 1
+
+
 def test_bad_urls_raise_config_or_backend_errors_with_the_password_masked(mysql_user: tuple[str, str]) -> None:
     """Both faces: a refused password, an unknown database or host raise LeaseConfigError; a server
     that does not answer, LeaseBackendError; the password masked, the driver's error on __cause__."""

@@ -418,9 +418,9 @@ def _sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     if s.transactional:
         count = yield from transactional.sweep(s, params)
     else:
-        rows = yield Query(s.sweep, params, many=True)
+        rows = yield from transactional.retried(s, Query(s.sweep, params, many=True))
         count = s.swept_count(rows)
-    slots = yield Query(s.slots["slot_sweep"], params, many=True)  # expired slots of semaphores
+    slots = yield from transactional.retried(s, Query(s.slots["slot_sweep"], params, many=True))  # expired slots
     return count + s.swept_count(slots)
 
 
@@ -603,16 +603,8 @@ def _release_keys_or_slots(s: LeaseStatements, keys: list[str], owner: str, fenc
 
 
 def _release_keys(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
-    conflicts = 0
-    while True:
-        try:
-            rows = yield Query(s.release_keys, params, many=True)
-        except Exception as exc:  # a deadlock the database broke rolled the statement back: run it again
-            if s.conflicted(exc) and conflicts < transactional.CONFLICT_RETRIES:
-                conflicts += 1
-                continue
-            raise
-        return sum(int(row[0]) for row in rows)  # a flag per row deleted; MySQL: one row, the row count
+    rows = yield from transactional.retried(s, Query(s.release_keys, params, many=True))
+    return sum(int(row[0]) for row in rows)  # a flag per row deleted; MySQL: one row, the row count
 
 
 def renew_keys(

@@ -33,6 +33,7 @@ __all__ = [
     "release_kept_or_deleted",
     "renew",
     "renew_checked",
+    "retried",
     "slot_acquire",
     "slot_break",
     "slot_refresh_head",
@@ -76,6 +77,19 @@ def _transaction(
         if not packed:
             yield Query(steps[prefix + "commit"], ())
         return result
+
+
+def retried(s: LeaseStatements, query: Query) -> Plan[Any]:
+    """``query`` (one statement in autocommit), run again after a deadlock or a duplicate key that
+    rolled it back (``s.conflicted``), at most CONFLICT_RETRIES times; then the error is raised."""
+    attempt = 0
+    while True:
+        try:
+            return (yield query)
+        except Exception as exc:
+            if not s.conflicted(exc) or attempt >= CONFLICT_RETRIES:
+                raise
+            attempt += 1
 
 
 def _granted(s: LeaseStatements, key: str) -> Plan[AcquireResult]:
@@ -270,9 +284,9 @@ def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[Any]:
 def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     """Delete expired leases and semaphores' expired heads, then the fence table's rows but the newest;
     the number of leases deleted."""
-    (count,) = yield Query(s.sweep, params)
-    yield Query(s.steps["sweep_heads"], params)
-    yield Query(s.steps["prune_fences"], ())
+    (count,) = yield from retried(s, Query(s.sweep, params))
+    yield from retried(s, Query(s.steps["sweep_heads"], params))
+    yield from retried(s, Query(s.steps["prune_fences"], ()))
     return int(count)
 
 
