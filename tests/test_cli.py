@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -429,6 +430,18 @@ def test_compound_durations_on_the_command_line(tmp_path: Path) -> None:
     bad = invoke(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "1h30"], tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.startswith("sql-lease: --ttl: '1h30' is not a duration") and bad.stderr.count("\n") == 1
+
+
+def test_a_bare_number_of_a_thousand_seconds_or_more_is_noted(tmp_path: Path) -> None:
+    """`--ttl 30000` (milliseconds meant, as the Python API takes) is 8h20m: still taken as seconds,
+    with one line on stderr saying so; a number with a unit, or a small one, says nothing."""
+    url = f"sqlite:///{tmp_path}/ttl.db"
+    noted = invoke(["acquire", "k", "--url", url, "--owner", "o", "--ttl", "30000", "--json"], tmp_path)
+    assert noted.returncode == 0 and 29_990_000 < json.loads(noted.stdout)["remaining_ms"] <= 30_000_000
+    assert noted.stderr == "sql-lease: --ttl 30000 is read as seconds (8h20m); write 30000ms for milliseconds\n"
+    for quiet in ("30", "30000s", "30000ms", "1h"):
+        done = invoke(["acquire", f"k{quiet}", "--url", url, "--owner", "o", "--ttl", quiet], tmp_path)
+        assert done.returncode == 0 and done.stderr == "", (quiet, done.stderr)
 
 
 def test_data_from_a_file_or_stdin(tmp_path: Path) -> None:

@@ -234,6 +234,16 @@ def test_break_with_a_fence_leaves_a_new_tenure_alone(db_args: list[str], tmp_pa
     assert invoke(["show", key, *db_args], tmp_path).returncode == 1
 
 
+def test_break_with_a_fence_no_tenure_had_says_so(db_args: list[str], tmp_path: Path, ns: str) -> None:
+    """A mistyped --fence: the lease has not changed hands, so the refusal says which fence it has."""
+    key = f"{ns}:typo"
+    fence = int(invoke(["acquire", key, "--owner", "a", *db_args], tmp_path).stdout.strip().removeprefix("fence="))
+    refused = invoke(["break", key, "--fence", str(fence + 76), "--yes", *db_args], tmp_path)
+    assert refused.returncode == 1 and "changed hands" not in refused.stderr, refused.stderr
+    assert f"no tenure with fence {fence + 76}" in refused.stderr and f"(fence {fence})" in refused.stderr
+    assert invoke(["show", key, *db_args], tmp_path).returncode == 0
+
+
 def test_lease_data(db_args: list[str], tmp_path: Path, ns: str) -> None:
     key = f"{ns}:d"
     data = {"host": "build-3", "pid": 4242, "job": "nightly-report", "note": "ü" * 70}

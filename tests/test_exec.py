@@ -444,8 +444,9 @@ def test_a_second_exec_with_the_same_owner_is_refused(tmp_path: Path) -> None:
         assert retry.returncode == 0, retry.stderr
         assert retry.stdout.strip() == (tmp_path / "fence").read_text().strip()
         go.touch()
-        finish(first, 10)
-        assert first.returncode == 0
+        _out, err = finish(first, 10)
+        # the retry released the tenure both runs shared while the first still ran: lost, unseen
+        assert first.returncode == 76 and "lost while the command ran" in err, err
     finally:
         go.touch()
         if first.poll() is None:
@@ -648,6 +649,17 @@ def test_exec_min_hold_runs_a_job_at_most_once_per_period(owner: list[str], tmp_
     assert (tmp_path / "first").exists() and not (tmp_path / "second").exists()
     shown = json.loads(invoke(["show", "nightly", "--json", "--url", url], tmp_path).stdout)
     assert shown["released"] is True and 3_500_000 < shown["remaining_ms"] <= 3_600_000
+
+
+@pytest.mark.parametrize("limit", [[], ["--limit", "2"]])
+def test_a_lease_broken_before_the_command_ends_exits_76(limit: list[str], tmp_path: Path) -> None:
+    """An operator's `break` while the command runs, before its next renewal could notice: the
+    release at the end finds the lease gone, and exec exits 76 (lost), not the command's 0."""
+    url = f"sqlite:///{tmp_path}/broken.db"
+    breaker = " ".join([*CLI, "break", "job", "--url", url, "--yes"])
+    done = run_cli(["exec", "job", "--url", url, "--ttl", "60s", *limit, "--", "sh", "-c", breaker], tmp_path)
+    assert done.returncode == 76, (done.returncode, done.stderr)
+    assert "lost" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_exec_min_hold_is_validated(tmp_path: Path) -> None:

@@ -146,6 +146,28 @@ def test_a_sync_hold_never_releases_a_later_tenure_of_its_owner_id(sync_provider
     assert current is not None and current.fence == new.fence
 
 
+async def test_a_hold_tells_what_its_final_release_answered(provider: Any, key: str) -> None:
+    """Broken inside the block (an operator's `break`), unseen by any renewal: ``released`` is
+    False, the release at the end found the lease gone; True after a normal block."""
+    async with hold(provider, key, "a", ttl_ms=10_000) as broken:
+        assert broken.released is None
+        assert await provider.break_lease(key) is not None
+    assert broken.released is False and not broken.lost.is_set()
+    async with hold(provider, key, "a", ttl_ms=10_000) as kept:
+        pass
+    assert kept.released is True and await provider.get_lease_owner(key) is None
+
+
+def test_a_sync_hold_tells_what_its_final_release_answered(sync_provider: Any, key: str) -> None:
+    with sync_hold(sync_provider, key, "a", ttl_ms=10_000) as broken:
+        assert broken.released is None
+        assert sync_provider.break_lease(key) is not None
+    assert broken.released is False and not broken.lost.is_set()
+    with sync_hold(sync_provider, key, "a", ttl_ms=10_000) as kept:
+        pass
+    assert kept.released is True and sync_provider.get_lease_owner(key) is None
+
+
 async def test_hold_with_a_minimum_hold_keeps_the_lease_after_the_block(provider: Any, key: str) -> None:
     async with hold(provider, key, ttl_ms=10_000, min_hold_ms=MIN_HOLD) as lease:
         pass  # a 1 ms job

@@ -49,7 +49,8 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     Acquires KEY, runs COMMAND with SQL_LEASE_KEY, SQL_LEASE_OWNER and SQL_LEASE_FENCE in its
     environment, renews the lease every TTL/3, releases it when COMMAND and its process group are
     done, and exits with COMMAND's status. Exit 75 if another owner holds KEY, 76 if the lease was
-    lost while COMMAND ran (COMMAND and its process group are then terminated), 69 if the database
+    lost while COMMAND ran (COMMAND and its process group are then terminated; also when the release
+    after COMMAND ended finds the lease gone, broken or expired before a renewal saw it), 69 if the database
     fails, 78 if the lease table is missing. A sqlite:// database gets its schema on first use;
     PostgreSQL must be migrated first (sql-lease migrate). --data stores job metadata with the
     lease (a JSON object, @FILE or - for stdin), shown by `sql-lease show` and `list`.
@@ -339,7 +340,8 @@ async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: Signals, 
             if status is not None:
                 await status.stop()
             signals.cancel_on_signal = False
-            return await _run_command(lease, opts, signals)
+            code = await _run_command(lease, opts, signals)
+        return _lost_unseen(lease, code)
     finally:
         if status is not None:
             await status.stop()
@@ -467,6 +469,21 @@ async def _test_hook(signals: Signals) -> None:
         return
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
     await poll(lambda: signals.received is not None, 10.0)
+
+
+def _lost_unseen(lease: Any, code: int) -> int:
+    """The command's exit status; 76 if the lease was lost while it ran without exec terminating
+    it (the release at the end found it gone: broken, expired or released elsewhere before a
+    renewal could tell)."""
+    if code == EXIT_LEASE_LOST or (lease.released is not False and not lease.lost.is_set()):
+        return code
+    reason = lease.lost_reason or "the release after the command found it no longer held: broken or expired"
+    click.echo(
+        f"sql-lease: lease {printable(repr(lease.key))} lost while the command ran ({printable(reason)}); "
+        f"the command exited {code}",
+        err=True,
+    )
+    return EXIT_LEASE_LOST
 
 
 async def _run_command(lease: Any, opts: _ExecOptions, signals: Signals) -> int:

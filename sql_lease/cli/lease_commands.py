@@ -81,9 +81,10 @@ def break_(
         holders = [lease_json(lease, read_row=False) for lease in every]
         print_json(None if broken is None else {**lease_json(broken, read_row=False), "holders": holders})
     if broken is None and now is not None:
+        why = "changed hands" if fence is None else f"has no tenure with fence {fence}"
         fail(
             1,
-            f"not broken: lease {printable(repr(key))} changed hands: now held by {printable(now.owner)} "
+            f"not broken: lease {printable(repr(key))} {why}: now held by {printable(now.owner)} "
             f"(fence {now.fence}), expires in {expires_in(now.remaining_ms)}",
         )
     if as_json:
@@ -122,11 +123,12 @@ async def _break_one(provider: Any, key: str, fence: int | None, yes: bool) -> t
     """(the lease broken, confirmed, the current lease when the tenure to break was not there)."""
     expected = fence
     if not yes:
-        current = await provider.get_lease(key)
-        if current is None:
+        holders = await lease_holders(provider, key)  # a semaphore's: the slot with that fence, if any
+        if not holders:
             return None, True, None
-        if fence is not None and current.fence != fence:
-            return None, True, current
+        current = holders[0] if fence is None else next((h for h in holders if h.fence == fence), None)
+        if current is None:
+            return None, True, holders[0]
         click.echo(describe_lease(current))
         if not click.confirm("Break it? Its holder loses it at its next renewal", default=False):
             return None, False, None

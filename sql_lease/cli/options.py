@@ -13,12 +13,15 @@ import click
 from ..contract import validate_ttl_ms
 from .config import CONFIG_ENV, DEFAULT_TABLE, DEFAULT_URL, SYSTEM_CONFIG, URL_ENV, config_default, resolve_url
 from .exits import fail
-from .render import printable
+from .render import printable, span
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _DURATION = re.compile(rf"\s*(?:{_NUMBER}\s*(?:ms|s|m|h|d)\s*)+\Z|\s*{_NUMBER}\s*\Z")
 _DURATION_PART = re.compile(rf"({_NUMBER})\s*(ms|s|m|h|d)?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, None: 1.0}
+_BARE_NUMBER = re.compile(rf"\s*{_NUMBER}\s*\Z")
+BARE_SECONDS_NOTED = 1000
+"""A bare --ttl (seconds) at least this large is noted on stderr: milliseconds, as in Python, were likely meant."""
 MAX_DURATION_S = 10 * 365 * 86_400
 """Longest duration any option accepts: 10 years (87600h), in seconds."""
 
@@ -42,6 +45,18 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
             self._bad(f"{printable(value)!r} is too long: at most 10 years (87600h)", param, ctx)
         if seconds <= 0 and not (self.allow_zero and seconds == 0):
             self._bad(f"{printable(value)!r} must be longer than zero", param, ctx)
+        if (
+            param is not None
+            and param.name == "ttl"
+            and seconds >= BARE_SECONDS_NOTED
+            and _BARE_NUMBER.match(str(value))
+        ):
+            number = str(value).strip()
+            click.echo(
+                f"sql-lease: {param.opts[0]} {number} is read as seconds ({span(seconds)}); "
+                f"write {number}ms for milliseconds",
+                err=True,
+            )
         return seconds
 
     def _bad(self, message: str, param: click.Parameter | None, ctx: click.Context | None) -> NoReturn:

@@ -717,6 +717,8 @@ class HeldLease(HoldRules[LeaseProvider, OnLost]):
                 self._log("releasing", ": no answer in time; it expires by its TTL", level=logging.WARNING)
             elif not release.cancelled() and (failure := release.exception()) is not None:
                 self._release_failed(failure)
+            elif ran and not release.cancelled():
+                self._released(release.result())
 
     def _release_in_background(self) -> None:
         release = asyncio.ensure_future(

@@ -558,6 +558,7 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         self.expires_at: datetime | None = None
         self.lost_reason: str | None = None
         self.transferred_to: str | None = None
+        self.released: bool | None = None  # the answer of the release at the block's end
         self._valid_until = 0.0  # the clock up to which the lease is surely still ours
         self._acquired_at = 0.0  # when the successful acquire was sent
         self._acquired_expiry: datetime | None = None
@@ -744,6 +745,10 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         """Seconds the release may take: a doomed release must not outlast the lease it could
         free (once lost); None: the provider's own limit."""
         return max(0.05, self._valid_until - self._clock()) if self.lost.is_set() else None
+
+    def _released(self, answer: object) -> None:
+        """The release at the block's end answered ``answer`` (False: the tenure had already ended)."""
+        self.released = answer if isinstance(answer, bool) else None
 
     def _exit_loss(self, exc_type: type[BaseException] | None) -> None:
         """Leaving the block after a loss raises ``LeaseLostError`` unless ``on_lost="flag"`` or

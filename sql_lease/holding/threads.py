@@ -308,11 +308,14 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
     def _release(self, limit_s: float | None, ran: bool = False) -> None:
         """Release (with the minimum hold once the body ``ran``) within ``limit_s`` seconds."""
         try:
-            self.provider.release_lease(
+            answer = self.provider.release_lease(
                 self.key, self.owner, **self._release_kw(ran=ran), **_timeout_kw(self.provider, limit_s)
             )
         except Exception as exc:
             self._release_failed(exc)
+        else:
+            if ran:
+                self._released(answer)
 
     def _release_in_background(self) -> None:
         threading.Thread(target=self._release, args=(None,), name=f"sql_lease release {self.key}", daemon=True).start()
