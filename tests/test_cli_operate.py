@@ -290,6 +290,26 @@ def _run_on_terminal(args: list[str], cwd: Path, answer: bytes) -> tuple[int, st
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty behaviour checked on Linux")
+def test_break_on_a_terminal_with_a_fence_finds_any_slot_of_a_semaphore(tmp_path: Path, ns: str) -> None:
+    """`acquire --limit 2` twice makes a semaphore; `break --fence` of the newer slot on a terminal
+    shows that holder, breaks it alone on "y"; answering "n" to the whole semaphore exits 1."""
+    key = f"{ns}:sem"
+    fences = []
+    for owner in ("a", "b"):
+        done = invoke(["acquire", key, "--owner", owner, "--limit", "2", "--json"], tmp_path)
+        assert done.returncode == 0, done.stderr
+        fences.append(json.loads(done.stdout)["fence"])
+    full = invoke(["acquire", key, "--owner", "c", "--limit", "2"], tmp_path)
+    assert full.returncode == 75 and "2 of 2 slots held: 'a', 'b'" in full.stderr, full.stderr
+    code, output = _run_on_terminal(["break", key], tmp_path, b"n\n")
+    assert code == 1 and "Break all 2?" in output and "not broken" in output, output
+    code, output = _run_on_terminal(["break", key, "--fence", str(fences[1])], tmp_path, b"y\n")
+    assert code == 0 and "held by b" in output and f"fence {fences[1]}" in output, output
+    holders = json.loads(invoke(["list", "--json"], tmp_path).stdout)
+    assert [(lease["key"], lease["owner"]) for lease in holders] == [(key, "a")]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty behaviour checked on Linux")
 def test_break_asks_on_a_terminal(tmp_path: Path, ns: str) -> None:
     key = f"{ns}:ask"
     assert invoke(["migrate"], tmp_path).returncode == 0

@@ -13,14 +13,14 @@ from typing import Any
 
 import click
 
-from ..contract import MAX_LIMIT, validate_key, validate_min_hold_ms, validate_owner, validate_ttl_ms
+from ..contract import validate_key, validate_min_hold_ms, validate_owner, validate_ttl_ms
 from ..errors import LeaseNotAcquiredError
 from ..holding import acquire_lease_wait, hold, new_owner_id
 from ..holding.rules import Handoff, fence_kw, limit_kw
 from .exits import EX_TEMPFAIL, EXIT_LEASE_LOST, fail
-from .options import DURATION, data_option, parse_data, schema_option, table_option, url_option
+from .options import DURATION, data_option, limit_option, parse_data, schema_option, table_option, url_option
 from .render import expiry_words, printable
-from .runner import is_embedded_sqlite, lease_holders, open_provider, run
+from .runner import is_embedded_sqlite, open_provider, run, slots_held
 from .supervisor import Ending, Signals, Supervision, poll, run_in_group
 
 
@@ -104,13 +104,7 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     help="With --owner: this run retries a job whose earlier run may still hold KEY under the same "
     "owner id; run even then (sharing its tenure) instead of refusing.",
 )
-@click.option(
-    "--limit",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, MAX_LIMIT),
-    help="At most this many runs hold KEY at once across the fleet (a semaphore of N slots); 1: a plain lease.",
-)
+@limit_option
 @click.option("--wait", is_flag=True, help="Wait for the lease instead of exiting 75 when it is held.")
 @click.option("--timeout", default=None, type=DURATION, help="With --wait: give up after this long (exit 75).")
 @click.option(
@@ -284,7 +278,9 @@ async def _exec(provider: Any, url: str, opts: _ExecOptions) -> int:
                 return signals.exit_code()
             except LeaseNotAcquiredError as exc:
                 if not opts.quiet:
-                    slots = await _slots_held(provider, opts) if not isinstance(exc, _SameOwnerError) else ""
+                    slots = (
+                        await slots_held(provider, opts.key, opts.limit) if not isinstance(exc, _SameOwnerError) else ""
+                    )
                     click.echo(f"sql-lease: {printable(exc)}{slots}", err=True)
                 return opts.conflict_exit_code
     except asyncio.CancelledError:  # while the provider opened or closed
@@ -293,23 +289,6 @@ async def _exec(provider: Any, url: str, opts: _ExecOptions) -> int:
         return signals.exit_code()
     finally:
         signals.close()
-
-
-_NAMED_HOLDERS = 10  # a refusal names at most this many slot holders
-
-
-async def _slots_held(provider: Any, opts: _ExecOptions) -> str:
-    """For a refused ``--limit N`` run: "; K of N slots held: 'a', 'b'" as the database has them now
-    (empty for a plain run, or if they cannot be read: the refusal itself is what matters)."""
-    if opts.limit == 1:
-        return ""
-    try:
-        holders = await lease_holders(provider, opts.key)
-    except Exception:
-        return ""
-    named = ", ".join(printable(repr(lease.owner)) for lease in holders[:_NAMED_HOLDERS])
-    more = f" and {len(holders) - _NAMED_HOLDERS} more" if len(holders) > _NAMED_HOLDERS else ""
-    return f"; {len(holders)} of {opts.limit} slots held: {named}{more}" if holders else ""
 
 
 async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: Signals, taken: _Taken) -> int:

@@ -14,12 +14,14 @@ import click
 
 from ..contract import validate_fence, validate_key, validate_min_hold_ms, validate_owner
 from ..errors import LeaseNotAcquiredError
+from ..holding.rules import limit_kw
 from .exits import EX_TEMPFAIL, fail
 from .options import (
     DURATION,
     checked_ttl_ms,
     data_option,
     json_option,
+    limit_option,
     owner_required,
     parse_data,
     schema_option,
@@ -29,7 +31,7 @@ from .options import (
     validated,
 )
 from .render import describe_lease, expires_in, lease_json, print_json, printable
-from .runner import is_embedded_sqlite, lease_holders, open_provider, run
+from .runner import is_embedded_sqlite, lease_holders, open_provider, run, slots_held
 
 
 @click.command(name="break")
@@ -177,6 +179,7 @@ def _print_fence(lease: Any, as_json: bool, read_row: bool = False, **extra: Any
 @owner_required
 @ttl_option
 @data_option
+@limit_option
 @json_option
 def acquire(
     key: str,
@@ -186,12 +189,15 @@ def acquire(
     owner: str,
     ttl: float,
     data_json: str | None,
+    limit: int,
     as_json: bool,
 ) -> None:
     """Acquire KEY for --owner; print its fence (exit 0), or exit 75 naming the holder.
 
     Re-acquiring a lease the same owner holds extends it and keeps the fence (and its data, unless
-    --data replaces it). A sqlite:// database gets its schema on first use, as with exec.
+    --data replaces it). With --limit N, a slot of the semaphore KEY: granted while fewer than N
+    other owners hold slots (exit 75 naming the oldest holder when all N are held). A sqlite://
+    database gets its schema on first use, as with exec.
     """
     from ..contract import LeaseInfo
 
@@ -200,13 +206,14 @@ def acquire(
     data = parse_data(data_json)
     provider = open_provider(url, table_name, schema)
 
-    async def main() -> Any:
+    async def main() -> tuple[Any, str]:
         async with provider:
             if is_embedded_sqlite(url):
                 await provider.migrate()
-            return await provider.acquire_lease(key, owner, ttl_ms, data=data)
+            result = await provider.acquire_lease(key, owner, ttl_ms, data=data, **limit_kw(limit))
+            return result, "" if result.acquired else await slots_held(provider, key, limit)
 
-    result = run(main)
+    result, slots = run(main)
     if result.acquired:
         _print_fence(
             LeaseInfo(key, owner, result.fence, result.expires_at, result.remaining_ms), as_json, acquired=True
@@ -215,7 +222,7 @@ def acquire(
     refusal = LeaseNotAcquiredError(key, result.owner, result.fence, result.expires_at)
     if as_json:
         print_json({"acquired": False, "key": key, "holder": result.owner, "fence": result.fence})
-    fail(EX_TEMPFAIL, printable(refusal))
+    fail(EX_TEMPFAIL, printable(refusal) + slots)
 
 
 @click.command()

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import click
 
-from ..contract import validate_ttl_ms
+from ..contract import MAX_LIMIT, validate_ttl_ms
 from .config import CONFIG_ENV, DEFAULT_TABLE, DEFAULT_URL, SYSTEM_CONFIG, URL_ENV, config_default, resolve_url
 from .exits import fail
 from .render import printable, span
@@ -102,6 +102,14 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 owner_required = click.option("--owner", required=True, help="Owner id of the lease.")
 
+
+limit_option = click.option(
+    "--limit",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, MAX_LIMIT),
+    help="A slot of a semaphore of this many slots: at most N holders of KEY at once; 1: a plain lease.",
+)
 
 ttl_option = click.option(
     "--ttl", default="30s", type=DURATION, show_default=True, help="Lease TTL (500ms, 30s, 5m, 1h30m, 2d)."

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from ..errors import LeaseBackendError, LeaseConfigError, LeaseError, SchemaMissingError
 from .config import announce_default, from_config_file
 from .exits import EX_CONFIG, EX_UNAVAILABLE, fail
+from .render import printable
 
 T = TypeVar("T")
 
@@ -37,6 +38,23 @@ async def lease_holders(provider: Any, key: str) -> list[Any]:
         return list(await reader(key))
     lease = await provider.get_lease(key)
     return [] if lease is None else [lease]
+
+
+NAMED_HOLDERS = 10  # a refusal names at most this many slot holders
+
+
+async def slots_held(provider: Any, key: str, limit: int) -> str:
+    """For a refused ``--limit N`` acquire: "; K of N slots held: 'a', 'b'" as the database has them
+    now (empty for a plain lease, or if they cannot be read: the refusal itself is what matters)."""
+    if limit == 1:
+        return ""
+    try:
+        holders = await lease_holders(provider, key)
+    except Exception:
+        return ""
+    named = ", ".join(printable(repr(lease.owner)) for lease in holders[:NAMED_HOLDERS])
+    more = f" and {len(holders) - NAMED_HOLDERS} more" if len(holders) > NAMED_HOLDERS else ""
+    return f"; {len(holders)} of {limit} slots held: {named}{more}" if holders else ""
 
 
 def run(main: Callable[[], Awaitable[T]]) -> T:
