@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 from typing import Any
@@ -337,3 +338,27 @@ def test_keys_of_an_all_or_nothing_call_are_1_to_100_distinct_keys(keys: object,
         validate_keys(("a\x00b", "a")) == ["a\x00b", "a"]
         and len(validate_keys([f"k{i}" for i in range(MAX_KEYS)])) == MAX_KEYS
     )
+
+
+@pytest.mark.parametrize("face", ["async", "sync"])
+def test_a_misspelt_keyword_names_the_public_function_and_the_right_one(face: str) -> None:
+    """`hold(..., ttl=30)` said "HoldRules.__init__() got an unexpected keyword argument 'ttl'"."""
+    from sql_lease import InMemoryLeaseProvider, SyncInMemoryLeaseProvider, acquire_lease_wait, hold
+    from sql_lease.sync_holding import hold as sync_hold
+
+    calls = (
+        [(hold, InMemoryLeaseProvider()), (acquire_lease_wait, InMemoryLeaseProvider())]
+        if face == "async"
+        else [(sync_hold, SyncInMemoryLeaseProvider())]
+    )
+    for function, provider in calls:
+        with pytest.raises(TypeError) as raised:
+            made = function(provider, "k", "o", ttl=30)
+            if asyncio.iscoroutine(made):  # acquire_lease_wait, an async function: raised when awaited
+                asyncio.run(made)
+        message = str(raised.value)
+        assert message.startswith(f"{function.__name__}() got an unexpected keyword argument 'ttl'"), message
+        assert "did you mean 'ttl_ms'" in message and "HoldRules" not in message, message
+    if face == "async":  # a TypeError of the call's own checks is raised as it was
+        with pytest.raises(TypeError, match=r"^ttl_ms must be an int or float"):
+            hold(calls[0][1], "k", "o", ttl_ms="30")

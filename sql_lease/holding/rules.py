@@ -13,6 +13,7 @@ blocks (a registry's lock is given by its face).
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import logging
 import os
@@ -180,20 +181,42 @@ def shortcut(make: Callable[P, T], finish: Callable[[T], R], name: str, doc: str
     ``make``): ``finish(make(...))``. Each face makes its ``hold()`` and ``acquire_lease_wait()``
     so, from the one signature its classes declare."""
 
+    signature = inspect.signature(make).replace(return_annotation=inspect.Signature.empty)
+
+    def making(args: Any, kwargs: Any) -> T:
+        try:
+            return make(*args, **kwargs)
+        except TypeError:
+            _explain_call(name, signature, args, kwargs)  # a call that does not fit: said in ``name``'s terms
+            raise
+
     def made(*args: P.args, **kwargs: P.kwargs) -> R:
-        return finish(make(*args, **kwargs))
+        return finish(making(args, kwargs))
 
     async def made_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-        return await finish(make(*args, **kwargs))  # type: ignore[misc]
+        return await finish(making(args, kwargs))  # type: ignore[misc]
 
     if inspect.iscoroutinefunction(finish):  # a coroutine function to inspect too, as ``async def`` was
         made = cast("Callable[P, R]", made_async)
-    # help() and editors show make's parameters
-    made.__signature__ = inspect.signature(make).replace(return_annotation=inspect.Signature.empty)  # type: ignore[attr-defined]
+    made.__signature__ = signature  # type: ignore[attr-defined]  # help() and editors show make's parameters
     made.__name__ = made.__qualname__ = name
     made.__doc__ = doc
     made.__module__ = getattr(make, "__module__", __name__)
     return made
+
+
+def _explain_call(name: str, signature: inspect.Signature, args: Any, kwargs: Any) -> None:
+    """``TypeError`` naming ``name`` (not the class behind it) if the arguments do not fit
+    ``signature``, with the parameter a misspelt keyword most likely meant; nothing if they fit."""
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        unknown = [keyword for keyword in kwargs if keyword not in signature.parameters]
+        if not unknown:
+            raise TypeError(f"{name}() {exc}") from None
+        close = difflib.get_close_matches(unknown[0], list(signature.parameters), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise TypeError(f"{name}() got an unexpected keyword argument {unknown[0]!r}{hint}") from None
 
 
 def itself(value: T) -> T:
