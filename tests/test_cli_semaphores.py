@@ -71,6 +71,17 @@ def test_exec_with_a_limit_is_refused_when_every_slot_is_held(tmp_path: Path) ->
     assert plain.returncode == 75
 
 
+def test_a_limit_refused_by_a_plain_lease_names_no_slots(tmp_path: Path) -> None:
+    """A plain lease on the key refuses `--limit 3`: the refusal names its holder, not "1 of 3 slots"."""
+    key = f"sem-{uuid.uuid4().hex[:8]}"
+    assert run_cli(["acquire", key, "--owner", "p"], tmp_path).returncode == 0
+    for command in (["acquire", key, "--owner", "q"], ["exec", key]):
+        tail = ["--", "true"] if command[0] == "exec" else []
+        refused = run_cli([*command, "--limit", "3", *tail], tmp_path)
+        assert refused.returncode == 75 and "held by 'p'" in refused.stderr, refused.stderr
+        assert "slots held" not in refused.stderr, refused.stderr
+
+
 @pytest.mark.parametrize("limit", ["0", "10001", "x"])
 def test_exec_refuses_a_bad_limit(tmp_path: Path, limit: str) -> None:
     refused = run_cli(["exec", "k", "--limit", limit, "--", "touch", str(tmp_path / "ran")], tmp_path)

@@ -15,11 +15,14 @@ import pytest
 from sql_lease import (
     HeldLease,
     InMemoryLeaseProvider,
+    LeaseBackendError,
     LeaseNotAcquiredError,
     SyncHeldLease,
     SyncInMemoryLeaseProvider,
     leased,
 )
+from sql_lease.holding.rules import LateAcquireError
+from sql_lease.sync_holding import hold as sync_hold
 
 # -- sync functions, on every sync provider --------------------------------------------------------
 
@@ -90,17 +93,24 @@ def test_key_function_and_injected_lease_and_fence(sync_provider: Any, key: str)
 
 
 def test_runs_once_across_threads(sync_provider: Any, key: str) -> None:
+    """Eight callers at once: one runs, holding the lease until the other seven were refused (a
+    slow machine may start a caller late; it must still find the lease held)."""
     runs: list[str] = []
     barrier = threading.Barrier(8)
+    returned: list[str] = []
+    others_refused = threading.Event()
 
     @leased(sync_provider, key, ttl_ms=5_000)
     def job() -> None:
         runs.append(threading.current_thread().name)
-        time.sleep(0.3)
+        others_refused.wait(timeout=30)
 
     def call() -> None:
         barrier.wait()
         job()
+        returned.append(threading.current_thread().name)
+        if len(returned) == 7:
+            others_refused.set()
 
     threads = [threading.Thread(target=call) for _ in range(8)]
     for thread in threads:
@@ -366,3 +376,33 @@ async def test_async_a_fixed_owner_call_stalled_after_its_transfer_does_not_run(
         finally:
             assert ran == [], "the stalled call ran alongside the call that took the key meanwhile"
     assert await provider.get_lease_owner(key) == "job"
+
+
+class _FailingReads(SyncInMemoryLeaseProvider):
+    """Reads that fail: at the end of their per-call bound (``slow``: a loaded machine), or at once."""
+
+    accepts_timeout_s = True
+
+    def __init__(self, slow: bool) -> None:
+        super().__init__()
+        self.slow = slow
+
+    def get_lease(self, key: str, timeout_s: float | None = None) -> Any:  # type: ignore[override]
+        time.sleep((timeout_s or 0) if self.slow else 0)
+        raise LeaseBackendError(f"read {key!r}: no answer within {timeout_s} s")
+
+
+@pytest.mark.parametrize(("late", "slow"), [(True, True), (False, True), (False, False)])
+def test_a_sync_handoff_read_back_that_runs_out_of_its_window_is_too_late(late: bool, slow: bool) -> None:
+    """The sync face bounds the read-back by the handoff's window: running out of it (late already,
+    or a slow read) is the answer "too late" (LateAcquireError, as on the async face), not the read's
+    LeaseBackendError; a read that fails with time left still raises its own error."""
+    from sql_lease.holding.rules import Handoff
+
+    provider = _FailingReads(slow)
+    ttl_ms = 300
+    sent = time.monotonic() - (ttl_ms / 1000 if late else 0)
+    held = sync_hold(provider, "k", "job", ttl_ms=ttl_ms).adopting(Handoff("k", "job", ttl_ms, sent))
+    expected = LateAcquireError if slow else LeaseBackendError
+    with pytest.raises(expected), held:
+        pass

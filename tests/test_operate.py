@@ -399,3 +399,15 @@ def test_sync_list_leases_sends_one_statement_however_many_semaphores(sync_sql_p
     sync_sql_provider.on_statement(lambda sql, params: seen.append(sql))
     assert [(lease.key, lease.owner) for lease in sync_sql_provider.list_leases(prefix=key)] == held
     assert seen == [sync_sql_provider.statements.list_leases]
+
+
+async def test_a_page_of_leases_is_not_filled_by_semaphores_nobody_holds(provider: Any, key: str) -> None:
+    """Released semaphores (on PostgreSQL their heads outlive the slots: "Stale heads") take no
+    place in a page: a page of 3 shows the 3 plain leases after them."""
+    for i in range(3):
+        assert (await provider.acquire_lease(f"{key}/a{i}", "s", 60_000, limit=2)).acquired
+        assert await provider.release_lease(f"{key}/a{i}", "s")
+    for i in range(3):
+        assert (await provider.acquire_lease(f"{key}/b{i}", "p", 60_000)).acquired
+    page = await provider.list_leases(prefix=f"{key}/", limit=3)
+    assert [lease.key for lease in page] == [f"{key}/b{i}" for i in range(3)]

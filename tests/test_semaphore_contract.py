@@ -210,6 +210,17 @@ async def test_a_kept_slot_counts_as_held(face: Any, key: str) -> None:
     assert [(h.owner, h.released) for h in holders] == [("a", True), ("b", False)]
 
 
+async def test_a_slot_kept_past_its_expiry_keeps_plain_acquires_out(face: Any, key: str) -> None:
+    """A minimum hold longer than the slot's TTL extends the slot's tenure; until it ends no plain
+    lease is granted (PostgreSQL's 0008 release left the head at the old expiry: a plain acquire won)."""
+    assert (await face.acquire_lease(key, "a", 300, limit=2)).acquired
+    assert await face.release_lease(key, "a", min_hold_ms=4_000)  # kept, released, until 4 s after it began
+    await asyncio.sleep(0.7)  # past the slot's TTL and past one more TTL of slack
+    assert [(h.owner, h.released) for h in await face.get_lease_holders(key)] == [("a", True)]
+    refused = await face.acquire_lease(key, "plain", 1_000)
+    assert not refused.acquired and refused.owner == "a", refused
+
+
 async def test_keys_with_nul_and_look_alike_owners(face: Any) -> None:
     key = f"sem\x00{os.urandom(4).hex()}\x01"
     assert (await face.acquire_lease(key, "a", TTL, limit=2)).acquired

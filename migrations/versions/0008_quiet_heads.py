@@ -2,7 +2,8 @@
 
 PostgreSQL: 0007's slot functions with two changes. A grant rewrites the key's head row only when
 its slot would outlive the head, and then extends the head one TTL beyond the slot, so the grants
-of the next TTL leave it as it is; a release rewrites the head only to clear its waiters' flag.
+of the next TTL leave it as it is; a release rewrites the head only to clear its waiters' flag, or to
+raise its expiry to a slot kept by a minimum hold.
 A head may so outlive its slots (docs/statements.md, "Stale heads"): a plain acquire refused by a
 head that names no unexpired holder refreshes it and asks once more, as since 0007. Each cycle of
 a semaphore then writes its slot row and, most of the time, no head row (an update of the head
@@ -59,6 +60,18 @@ _RELEASE_HEAD = """    IF head.has_waiters THEN
     END IF;
 """
 
+# 0007's release within a minimum hold: the kept slot's new expiry left to the refresh that followed
+_KEEP_0007 = """        was_live := true;
+"""
+
+# 0008's: the head raised to the kept slot's expiry (which the minimum hold may put past the head's)
+_KEEP = """        was_live := true;
+        UPDATE {table} AS l SET expires_at = kept.until
+          FROM (SELECT max(s.expires_at) AS until FROM {slot_table} AS s
+                 WHERE s.key = p_key AND s.owner = p_owner) AS kept
+         WHERE l.key = p_key AND l.expires_at < kept.until;
+"""
+
 
 def _revision_0007():  # type: ignore[no-untyped-def]
     # 0007's module (its function bodies, and through it 0006's names), loaded from this directory
@@ -80,7 +93,7 @@ def upgrade() -> None:
     old = _revision_0007()
     old._postgres_functions(
         _replaced(old._ACQUIRE_FUNCTION, _GRANT_HEAD_0007, _GRANT_HEAD),
-        _replaced(old._RELEASE_FUNCTION, _RELEASE_HEAD_0007, _RELEASE_HEAD),
+        _replaced(_replaced(old._RELEASE_FUNCTION, _RELEASE_HEAD_0007, _RELEASE_HEAD), _KEEP_0007, _KEEP),
     )
 
 

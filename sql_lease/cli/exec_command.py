@@ -454,7 +454,7 @@ def _lost_unseen(lease: Any, code: int) -> int:
     """The command's exit status; 76 if the lease was lost while it ran without exec terminating
     it (the release at the end found it gone: broken, expired or released elsewhere before a
     renewal could tell)."""
-    if code == EXIT_LEASE_LOST or (lease.released is not False and not lease.lost.is_set()):
+    if code == EXIT_LEASE_LOST or lease.released is not False:
         return code
     reason = lease.lost_reason or "the release after the command found it no longer held: broken or expired"
     click.echo(

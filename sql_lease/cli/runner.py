@@ -52,6 +52,8 @@ async def slots_held(provider: Any, key: str, limit: int) -> str:
         holders = await lease_holders(provider, key)
     except Exception:
         return ""
+    if len(holders) < limit:  # not refused for want of a slot: a plain lease holds the key (or slots were freed)
+        return ""
     named = ", ".join(printable(repr(lease.owner)) for lease in holders[:NAMED_HOLDERS])
     more = f" and {len(holders) - NAMED_HOLDERS} more" if len(holders) > NAMED_HOLDERS else ""
     return f"; {len(holders)} of {limit} slots held: {named}{more}" if holders else ""

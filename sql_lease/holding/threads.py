@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from .. import observe
 from ..contract import AcquireResult, LeaseInfo, SyncLeaseProvider, SyncReleaseWaiter
+from ..errors import LeaseBackendError
 from . import rules
 
 __all__ = ["SyncHeldLease", "SyncHeldLeases", "acquire_lease_wait", "hold", "hold_all"]
@@ -269,11 +270,16 @@ class SyncHeldLease(rules.HoldRules[SyncLeaseProvider, SyncOnLost]):
         or, for a provider without it, an acquire by the owner (it extends the tenure, whichever it is)."""
         window = max(0.001, self._handoff_window(time.monotonic()))
         reader = self._reader()
-        if reader is not None:
-            found = reader(self.key, **_timeout_kw(self.provider, window))
-        else:
-            given = {**self._acquire_kw(), **_timeout_kw(self.provider, window)}
-            found = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **given)
+        try:
+            if reader is not None:
+                found = reader(self.key, **_timeout_kw(self.provider, window))
+            else:
+                given = {**self._acquire_kw(), **_timeout_kw(self.provider, window)}
+                found = self.provider.acquire_lease(self.key, self.owner, self._call_ttl_ms, **given)
+        except LeaseBackendError:
+            if self._handoff_window(time.monotonic()) > 0:
+                raise
+            return None, time.monotonic()  # the bound we set ran out: judged too late, as on the async face
         return found, time.monotonic()
 
     def _undo_acquire(self, exc: BaseException) -> None:

@@ -341,8 +341,8 @@ def _draw_fence(s: LeaseStatements) -> Plan[int]:
 
 def slot_refresh_head(s: LeaseStatements, key: str) -> Plan[None]:
     """Set a semaphore head's expiry from its unexpired slots (now when none: free), under its lock:
-    a head left unexpired by PostgreSQL's slot function after its last slot was re-acquired with a
-    shorter TTL and expired (docs/statements.md, "Stale heads") no longer refuses plain acquires."""
+    a head PostgreSQL's slot functions left outliving its slots (migration 0008: released or expired
+    slots; docs/statements.md, "Stale heads") no longer refuses plain acquires."""
 
     def body() -> Plan[None]:
         head = yield from _head(s, key, create=False)

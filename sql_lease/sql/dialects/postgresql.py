@@ -234,13 +234,16 @@ OWNER = "SELECT owner FROM {table} WHERE key = $1 AND expires_at + interval '0' 
 
 # list_leases ($1 prefix, $2 include_expired, $3 limit, $4 upper bound of the prefix): a page of at most $3
 #   rows of the table, each semaphore's head (owner '') replaced by its slots (unexpired ones unless $2),
-#   oldest tenure first, at most $3 rows in all; one statement however many semaphores
+#   oldest tenure first, at most $3 rows in all (a head with no such slot takes no place: "Stale heads");
+#   one statement however many semaphores
 #   -> rows (key, owner, fence, expires_at, remaining_ms, data, acquired_at, released) by key
 LIST_LEASES = """
 WITH page AS (
-    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM {table}
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM {table} AS l
      WHERE key COLLATE "C" >= $1::varchar AND key COLLATE "C" < $4::varchar
        AND ($2::boolean OR expires_at + interval '0' > now())
+       AND (owner <> '' OR EXISTS (SELECT FROM {slot_table} AS s
+                                    WHERE s.key = l.key AND ($2::boolean OR s.expires_at > now())))
      ORDER BY key
      LIMIT $3
 )
@@ -258,8 +261,10 @@ SELECT key, owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 
 # list_all ($1 include_expired, $2 limit) -> rows as LIST_LEASES, every key
 LIST_ALL = """
 WITH page AS (
-    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM {table}
-     WHERE $1::boolean OR expires_at + interval '0' > now()
+    SELECT key, owner, fence, expires_at, data, acquired_at, released FROM {table} AS l
+     WHERE ($1::boolean OR expires_at + interval '0' > now())
+       AND (owner <> '' OR EXISTS (SELECT FROM {slot_table} AS s
+                                    WHERE s.key = l.key AND ($1::boolean OR s.expires_at > now())))
      ORDER BY key
      LIMIT $2
 )
