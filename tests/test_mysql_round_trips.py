@@ -402,12 +402,14 @@ async def test_async_semaphore_slot_grant_and_release_are_one_round_trip_each(my
 
 
 def test_the_slot_packets_lock_the_head_before_they_draw_a_fence_or_write_a_slot() -> None:
-    """The texts (no database): the slot grant makes the head (a key without a row) and locks it before it
-    reads the slots, draws the fence after that lock and inserts the slot with it; the slot release writes a
-    slot only under the head's lock."""
-    marks = ["START TRANSACTION", "ON DUPLICATE KEY", "FOR UPDATE", "INTO @ss_extend", "INSERT INTO {fence_counter}"]
-    order = [mysql.SLOT_ACQUIRE_PACKET.index(mark) for mark in [*marks, "@ss_fence = IF", "INSERT INTO {slot_table}"]]
+    """The texts (no database): the slot grant makes the head (a key without a row) or locks the existing row
+    with its upsert (an exclusive lock, new row or not) before it reads the slots, draws the fence after that
+    lock and inserts the slot with it; the slot release writes a slot only under the head's lock."""
+    grant = mysql.SLOT_ACQUIRE_PACKET
+    marks = ["START TRANSACTION", "ON DUPLICATE KEY", "LEFT JOIN {slot_table}", "INSERT INTO {fence_counter}"]
+    order = [grant.index(mark) for mark in [*marks, "INSERT INTO {slot_table}", "LAST_INSERT_ID()"]]
     assert order == sorted(order), order
+    assert "{slot_table}" not in grant[: grant.index("ON DUPLICATE KEY")]
     release = mysql.SLOT_RELEASE_PACKET
     locked = release.index("FOR UPDATE")
     assert release.index("START TRANSACTION") < locked < release.index("UPDATE {slot_table}")
@@ -485,11 +487,11 @@ def test_a_wrong_hint_that_a_key_is_a_semaphores_costs_a_round_trip_and_changes_
         names, sent = _names(provider.statements), []
         provider.on_statement(lambda sql, _params: sent.append(names[sql]))
         assert provider.release_lease(held, "b")  # the plain lease, released through the provider that had the hint
-        assert sent == ["slot_release_packet", "release"], sent
+        assert sent == ["slot_release_first_packet", "release"], sent
         assert other.get_lease(held) is None
         sent.clear()
         assert not provider.release_lease(lost, "a")  # not its lease: nothing released, the plain path says so
-        assert sent == ["slot_release_packet", "release", "slot_release_packet"], sent
+        assert sent == ["slot_release_first_packet", "release", "slot_release_packet"], sent
         assert other.get_lease_owner(lost) == "b"
         sent.clear()
         assert provider.release_lease(lost, "b")
@@ -513,7 +515,7 @@ async def test_a_key_not_remembered_as_a_semaphores_is_released_as_before_and_th
         sent.clear()
         assert await provider.release_lease(key, "b")
         assert not await provider.release_lease(key, "b")  # released already: the slot's packet says so
-        assert sent == ["slot_release_packet", "slot_release_packet"], sent
+        assert sent == ["slot_release_first_packet", "slot_release_first_packet"], sent
         assert await other.get_lease_holders(key) == []
 
 

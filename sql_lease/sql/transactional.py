@@ -145,11 +145,12 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     the server ended in a deadlock (beside a semaphore's transaction on the same row) runs again.
     ``s.packed``: a plain release that released nothing is followed by ``slot_release_packet``
     (the owner's slot, if the key is a semaphore's), so the answer covers slots; for a key remembered as a
-    semaphore's (``s.semaphore_keys``) that packet goes first, and the plain steps only if it found no head."""
+    semaphore's (``s.semaphore_keys``) ``slot_release_first_packet`` goes first, and the plain steps only if
+    it found no head."""
 
     def body() -> Plan[bool]:
         if s.packed and params[0] in s.semaphore_keys:
-            released = yield from _slot_released(s, params)
+            released = yield from _slot_released(s, params, "slot_release_first_packet")
             if released is not None:
                 return released
         if params[3] is not None:
@@ -175,9 +176,11 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     return (yield from _transaction(s, body, packed=True))
 
 
-def _slot_released(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool | None]:
+def _slot_released(
+    s: LeaseStatements, params: tuple[Any, ...], packet: str = "slot_release_packet"
+) -> Plan[bool | None]:
     # Whether the owner's slot was released; None if the key's row was no semaphore's head when locked.
-    row = yield Query(s.steps["slot_release_packet"], params)
+    row = yield Query(s.steps[packet], params)
     if not row[0]:
         s.semaphore_keys.forget(params[0])
         return None
