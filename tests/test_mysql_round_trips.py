@@ -529,3 +529,19 @@ def test_the_semaphore_key_memory_is_bounded_and_forgets_the_least_recently_reme
     hints.forget("c")
     hints.forget("never")
     assert "c" not in hints and len(hints) == 2
+
+
+def test_a_remembered_keys_slot_packet_that_met_a_deadlock_runs_again() -> None:
+    """A deadlock (1213) in the packet a remembered key's release sends first: ROLLBACK, then that packet again."""
+    import pymysql
+
+    from sql_lease.sql.operations import release
+
+    def remembered(s: Any) -> Any:
+        s.semaphore_keys.remember("k")
+        return release(s, "k", "o")
+
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+    sent, result = _slot_plan(remembered, [deadlock], {"slot_release_first_packet": (1, 1)})
+    assert sent == ["slot_release_first_packet", "rollback", "slot_release_first_packet"], sent
+    assert result is True
