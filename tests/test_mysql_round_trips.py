@@ -366,12 +366,12 @@ def _check_slot_trips(sent: list[str], first: Any, again: Any, second: Any, refu
     assert second.acquired and second.fence > first.fence
     assert not refused.acquired and refused.owner == "a" and refused.fence == first.fence  # the oldest holder
     assert released
-    # grant, re-acquire, second grant, refusal: one packet each; the release: the plain release's statement
-    # (which keeps a plain lease's release one statement), then one packet for the slot
-    assert len(sent) == 6, sent
+    # grant, re-acquire, second grant, refusal, release: one packet each (the provider granted slots of the
+    # key, so its release sends the slot's packet first, without the plain release's statement)
+    assert len(sent) == 5, sent
 
 
-def test_sync_semaphore_slot_grant_is_one_round_trip_and_its_release_two(mysql_db: tuple[str, str]) -> None:
+def test_sync_semaphore_slot_grant_and_release_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
     url, schema = mysql_db
     key = f"slots:{uuid.uuid4().hex}"
     with SyncSqlLeaseProvider(url, schema=schema) as provider:
@@ -386,7 +386,7 @@ def test_sync_semaphore_slot_grant_is_one_round_trip_and_its_release_two(mysql_d
         assert [h.owner for h in provider.get_lease_holders(key)] == ["a"]
 
 
-async def test_async_semaphore_slot_grant_is_one_round_trip_and_its_release_two(mysql_db: tuple[str, str]) -> None:
+async def test_async_semaphore_slot_grant_and_release_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
     url, schema = mysql_db
     key = f"slots:{uuid.uuid4().hex}"
     async with SqlLeaseProvider(url, schema=schema) as provider:
@@ -402,16 +402,27 @@ async def test_async_semaphore_slot_grant_is_one_round_trip_and_its_release_two(
 
 
 def test_the_slot_packets_lock_the_head_before_they_draw_a_fence_or_write_a_slot() -> None:
-    """The texts (no database): the slot grant makes the head (a key without a row) and locks it before it
-    reads the slots, draws the fence after that lock and inserts the slot with it; the slot release writes a
-    slot only under the head's lock."""
-    marks = ["START TRANSACTION", "ON DUPLICATE KEY", "FOR UPDATE", "INTO @ss_extend", "INSERT INTO {fence_counter}"]
-    order = [mysql.SLOT_ACQUIRE_PACKET.index(mark) for mark in [*marks, "@ss_fence = IF", "INSERT INTO {slot_table}"]]
+    """The texts (no database): the slot grant makes the head (a key without a row) or locks the existing row
+    with its upsert (an exclusive lock, new row or not) before it reads the slots, draws the fence after that
+    lock and inserts the slot with it; the slot release writes a slot only under the head's lock."""
+    grant = mysql.SLOT_ACQUIRE_PACKET
+    marks = ["START TRANSACTION", "ON DUPLICATE KEY", "LEFT JOIN {slot_table}", "INSERT INTO {fence_counter}"]
+    order = [grant.index(mark) for mark in [*marks, "INSERT INTO {slot_table}", "LAST_INSERT_ID()"]]
     assert order == sorted(order), order
+    assert "{slot_table}" not in grant[: grant.index("ON DUPLICATE KEY")]
     release = mysql.SLOT_RELEASE_PACKET
     locked = release.index("FOR UPDATE")
     assert release.index("START TRANSACTION") < locked < release.index("UPDATE {slot_table}")
     assert "{slot_table}" not in release[:locked] and locked < release.index("DELETE FROM {slot_table}")
+
+
+def _names(s: Any) -> dict[str, str]:
+    """The name of each statement text of MySQL statements ``s``."""
+    return (
+        {text: step for step, text in s.slots.items() if text}
+        | {text: step for step, text in s.steps.items()}
+        | {s.release: "release"}
+    )
 
 
 def _slot_plan(plan: Any, failures: list[BaseException], answers: dict[str, Any]) -> tuple[list[str], object]:
@@ -419,8 +430,7 @@ def _slot_plan(plan: Any, failures: list[BaseException], answers: dict[str, Any]
     from sql_lease.sql.statements import MysqlStatements
 
     s = MysqlStatements(LeaseTableNames(), lock_wait_s=5, packed=True)
-    name = {text: step for step, text in s.slots.items() if text} | {text: step for step, text in s.steps.items()}
-    name[s.release] = "release"
+    name = _names(s)
     run = plan(s)
     sent: list[str] = []
     query = next(run)
@@ -458,4 +468,80 @@ def test_a_slot_packet_that_met_a_deadlock_runs_again_and_one_whose_lock_wait_ra
     answers = {"release": (0,), "slot_release_packet": (1, 1)}
     sent, result = _slot_plan(lambda s: release(s, "k", "o"), [deadlock], answers)
     assert sent == ["release", "slot_release_packet", "rollback", "release", "slot_release_packet"], sent
+    assert result is True
+
+
+def test_a_wrong_hint_that_a_key_is_a_semaphores_costs_a_round_trip_and_changes_no_answer(
+    mysql_db: tuple[str, str],
+) -> None:
+    """The provider remembers keys it was granted slots of; once such a key is a plain lease (its last slot
+    released, then taken as a lease through another provider), a release sends the slot's packet first, finds
+    no head there and goes on to the plain release: the answers are those of a release without the hint."""
+    url, schema = mysql_db
+    held, lost = f"hint:{uuid.uuid4().hex}", f"hint:{uuid.uuid4().hex}"
+    with SyncSqlLeaseProvider(url, schema=schema) as provider, SyncSqlLeaseProvider(url, schema=schema) as other:
+        for key in (held, lost):
+            assert provider.acquire_lease(key, "a", 10_000, limit=2).acquired
+            assert provider.release_lease(key, "a")
+            assert other.acquire_lease(key, "b", 10_000).acquired  # the head expired at the release: taken over
+        names, sent = _names(provider.statements), []
+        provider.on_statement(lambda sql, _params: sent.append(names[sql]))
+        assert provider.release_lease(held, "b")  # the plain lease, released through the provider that had the hint
+        assert sent == ["slot_release_first_packet", "release"], sent
+        assert other.get_lease(held) is None
+        sent.clear()
+        assert not provider.release_lease(lost, "a")  # not its lease: nothing released, the plain path says so
+        assert sent == ["slot_release_first_packet", "release", "slot_release_packet"], sent
+        assert other.get_lease_owner(lost) == "b"
+        sent.clear()
+        assert provider.release_lease(lost, "b")
+        assert sent == ["release"], sent  # the hint was dropped when the packet found no head
+
+
+async def test_a_key_not_remembered_as_a_semaphores_is_released_as_before_and_then_remembered(
+    mysql_db: tuple[str, str],
+) -> None:
+    """A slot granted by another provider: the first release goes the plain way (the plain release, then the
+    slot's packet), which tells the provider the key is a semaphore's; its next slot release is one packet."""
+    url, schema = mysql_db
+    key = f"hint:{uuid.uuid4().hex}"
+    async with SqlLeaseProvider(url, schema=schema) as provider, SqlLeaseProvider(url, schema=schema) as other:
+        assert (await other.acquire_lease(key, "a", 10_000, limit=2)).acquired
+        assert (await other.acquire_lease(key, "b", 10_000, limit=2)).acquired
+        names, sent = _names(provider.statements), []
+        provider.on_statement(lambda sql, _params: sent.append(names[sql]))
+        assert await provider.release_lease(key, "a")
+        assert sent == ["release", "slot_release_packet"], sent
+        sent.clear()
+        assert await provider.release_lease(key, "b")
+        assert not await provider.release_lease(key, "b")  # released already: the slot's packet says so
+        assert sent == ["slot_release_first_packet", "slot_release_first_packet"], sent
+        assert await other.get_lease_holders(key) == []
+
+
+def test_the_semaphore_key_memory_is_bounded_and_forgets_the_least_recently_remembered_first() -> None:
+    from sql_lease.sql.hints import SemaphoreKeys
+
+    hints = SemaphoreKeys(capacity=3)
+    for key in ("a", "b", "c", "a", "d"):  # "a" again: the most recent; "b" is then the oldest
+        hints.remember(key)
+    assert len(hints) == 3 and "b" not in hints and all(key in hints for key in ("a", "c", "d"))
+    hints.forget("c")
+    hints.forget("never")
+    assert "c" not in hints and len(hints) == 2
+
+
+def test_a_remembered_keys_slot_packet_that_met_a_deadlock_runs_again() -> None:
+    """A deadlock (1213) in the packet a remembered key's release sends first: ROLLBACK, then that packet again."""
+    import pymysql
+
+    from sql_lease.sql.operations import release
+
+    def remembered(s: Any) -> Any:
+        s.semaphore_keys.remember("k")
+        return release(s, "k", "o")
+
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+    sent, result = _slot_plan(remembered, [deadlock], {"slot_release_first_packet": (1, 1)})
+    assert sent == ["slot_release_first_packet", "rollback", "slot_release_first_packet"], sent
     assert result is True

@@ -186,6 +186,8 @@ def _slot_acquire(
     result = yield from transactional.slot_acquire(s, key, owner, ttl, text, limit, waiting)
     if result is transactional.PLAIN:  # the owner's own plain lease: re-acquired as such
         return (yield from _named_refusal(s, key, plain))
+    if result.acquired:
+        s.semaphore_keys.remember(key)
     return result  # type: ignore[no-any-return]
 
 

@@ -36,6 +36,7 @@ from .dialects import dialect_module
 from .dialects import mysql as mysql_texts
 from .dialects import postgresql as postgresql_texts
 from .dialects import sqlite as sqlite_texts
+from .hints import SemaphoreKeys
 from .schema import LeaseTableNames
 
 __all__ = [
@@ -97,6 +98,9 @@ class LeaseStatements:
     """Try ``acquire`` first as a quick query, then read ``holder`` if it met a lock (SQLite on a
     provider's own connections, whose lock waits the executor bounds: one statement when nothing
     contends)."""
+    semaphore_keys: SemaphoreKeys = field(default_factory=SemaphoreKeys, compare=False, repr=False)
+    """The keys this provider last saw held as semaphores: a hint for the order of a release's statements
+    (:mod:`.hints`); one per provider, since each makes its own statements."""
 
     def renew_many_params(self, items: Sequence[RenewItem]) -> tuple[Any, ...]:
         """The parameters of ``renew_many`` for ``(key, owner, ttl_ms, fence | None)`` items (TTLs as

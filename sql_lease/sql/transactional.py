@@ -158,9 +158,15 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     deleted; True if it was the owner's unexpired lease (an expired one is deleted too). A statement
     the server ended in a deadlock (beside a semaphore's transaction on the same row) runs again.
     ``s.packed``: a plain release that released nothing is followed by ``slot_release_packet``
-    (the owner's slot, if the key is a semaphore's), so the answer covers slots."""
+    (the owner's slot, if the key is a semaphore's), so the answer covers slots; for a key remembered as a
+    semaphore's (``s.semaphore_keys``) ``slot_release_first_packet`` goes first, and the plain steps only if
+    it found no head."""
 
     def body() -> Plan[bool]:
+        if s.packed and params[0] in s.semaphore_keys:
+            released = yield from _slot_released(s, params, "slot_release_first_packet")
+            if released is not None:
+                return released
         if params[3] is not None:
             (kept,) = yield Query(s.release_keeping, params)
             if kept:
@@ -170,7 +176,7 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
             return True
         if s.packed:  # the expired row's delete and the owner's slot, if a semaphore's, in one packet
             try:
-                return (yield from _slot_released(s, params))
+                return bool((yield from _slot_released(s, params)))
             except Exception as exc:  # a table at 0005 (no slot table): a plain "no" stays one unless a head
                 if not schema_behind(exc):
                     raise
@@ -184,9 +190,16 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     return (yield from _transaction(s, body, packed=True))
 
 
-def _slot_released(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
-    row = yield Query(s.steps["slot_release_packet"], params)
-    return bool(row[0] and row[1])
+def _slot_released(
+    s: LeaseStatements, params: tuple[Any, ...], packet: str = "slot_release_packet"
+) -> Plan[bool | None]:
+    # Whether the owner's slot was released; None if the key's row was no semaphore's head when locked.
+    row = yield Query(s.steps[packet], params)
+    if not row[0]:
+        s.semaphore_keys.forget(params[0])
+        return None
+    s.semaphore_keys.remember(params[0])
+    return bool(row[1])
 
 
 def renewed_or_head(s: LeaseStatements, key: str, row: Any) -> Any:
@@ -491,7 +504,7 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
             return False
 
     if s.packed:  # the transaction below in one packet (MySQL's own connections)
-        return (yield from _transaction(s, functools.partial(_slot_released, s, params), packed=True))
+        return bool((yield from _transaction(s, functools.partial(_slot_released, s, params), packed=True)))
 
     def body() -> Plan[bool]:
         head = yield from _head(s, key, create=False)

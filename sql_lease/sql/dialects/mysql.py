@@ -497,58 +497,70 @@ COMMIT"""
 #   row is an unexpired plain lease (nothing changed), granted (a new slot or the owner's own renewed), the
 #   key's row's owner, fence, expires_at, remaining_ms, released, then the owner's slot if granted, else the
 #   oldest unexpired slot: owner, fence, expires_at, remaining_ms); SLOT_MAKE_HEAD (an expired head for a key
-#   without a row), its lock, SLOT_TO_HEAD (an expired plain lease), SLOT_STATE, then SLOT_EXTEND (the
-#   owner's unexpired slot, not released), or a fence drawn after the head lock, SLOT_DELETE and
-#   SLOT_INSERT (fewer than $5 others), SLOT_REFRESH_HEAD; a refusal writes nothing but the head it made
-#   (or the expired plain lease it turned into one); the extend does not ask the clock again: @ss_extend
-#   was decided under the head's lock, so a slot that expired since is still the owner's
+#   without a row; its update turns an expired plain lease into the head, as SLOT_TO_HEAD; either way it locks
+#   the row), then in one statement the row (SLOT_LOCK_HEAD's read, without FOR UPDATE: the lock is held) and
+#   SLOT_STATE (with the clock, the new expiry and what the head's refresh needs: the other holders' latest
+#   expiry and oldest tenure), then SLOT_EXTEND (the owner's unexpired slot, not released), or a fence drawn
+#   after the head lock (LAST_INSERT_ID() from then on), SLOT_DELETE and SLOT_INSERT (fewer than $5 others),
+#   SLOT_REFRESH_HEAD from those values (no read of the slots);
+#   a refusal writes nothing but the head it made (or the expired plain lease it turned into one); the
+#   extend does not ask the clock again: @ss_extend was decided under the head's lock, so a slot that
+#   expired since is still the owner's
 SLOT_ACQUIRE_PACKET = """
 START TRANSACTION;
 INSERT INTO {table} (`key`, owner, fence, expires_at, acquired_at, has_waiters)
 VALUES ($1, '', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), FALSE)
-ON DUPLICATE KEY UPDATE `key` = `key`;
-SELECT owner <> '' AND expires_at > UTC_TIMESTAMP(6), owner <> '' INTO @ss_plain, @ss_plain_row
-  FROM {table} WHERE `key` = $1 FOR UPDATE;
-UPDATE {table} SET owner = '', data = NULL, released = FALSE WHERE `key` = $1 AND @ss_plain_row AND NOT @ss_plain;
-SELECT NOT @ss_plain AND COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0)
-       AND NOT COALESCE(MAX(owner = $2 AND released), 0),
-       NOT @ss_plain AND NOT COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0)
-       AND COUNT(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN 1 END) < $5
-  INTO @ss_extend, @ss_grant
-  FROM {slot_table} WHERE `key` = $1;
-UPDATE {slot_table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
+ON DUPLICATE KEY UPDATE data = IF(owner <> '' AND expires_at <= UTC_TIMESTAMP(6), NULL, data),
+                        released = IF(owner <> '' AND expires_at <= UTC_TIMESTAMP(6), FALSE, released),
+                        owner = IF(owner <> '' AND expires_at <= UTC_TIMESTAMP(6), '', owner);
+SELECT MAX(h.owner <> '' AND h.expires_at > UTC_TIMESTAMP(6)), MAX(h.owner), MAX(h.fence), MAX(h.expires_at),
+       MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), h.expires_at) / 1000), MAX(h.released),
+       NOT MAX(h.owner <> '' AND h.expires_at > UTC_TIMESTAMP(6))
+       AND COALESCE(MAX(s.owner = $2 AND s.expires_at > UTC_TIMESTAMP(6)), 0)
+       AND NOT COALESCE(MAX(s.owner = $2 AND s.released), 0),
+       NOT MAX(h.owner <> '' AND h.expires_at > UTC_TIMESTAMP(6))
+       AND NOT COALESCE(MAX(s.owner = $2 AND s.expires_at > UTC_TIMESTAMP(6)), 0)
+       AND COUNT(CASE WHEN s.owner <> $2 AND s.expires_at > UTC_TIMESTAMP(6) THEN 1 END) < $5,
+       MAX(CASE WHEN s.owner = $2 THEN s.fence END), MAX(CASE WHEN s.owner = $2 THEN s.acquired_at END),
+       MAX(CASE WHEN s.owner <> $2 AND s.expires_at > UTC_TIMESTAMP(6) THEN s.expires_at END),
+       MIN(CASE WHEN s.owner <> $2 AND s.expires_at > UTC_TIMESTAMP(6) THEN s.acquired_at END),
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
+  INTO @ss_plain, @ss_owner, @ss_row_fence, @ss_row_expires_at, @ss_row_remaining_ms, @ss_row_released,
+       @ss_extend, @ss_grant, @ss_mine_fence, @ss_mine_since, @ss_others_until, @ss_others_since, @ss_now, @ss_until
+  FROM {table} AS h LEFT JOIN {slot_table} AS s ON s.`key` = h.`key`
+ WHERE h.`key` = $1;
+UPDATE {slot_table} SET expires_at = @ss_until, data = COALESCE($4, data)
  WHERE `key` = $1 AND owner = $2 AND @ss_extend;
 INSERT INTO {fence_counter} (id) SELECT NULL FROM DUAL WHERE @ss_grant;
-SET @ss_fence = IF(@ss_grant, LAST_INSERT_ID(), NULL);
 DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2 AND @ss_grant;
 INSERT INTO {slot_table} (`key`, owner, fence, acquired_at, expires_at, data, released)
-SELECT $1, $2, @ss_fence, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, FALSE FROM DUAL
- WHERE @ss_grant;
+SELECT $1, $2, LAST_INSERT_ID(), @ss_now, @ss_until, $4, FALSE FROM DUAL WHERE @ss_grant;
 UPDATE {table}
-   SET expires_at = COALESCE((SELECT MAX(expires_at) FROM {slot_table}
-                               WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6)),
-       acquired_at = COALESCE((SELECT MIN(acquired_at) FROM {slot_table}
-                                WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), acquired_at),
-       fence = GREATEST(fence, COALESCE(@ss_fence, fence))
+   SET acquired_at = LEAST(CAST(COALESCE(@ss_others_since, IF(@ss_grant, @ss_now, @ss_mine_since)) AS DATETIME(6)),
+                           CAST(IF(@ss_grant, @ss_now, @ss_mine_since) AS DATETIME(6))),
+       expires_at = GREATEST(CAST(COALESCE(@ss_others_until, @ss_until) AS DATETIME(6)),
+                             CAST(@ss_until AS DATETIME(6))),
+       fence = GREATEST(fence, IF(@ss_grant, LAST_INSERT_ID(), fence))
  WHERE `key` = $1 AND (@ss_extend OR @ss_grant);
-SELECT @ss_plain, @ss_extend OR @ss_grant, h.owner, h.fence, h.expires_at,
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), h.expires_at) / 1000, h.released,
-       s.owner, s.fence, s.expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), s.expires_at) / 1000
+SELECT @ss_plain, @ss_extend OR @ss_grant, @ss_owner, @ss_row_fence, CAST(@ss_row_expires_at AS DATETIME(6)),
+       @ss_row_remaining_ms, @ss_row_released, IF(@ss_extend OR @ss_grant, $2, s.owner),
+       CAST(IF(@ss_grant, LAST_INSERT_ID(), IF(@ss_extend, @ss_mine_fence, s.fence)) AS SIGNED),
+       IF(@ss_extend OR @ss_grant, CAST(@ss_until AS DATETIME(6)), s.expires_at),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), IF(@ss_extend OR @ss_grant, @ss_until, s.expires_at)) / 1000
   FROM {table} AS h
-  LEFT JOIN (SELECT owner, fence, expires_at FROM {slot_table}
-              WHERE `key` = $1 AND IF(@ss_extend OR @ss_grant, owner = $2, expires_at > UTC_TIMESTAMP(6))
-              ORDER BY acquired_at, fence LIMIT 1) AS s ON TRUE
- WHERE h.`key` = $1;
+  LEFT JOIN {slot_table} AS s
+    ON s.`key` = h.`key` AND NOT (@ss_extend OR @ss_grant) AND s.expires_at > UTC_TIMESTAMP(6)
+ WHERE h.`key` = $1
+ ORDER BY s.acquired_at, s.fence
+ LIMIT 1;
 COMMIT"""
 
-# slot_release_packet ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_us | NULL) -> (the key is a
-#   semaphore's, the owner's slot released: kept, or deleted unexpired); sent after RELEASE (and RELEASE_KEEPING)
-#   released nothing: RELEASE_EXPIRED, then, if a plain read (SLOT_IS_HEAD) finds a head, slot_release's
-#   transaction: the head locked (SLOT_LOCK_ONLY_HEAD), SLOT_STATE, SLOT_KEEP or SLOT_DELETE, SLOT_REFRESH_HEAD
-SLOT_RELEASE_PACKET = """
-DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $3) AND expires_at <= UTC_TIMESTAMP(6);
-SELECT COUNT(*), IF(COUNT(*), $1, NULL) INTO @sr_head, @sr_key
-  FROM {table} WHERE `key` = $1 AND owner = '';
+# slot_release_first_packet ($1 .. $4 as SLOT_RELEASE_PACKET) -> as SLOT_RELEASE_PACKET; sent first for a key
+#   remembered as a semaphore's (docs/statements.md, "Semaphore hints"): if a plain read (SLOT_IS_HEAD) finds a
+#   head, slot_release's transaction: the head locked (SLOT_LOCK_ONLY_HEAD), SLOT_STATE (with what the head's
+#   refresh needs, as in the grant), SLOT_KEEP or SLOT_DELETE, SLOT_REFRESH_HEAD from those values
+SLOT_RELEASE_FIRST_PACKET = """
+SELECT IF(COUNT(*), $1, NULL) INTO @sr_key FROM {table} WHERE `key` = $1 AND owner = '';
 START TRANSACTION;
 SELECT COUNT(*) INTO @sr_locked FROM {table} WHERE `key` = @sr_key AND owner = '' FOR UPDATE;
 SELECT COALESCE(MAX(CASE WHEN owner = $2 THEN fence END) IS NOT NULL
@@ -556,20 +568,31 @@ SELECT COALESCE(MAX(CASE WHEN owner = $2 THEN fence END) IS NOT NULL
                 AND NOT (MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)) AND MAX(owner = $2 AND released)), 0),
        COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0),
        COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)) AND $4 IS NOT NULL
-                AND MAX(owner = $2 AND acquired_at + INTERVAL $4 MICROSECOND > UTC_TIMESTAMP(6)), 0)
-  INTO @sr_mine, @sr_live, @sr_keep
+                AND MAX(owner = $2 AND acquired_at + INTERVAL $4 MICROSECOND > UTC_TIMESTAMP(6)), 0),
+       MAX(CASE WHEN owner = $2 THEN acquired_at END),
+       MAX(CASE WHEN owner = $2 THEN acquired_at END) + INTERVAL $4 MICROSECOND,
+       MAX(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN expires_at END),
+       MIN(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN acquired_at END), UTC_TIMESTAMP(6)
+  INTO @sr_mine, @sr_live, @sr_keep, @sr_since, @sr_until, @sr_others_until, @sr_others_since, @sr_now
   FROM {slot_table} WHERE `key` = @sr_key AND @sr_locked;
 UPDATE {slot_table} SET released = TRUE, expires_at = acquired_at + INTERVAL $4 MICROSECOND
  WHERE `key` = $1 AND owner = $2 AND @sr_mine AND @sr_keep;
 DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2 AND @sr_mine AND NOT @sr_keep;
 UPDATE {table}
-   SET expires_at = COALESCE((SELECT MAX(expires_at) FROM {slot_table}
-                               WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), UTC_TIMESTAMP(6)),
-       acquired_at = COALESCE((SELECT MIN(acquired_at) FROM {slot_table}
-                                WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)), acquired_at)
+   SET acquired_at = IF(@sr_keep, LEAST(CAST(COALESCE(@sr_others_since, @sr_since) AS DATETIME(6)),
+                                        CAST(@sr_since AS DATETIME(6))),
+                        COALESCE(@sr_others_since, acquired_at)),
+       expires_at = IF(@sr_keep, GREATEST(CAST(COALESCE(@sr_others_until, @sr_until) AS DATETIME(6)),
+                                          CAST(@sr_until AS DATETIME(6))),
+                       COALESCE(@sr_others_until, @sr_now))
  WHERE `key` = $1 AND owner = '' AND @sr_mine;
-SELECT @sr_head, @sr_mine AND (@sr_keep OR @sr_live);
+SELECT @sr_locked, @sr_mine AND (@sr_keep OR @sr_live);
 COMMIT"""
+
+# slot_release_packet ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_us | NULL) -> (the key's row was a
+#   semaphore's head when locked, the owner's slot released: kept, or deleted unexpired); sent after RELEASE (and
+#   RELEASE_KEEPING) released nothing: RELEASE_EXPIRED, then SLOT_RELEASE_FIRST_PACKET
+SLOT_RELEASE_PACKET = RELEASE_EXPIRED + ";" + SLOT_RELEASE_FIRST_PACKET
 
 STEP_NAMES = (
     "begin",
@@ -604,6 +627,7 @@ STEP_NAMES = (
     "acquire_keys_packet",
     "slot_acquire_packet",
     "slot_release_packet",
+    "slot_release_first_packet",
 )
 """The statements of MySQL's transactions beyond :data:`~sql_lease.sql.dialects.STATEMENT_NAMES`."""
 
@@ -671,6 +695,7 @@ def steps() -> dict[str, str]:
         "acquire_keys_packet": ACQUIRE_KEYS_PACKET,
         "slot_acquire_packet": SLOT_ACQUIRE_PACKET,
         "slot_release_packet": SLOT_RELEASE_PACKET,
+        "slot_release_first_packet": SLOT_RELEASE_FIRST_PACKET,
     }
 
 
