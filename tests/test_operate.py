@@ -411,3 +411,26 @@ async def test_a_page_of_leases_is_not_filled_by_semaphores_nobody_holds(provide
         assert (await provider.acquire_lease(f"{key}/b{i}", "p", 60_000)).acquired
     page = await provider.list_leases(prefix=f"{key}/", limit=3)
     assert [lease.key for lease in page] == [f"{key}/b{i}" for i in range(3)]
+
+
+async def test_a_remembered_semaphore_key_is_released_in_one_statement(sql_provider: Any, key: str) -> None:
+    """The provider remembers the keys it was granted slots of: their release sends the slot's own
+    statement first (one statement, one round trip), and a wrong hint changes no answer."""
+    assert (await sql_provider.acquire_lease(key, "a", 10_000, limit=2)).acquired
+    assert (await sql_provider.acquire_lease(key, "b", 10_000, limit=2)).acquired
+    sent: list[str] = []
+    remove = sql_provider.on_statement(lambda sql, _params: sent.append(sql))
+    try:
+        assert await sql_provider.release_lease(key, "a")
+        assert len(sent) == 1 and sent[0] != sql_provider.statements.release, sent  # not the plain release
+        assert not await sql_provider.release_lease(key, "a")  # released already
+        assert await sql_provider.release_lease(key, "b")
+        # the key, still remembered, is now a plain lease: every answer as without the hint
+        assert (await sql_provider.acquire_lease(key, "p", 10_000)).acquired
+        assert not await sql_provider.release_lease(key, "a")
+        assert await sql_provider.get_lease_owner(key) == "p"
+        assert await sql_provider.release_lease(key, "p")
+        assert await sql_provider.get_lease_owner(key) is None
+        assert not await sql_provider.release_lease(key, "p")
+    finally:
+        remove()

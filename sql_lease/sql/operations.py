@@ -308,13 +308,31 @@ def release(s: LeaseStatements, key: str, owner: str, fence: object = None, min_
     checked_fence, min_hold = validate_tenure_options(fence, min_hold_ms)
     params = (key, owner, checked_fence, None if min_hold is None else s.ttl_param(min_hold))
     plain = transactional.release(s, params) if s.transactional else _release(s, params)
-    if s.release_covers_slots or s.packed:  # MySQL's own connections: the plain release's packet asks
+    if s.packed:  # MySQL's own connections: the packets ask, and use the hint, themselves
         return plain
-    if s.slots["slot_release_one"] is None:  # one read asks whether the key is a semaphore's first
-        plain = transactional.or_head(s, key, plain, False)
-    else:  # the slot's release is one statement (SQLite): it asks itself
-        plain = _head_unless(plain, True)
-    return _or_slot(plain, lambda: transactional.slot_release(s, params))
+    if not s.release_covers_slots:
+        if s.slots["slot_release_one"] is None:  # one read asks whether the key is a semaphore's first
+            plain = transactional.or_head(s, key, plain, False)
+        else:  # the slot's release is one statement (SQLite): it asks itself
+            plain = _head_unless(plain, True)
+        plain = _or_slot(plain, lambda: transactional.slot_release(s, params))
+    if key in s.semaphore_keys:
+        return _slot_first(s, params, plain)
+    return plain
+
+
+def _slot_first(s: LeaseStatements, params: tuple[Any, ...], plain: Plan[bool]) -> Plan[bool]:
+    # A key remembered as a semaphore's (a hint, docs/statements.md "Semaphore hints"): the slot's own
+    # release first; the whole plain path only if it released nothing, so a wrong hint changes no answer.
+    first = s.slots["slot_release_first"]
+    if first is not None:  # PostgreSQL: the release function, if the key's row is a head
+        row = yield Query(first, params)
+        if row is not None:
+            return bool(row[0])
+        s.semaphore_keys.forget(params[0])
+    elif s.slots["slot_release_one"] is not None and (yield from transactional.slot_release(s, params)):
+        return True  # SQLite's one-statement slot release
+    return (yield from plain)
 
 
 def _head_unless(plain: Plan[Any], done: object) -> Plan[Any]:

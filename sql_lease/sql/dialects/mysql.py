@@ -827,6 +827,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_grant": None,  # SQLite's one-statement slot operations
         "slot_renew_one": None,
         "slot_release_one": None,
+        "slot_release_first": None,  # slot_release_first_packet, on its own connections
         "slot_keep_one": None,
         "slot_acquire_call": None,  # a transaction of the steps below
         "slot_begin": BEGIN,

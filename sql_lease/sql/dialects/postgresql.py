@@ -333,6 +333,23 @@ UNION ALL
 SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'on'), NULL FROM {table}
  WHERE key = $1 AND owner = '' AND NOT EXISTS (SELECT FROM gone)"""
 
+# slot_release_first, relaxed ($1 key, $2 owner, $3 fence | NULL, $4 min_hold_ms | NULL) -> (released,) by
+#   migration 0006's function if the key's row is a semaphore's head, else no row: the release of a key the
+#   provider remembers as a semaphore's ("Semaphore hints"), without RELEASE_RELAXED's plain DELETE
+SLOT_RELEASE_FIRST_RELAXED = """
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'off') FROM {table}
+ WHERE key = $1 AND owner = ''"""
+
+# slot_release_first, durable on a durable session: parameters and result as SLOT_RELEASE_FIRST_RELAXED
+SLOT_RELEASE_FIRST_DURABLE = """
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, NULL) FROM {table}
+ WHERE key = $1 AND owner = ''"""
+
+# slot_release_first, durable, pinned for its own transaction: parameters and result as SLOT_RELEASE_FIRST_RELAXED
+SLOT_RELEASE_FIRST_DURABLE_PINNED = """
+SELECT {slot_release_function}($1::varchar, $2::varchar, $3::bigint, $4::float8, 'on') FROM {table}
+ WHERE key = $1 AND owner = ''"""
+
 # release with a minimum hold ($1 key, $2 owner, $3 fence | NULL, $4 min_hold_ms) -> (fence,) if owner's
 #   unexpired tenure began less than min_hold_ms ago: kept, marked released, until then (no NOTIFY)
 RELEASE_KEEPING = """
@@ -851,6 +868,7 @@ SLOT_STEP_NAMES = (
     "slot_grant",
     "slot_renew_one",
     "slot_release_one",
+    "slot_release_first",
     "slot_keep_one",
     "slot_acquire_call",
     "slot_begin",
@@ -893,6 +911,11 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_grant": None,  # SQLite's one-statement slot operations
         "slot_renew_one": None,
         "slot_release_one": None,
+        "slot_release_first": (
+            (SLOT_RELEASE_FIRST_DURABLE if s else SLOT_RELEASE_FIRST_DURABLE_PINNED)
+            if durable_release
+            else SLOT_RELEASE_FIRST_RELAXED
+        ),
         "slot_keep_one": None,
         "slot_acquire_call": SLOT_ACQUIRE_CALL if s else SLOT_ACQUIRE_CALL_PINNED,
         "slot_begin": SLOT_BEGIN,

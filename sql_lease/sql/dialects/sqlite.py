@@ -466,6 +466,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_grant": SLOT_GRANT,
         "slot_renew_one": SLOT_RENEW_ONE,
         "slot_release_one": SLOT_RELEASE_ONE,
+        "slot_release_first": None,  # SLOT_RELEASE_ONE goes first
         "slot_keep_one": SLOT_KEEP_ONE,
         "slot_begin": SLOT_BEGIN,
         "slot_commit": SLOT_COMMIT,
