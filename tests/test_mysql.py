@@ -8,6 +8,7 @@ import asyncio
 import importlib.util
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -476,3 +477,37 @@ def test_a_plain_release_that_frees_nothing_answers_false_on_a_table_at_0005(fre
         assert not provider.release_lease("never held", "a")
         assert provider.release_lease("k", "a")
         assert not provider.release_lease("k", "a")
+
+
+def test_a_slot_grant_never_revives_a_plain_lease_that_expired_while_it_waited(mysql_db: tuple[str, str]) -> None:
+    """A slot grant waiting for a plain lease's row (its holder's check_held guard) while that lease
+    expires: the grant's upsert judged the row live when its statement began, so it is still a plain
+    lease; the grant must refuse (or convert it), never insert a slot and raise the plain row's
+    expiry and fence (the plain holder came back to life beside the slot, with the slot's fence)."""
+    url, schema = mysql_db
+    key = f"revive:{uuid.uuid4().hex}"
+    with SyncSqlLeaseProvider(url, schema=schema) as provider:
+        assert provider.acquire_lease(key, "X", 300).acquired
+        guard = mysql_connect(url, schema, autocommit=False)
+        try:
+            with guard.cursor() as cursor:
+                cursor.execute(
+                    "SELECT fence FROM sql_leases WHERE `key` = %s AND owner = 'X' LOCK IN SHARE MODE", (key,)
+                )
+            answer: dict[str, Any] = {}
+            granting = threading.Thread(
+                target=lambda: answer.update(result=provider.acquire_lease(key, "S", 10_000, limit=2))
+            )
+            granting.start()
+            time.sleep(0.5)  # the lease expires while the grant waits for the row
+            guard.commit()
+            granting.join(30)
+        finally:
+            guard.close()
+        holders = provider.get_lease_holders(key)
+        live = [(holder.owner, holder.fence) for holder in holders]
+        assert "X" not in [owner for owner, _ in live], (answer, live)
+        assert provider.renew_lease_info(key, "X", 1_000) is None
+        if answer["result"].acquired:
+            assert live == [("S", answer["result"].fence)]
+        assert provider.acquire_lease(key, "T", 10_000, limit=2).acquired  # a second slot of two

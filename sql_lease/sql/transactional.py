@@ -437,6 +437,8 @@ def slot_acquire(
 
 def _slot_acquire_packed(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[Any]:
     row = yield Query(s.steps["slot_acquire_packet"], params)
+    if row[0] and row[5] is not None and float(row[5]) <= 0:  # expired while the packet waited for its row:
+        row = yield Query(s.steps["slot_acquire_packet"], params)  # the next one turns it into the head
     if row[0]:  # an unexpired plain lease: the owner's own (not released) is re-acquired as such
         return PLAIN if row[2] == params[1] and not row[6] else s.refusal(row[2:6])
     if row[7] is None:  # refused, no unexpired slot left to name

@@ -503,6 +503,8 @@ COMMIT"""
 #   expiry and oldest tenure), then SLOT_EXTEND (the owner's unexpired slot, not released), or a fence drawn
 #   after the head lock (LAST_INSERT_ID() from then on), SLOT_DELETE and SLOT_INSERT (fewer than $5 others),
 #   SLOT_REFRESH_HEAD from those values (no read of the slots);
+#   a plain lease is a row the upsert left plain (judged unexpired by the upsert's own clock, taken before
+#   any lock wait: a later clock would grant a slot beside a row still plain, then raise its expiry);
 #   a refusal writes nothing but the head it made (or the expired plain lease it turned into one); the
 #   extend does not ask the clock again: @ss_extend was decided under the head's lock, so a slot that
 #   expired since is still the owner's
@@ -513,12 +515,12 @@ VALUES ($1, '', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), FALSE)
 ON DUPLICATE KEY UPDATE data = IF(owner <> '' AND expires_at <= UTC_TIMESTAMP(6), NULL, data),
                         released = IF(owner <> '' AND expires_at <= UTC_TIMESTAMP(6), FALSE, released),
                         owner = IF(owner <> '' AND expires_at <= UTC_TIMESTAMP(6), '', owner);
-SELECT MAX(h.owner <> '' AND h.expires_at > UTC_TIMESTAMP(6)), MAX(h.owner), MAX(h.fence), MAX(h.expires_at),
+SELECT MAX(h.owner <> ''), MAX(h.owner), MAX(h.fence), MAX(h.expires_at),
        MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), h.expires_at) / 1000), MAX(h.released),
-       NOT MAX(h.owner <> '' AND h.expires_at > UTC_TIMESTAMP(6))
+       NOT MAX(h.owner <> '')
        AND COALESCE(MAX(s.owner = $2 AND s.expires_at > UTC_TIMESTAMP(6)), 0)
        AND NOT COALESCE(MAX(s.owner = $2 AND s.released), 0),
-       NOT MAX(h.owner <> '' AND h.expires_at > UTC_TIMESTAMP(6))
+       NOT MAX(h.owner <> '')
        AND NOT COALESCE(MAX(s.owner = $2 AND s.expires_at > UTC_TIMESTAMP(6)), 0)
        AND COUNT(CASE WHEN s.owner <> $2 AND s.expires_at > UTC_TIMESTAMP(6) THEN 1 END) < $5,
        MAX(CASE WHEN s.owner = $2 THEN s.fence END), MAX(CASE WHEN s.owner = $2 THEN s.acquired_at END),
