@@ -147,9 +147,9 @@ def test_cli_migrates_checks_and_runs_a_job(fresh_db: str) -> None:
     offline = run_cli("migrate", "--url", url, "--sql")
     assert offline.returncode == 0 and "VARBINARY(2048)" in offline.stdout and "DATETIME(6)" in offline.stdout
     first = run_cli("migrate", "--url", url)
-    assert first.returncode == 0 and "created sql_leases at revision 0008" in first.stdout, first
+    assert first.returncode == 0 and "created sql_leases at revision 0009" in first.stdout, first
     again = run_cli("migrate", "--url", url)
-    assert again.returncode == 0 and "already at revision 0008" in again.stdout, again
+    assert again.returncode == 0 and "already at revision 0009" in again.stdout, again
     check = run_cli("check", "--url", url)
     assert check.returncode == 0 and ("MariaDB" in check.stdout or "MySQL" in check.stdout), check
     job = run_cli("exec", "--url", url, "nightly", "--", sys.executable, "-c", "print('ran')")
