@@ -32,8 +32,8 @@ _CONFIG_HINTS = {
     "28": "the server refused the role or its password: check the user and password of the URL",
     "3D000": "the database does not exist: create it or fix the database name in the URL",
     "42501": (
-        "the role lacks a privilege on the lease table, its slot table or functions, or its fence sequence or "
-        "counter (docs/operations.md: least privilege; `sql-lease check` names what is missing)"
+        "the role lacks a privilege on the lease table, its slot table, functions or procedures, or its fence "
+        "sequence or counter (docs/operations.md: least privilege; `sql-lease check` names what is missing)"
     ),
 }
 # 42P01 undefined_table; 3F000 invalid_schema_name (a statement names '"schema".table'::regclass)
@@ -46,13 +46,14 @@ _SQLITE_SCHEMA_OUTDATED = ("no such column", "has no column named", "no such ind
 # many connections): the server is gone or going, so the connection is not reusable.
 _CONNECTION_GONE_PREFIXES = ("08", "57P")
 # MySQL/MariaDB error numbers read as the SQLSTATE of the same meaning above: access denied (the
-# user or password: 1045, 1698; a database or privilege: 1044, 1142), unknown database, a missing
+# user or password: 1045, 1698; a database or privilege: 1044, 1142, 1370 on a procedure), unknown database, a missing
 # table, a missing column, a missing procedure. Numbers from 2000 are the client's own (no answer from the server).
 _MYSQL_AS_SQLSTATE = {
     1045: "28000",
     1698: "28000",
     1044: "42501",
     1142: "42501",
+    1370: "42501",
     1049: "3D000",
     1146: "42P01",
     1054: "42703",
