@@ -253,6 +253,9 @@ async def test_0009_mysql_slot_procedures_upgrade_and_downgrade_and_a_table_at_0
             assert not await provider.release_lease("plain", "a")
             with pytest.raises(SchemaMissingError, match=r"older than this sql_lease.*sql-lease migrate"):
                 await provider.acquire_lease("sem", "a", 60_000, limit=2)
+            missing = pytest.raises(SchemaMissingError, match=r"older than this sql_lease.*sql-lease migrate")
+            with SyncSqlLeaseProvider(MYSQL_URL, schema=database) as sync_provider, missing:  # the other face
+                sync_provider.acquire_lease("sem", "a", 60_000, limit=2)
             assert await provider.migrate() == "0009"
             assert await _mysql_procedures(provider, database) == procedures
             assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
@@ -266,6 +269,38 @@ async def test_0009_mysql_slot_procedures_upgrade_and_downgrade_and_a_table_at_0
             assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
     finally:
         mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{database}`")
+
+
+@pytest.mark.mysql
+async def test_a_mysql_user_without_create_routine_is_told_what_0009_needs_and_migrates_once_granted() -> None:
+    """A table at 0008 migrated by a user without CREATE ROUTINE: a LeaseConfigError naming it, the table left at
+    0008 (plain leases work); granted, the same migrate goes through."""
+    from sqlalchemy.engine import make_url
+
+    from sql_lease import LeaseConfigError
+
+    database, user = f"sql_lease_m_{uuid.uuid4().hex[:10]}", f"lease_mig_{uuid.uuid4().hex[:8]}"
+    mysql_execute(
+        MYSQL_URL,
+        f"CREATE DATABASE `{database}`",
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER ON `{database}`.* TO '{user}'@'%'",
+    )
+    as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
+    as_user = as_user.render_as_string(hide_password=False)
+    try:
+        async with SqlLeaseProvider(MYSQL_URL, schema=database) as admin:
+            await _alembic(admin, "upgrade", "0008")
+        async with SqlLeaseProvider(as_user, schema=database) as provider:
+            with pytest.raises(LeaseConfigError, match="CREATE ROUTINE"):
+                await provider.migrate()
+            assert (await provider.acquire_lease("plain", "a", 60_000)).acquired
+        mysql_execute(MYSQL_URL, f"GRANT CREATE ROUTINE, ALTER ROUTINE ON `{database}`.* TO '{user}'@'%'")
+        async with SqlLeaseProvider(as_user, schema=database) as provider:
+            assert await provider.migrate() == "0009"
+            assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+    finally:
+        mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'", f"DROP DATABASE IF EXISTS `{database}`")
 
 
 _IN_AN_HOUR = {
