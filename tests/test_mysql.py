@@ -178,6 +178,10 @@ def test_a_least_privilege_user_runs_every_lease_operation(fresh_db: str) -> Non
         MYSQL_URL,
         f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
         *(f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{fresh_db}`.`{table}` TO '{user}'@'%'" for table in tables),
+        *(  # semaphores: migration 0009's procedures
+            f"GRANT EXECUTE ON PROCEDURE `{fresh_db}`.`{procedure}` TO '{user}'@'%'"
+            for procedure in ("sql_leases_slot_acquire", "sql_leases_slot_release")
+        ),
     )
     try:
         url = sa.make_url(url_of(fresh_db)).set(username=user, password=password)
