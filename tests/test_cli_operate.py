@@ -498,10 +498,12 @@ def test_check_on_mysql(mysql_db: tuple[str, str], tmp_path: Path) -> None:
 @pytest.mark.mysql
 def test_check_names_missing_mysql_grants(tmp_path: Path) -> None:
     """A least-privilege user (the grants of docs/operations.md) passes ``check``, its revision
-    unknown to it (no SELECT on the version table); without UPDATE on the lease table or DELETE on
-    the fence counter, the privileges line fails naming what is missing."""
+    unknown to it (no SELECT on the version table), and runs semaphores (EXECUTE on migration 0009's
+    procedures); without UPDATE on the lease table, DELETE on the fence counter or EXECUTE on a slot
+    procedure, the privileges line fails naming what is missing, and a semaphore acquire is a LeaseConfigError."""
     from sqlalchemy.engine import make_url
 
+    from sql_lease import LeaseConfigError, SyncSqlLeaseProvider
     from tests.conftest import MYSQL_URL, mysql_execute
 
     database, user = f"sql_lease_c_{uuid.uuid4().hex[:8]}", f"lease_check_{uuid.uuid4().hex[:8]}"
@@ -514,6 +516,10 @@ def test_check_names_missing_mysql_grants(tmp_path: Path) -> None:
                 f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.`{table}` TO '{user}'@'%'"
                 for table in ("sql_leases", "sql_leases_fence", "sql_leases_fences", "sql_leases_slots")
             ),
+            *(
+                f"GRANT EXECUTE ON PROCEDURE `{database}`.`{procedure}` TO '{user}'@'%'"
+                for procedure in ("sql_leases_slot_acquire", "sql_leases_slot_release")
+            ),
         )
         as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
         args = ["check", "--url", as_user.render_as_string(hide_password=False)]
@@ -521,15 +527,24 @@ def test_check_names_missing_mysql_grants(tmp_path: Path) -> None:
         assert good.returncode == 0, good.stdout
         assert f"ok    privileges  user {user}@% has SELECT, INSERT, UPDATE, DELETE on `sql_leases`" in good.stdout
         assert "info  schema      lease table sql_leases exists; its revision is unknown to this user" in good.stdout
+        assert "and EXECUTE on the slot procedures" in good.stdout, good.stdout
+        with SyncSqlLeaseProvider(as_user.render_as_string(hide_password=False)) as provider:
+            assert provider.acquire_lease("sem", "a", 60_000, limit=2).acquired
+            assert provider.release_lease("sem", "a")
         mysql_execute(
             MYSQL_URL,
             f"REVOKE UPDATE ON `{database}`.`sql_leases` FROM '{user}'@'%'",
             f"REVOKE DELETE ON `{database}`.`sql_leases_fence` FROM '{user}'@'%'",
+            f"REVOKE EXECUTE ON PROCEDURE `{database}`.`sql_leases_slot_acquire` FROM '{user}'@'%'",
         )
         lacking = invoke(args, tmp_path)
         assert lacking.returncode == 78, lacking.stdout
         assert "FAIL  privileges" in lacking.stdout
-        assert "lacks UPDATE on `sql_leases`; DELETE on `sql_leases_fence`" in lacking.stdout, lacking.stdout
+        assert "lacks UPDATE on `sql_leases`; DELETE on `sql_leases_fence`; EXECUTE on procedure " in lacking.stdout
+        assert "`sql_leases_slot_acquire`" in lacking.stdout and "_slot_release`" not in lacking.stdout, lacking.stdout
+        denied = pytest.raises(LeaseConfigError, match="privilege")
+        with SyncSqlLeaseProvider(as_user.render_as_string(hide_password=False)) as provider, denied:
+            provider.acquire_lease("sem", "a", 60_000, limit=2)
         assert f"pw-{user}" not in lacking.stdout + lacking.stderr
     finally:
         mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'", f"DROP DATABASE IF EXISTS `{database}`")

@@ -20,7 +20,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
-from sql_lease import SqlLeaseProvider
+from sql_lease import SqlLeaseProvider, SyncSqlLeaseProvider
 from sql_lease.sql.migrate import offline_sql
 from sql_lease.sql.schema import LeaseTableNames, lease_metadata
 from sql_lease.sql.statements import SQLITE_NOW_MS
@@ -76,8 +76,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
 @pytest.mark.parametrize("table_name", ["sql_leases", "Job_Leases2"])
 async def test_migrations_build_exactly_the_declared_schema(target: dict[str, Any], table_name: str) -> None:
     async with SqlLeaseProvider(target["url"], schema=target["schema"], table_name=table_name) as provider:
-        assert await provider.migrate() == "0008"
-        assert await provider.migrate() == "0008"  # idempotent
+        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == "0009"  # idempotent
         facts = await _schema_facts(provider)
         names = provider.names
         assert facts["drift"] == []
@@ -107,7 +107,7 @@ async def test_custom_version_table(target: dict[str, Any]) -> None:
 async def test_concurrent_migrations_agree(target: dict[str, Any]) -> None:
     providers = [SqlLeaseProvider(target["url"], schema=target["schema"]) for _ in range(4)]
     try:
-        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0008"] * 4
+        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0009"] * 4
     finally:
         for p in providers:
             await p.close()
@@ -160,13 +160,13 @@ async def test_0007_sqlite_slot_triggers_upgrade_and_downgrade(tmp_path: Path) -
         added = {names.slot_live_index, *names.slot_triggers()}
         await _alembic(provider, "upgrade", "0006")
         assert not added & objects()
-        assert await provider.migrate() == "0008"
+        assert await provider.migrate() == "0009"
         assert added <= objects()
         assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
         await _alembic(provider, "downgrade", "0006")
         assert not added & objects()
         assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["a"]
-        assert await provider.migrate() == "0008"
+        assert await provider.migrate() == "0009"
         assert not (await provider.acquire_lease("sem", "plain", 60_000)).acquired  # the head still holds it
         assert await provider.release_lease("sem", "a")
         assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
@@ -189,7 +189,7 @@ async def test_0007_shortens_the_postgres_slot_functions_and_downgrade_restores_
     async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as provider:
         await _alembic(provider, "upgrade", "0006")
         old = await _function_sources(provider, fresh_pg_schema)
-        assert await provider.migrate() == "0008"
+        assert await provider.migrate() == "0009"
         new = await _function_sources(provider, fresh_pg_schema)
         assert len(new) == 2 and new != old and "FILTER" in new[0]  # the acquire reads its slot and the count at once
         assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
@@ -207,7 +207,7 @@ async def test_0008_quiets_the_postgres_semaphore_heads_and_downgrade_restores_0
         await _alembic(provider, "upgrade", "0007")
         old = await _function_sources(provider, fresh_pg_schema)
         assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
-        assert await provider.migrate() == "0008"
+        assert await provider.migrate() == "0009"
         new = await _function_sources(provider, fresh_pg_schema)
         assert len(new) == 2 and all(before != after for before, after in zip(old, new, strict=True))
         assert "IF head.expires_at < until_" in new[0] and "head_row" not in new[1]
@@ -218,6 +218,89 @@ async def test_0008_quiets_the_postgres_semaphore_heads_and_downgrade_restores_0
         assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["b"]
         assert await provider.release_lease("sem", "b")
         assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
+
+
+async def _mysql_procedures(provider: SqlLeaseProvider, schema: str) -> list[str]:
+    # The names of the schema's stored procedures (MySQL's slot acquire and release)
+    async with provider.engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = :schema "
+                "AND ROUTINE_TYPE = 'PROCEDURE' ORDER BY ROUTINE_NAME"
+            ),
+            {"schema": schema},
+        )
+        return [row[0] for row in rows]
+
+
+@pytest.mark.mysql
+async def test_0009_mysql_slot_procedures_upgrade_and_downgrade_and_a_table_at_0008_names_the_migration() -> None:
+    """0009 creates the slot acquire and release procedures on MySQL; at 0008 (none) plain leases work and a
+    semaphore operation answers SchemaMissingError naming ``sql-lease migrate``; downgrading drops them."""
+    from sql_lease import SchemaMissingError
+
+    database = f"sql_lease_m_{uuid.uuid4().hex[:10]}"
+    mysql_execute(MYSQL_URL, f"CREATE DATABASE `{database}`")
+    try:
+        async with SqlLeaseProvider(MYSQL_URL, schema=database) as provider:
+            names = provider.names
+            procedures = [names.slot_acquire_function, names.slot_release_function]
+            await _alembic(provider, "upgrade", "0008")
+            assert await _mysql_procedures(provider, database) == []
+            assert (await provider.acquire_lease("plain", "a", 60_000)).acquired
+            assert not await provider.release_lease("plain", "b")  # nothing released: the slot step asks too
+            assert await provider.release_lease("plain", "a")
+            assert not await provider.release_lease("plain", "a")
+            with pytest.raises(SchemaMissingError, match=r"older than this sql_lease.*sql-lease migrate"):
+                await provider.acquire_lease("sem", "a", 60_000, limit=2)
+            missing = pytest.raises(SchemaMissingError, match=r"older than this sql_lease.*sql-lease migrate")
+            with SyncSqlLeaseProvider(MYSQL_URL, schema=database) as sync_provider, missing:  # the other face
+                sync_provider.acquire_lease("sem", "a", 60_000, limit=2)
+            assert await provider.migrate() == "0009"
+            assert await _mysql_procedures(provider, database) == procedures
+            assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+            assert (await provider.acquire_lease("sem", "b", 60_000, limit=2)).acquired
+            assert await provider.release_lease("sem", "b")
+            await _alembic(provider, "downgrade", "0008")
+            assert await _mysql_procedures(provider, database) == []
+            assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["a"]
+            assert await provider.migrate() == "0009"
+            assert await provider.release_lease("sem", "a")
+            assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
+    finally:
+        mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{database}`")
+
+
+@pytest.mark.mysql
+async def test_a_mysql_user_without_create_routine_is_told_what_0009_needs_and_migrates_once_granted() -> None:
+    """A table at 0008 migrated by a user without CREATE ROUTINE: a LeaseConfigError naming it, the table left at
+    0008 (plain leases work); granted, the same migrate goes through."""
+    from sqlalchemy.engine import make_url
+
+    from sql_lease import LeaseConfigError
+
+    database, user = f"sql_lease_m_{uuid.uuid4().hex[:10]}", f"lease_mig_{uuid.uuid4().hex[:8]}"
+    mysql_execute(
+        MYSQL_URL,
+        f"CREATE DATABASE `{database}`",
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER ON `{database}`.* TO '{user}'@'%'",
+    )
+    as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
+    as_user = as_user.render_as_string(hide_password=False)
+    try:
+        async with SqlLeaseProvider(MYSQL_URL, schema=database) as admin:
+            await _alembic(admin, "upgrade", "0008")
+        async with SqlLeaseProvider(as_user, schema=database) as provider:
+            with pytest.raises(LeaseConfigError, match="CREATE ROUTINE"):
+                await provider.migrate()
+            assert (await provider.acquire_lease("plain", "a", 60_000)).acquired
+        mysql_execute(MYSQL_URL, f"GRANT CREATE ROUTINE, ALTER ROUTINE ON `{database}`.* TO '{user}'@'%'")
+        async with SqlLeaseProvider(as_user, schema=database) as provider:
+            assert await provider.migrate() == "0009"
+            assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+    finally:
+        mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'", f"DROP DATABASE IF EXISTS `{database}`")
 
 
 _IN_AN_HOUR = {
@@ -250,7 +333,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
                 ),
                 {"key": "old\x01key"},
             )
-        assert await provider.migrate() == "0008"
+        assert await provider.migrate() == "0009"
         assert await _stored_keys(provider) == ["old\x01\x02key"]
         lease = await provider.get_lease("old\x01key")
         assert lease is not None and (lease.key, lease.owner, lease.fence) == ("old\x01key", "earlier", 7)
@@ -260,7 +343,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
 
         await _alembic(provider, "downgrade", "0004")  # the keys 0004 cannot name go with their leases
         assert await _stored_keys(provider) == ["new\x01key", "old\x01key"]
-        assert await provider.migrate() == "0008"
+        assert await provider.migrate() == "0009"
         assert [lease.key for lease in await provider.list_leases()] == ["new\x01key", "old\x01key"]
 
 
@@ -283,7 +366,7 @@ async def test_0005_rewrites_keys_whose_new_forms_are_other_rows_old_keys(any_ta
                     ),
                     {"key": key},
                 )
-        assert await provider.migrate() == "0008"
+        assert await provider.migrate() == "0009"
         for fence, key in enumerate(keys, 1):
             lease = await provider.get_lease(key)
             assert lease is not None and (lease.key, lease.fence) == (key, fence)
@@ -301,7 +384,7 @@ def test_the_head_revision_constant_is_alembics_head() -> None:
 
 _MIGRATE_IN_A_PROCESS = """
 import asyncio, sys
-from sql_lease import SqlLeaseProvider
+from sql_lease import SqlLeaseProvider, SyncSqlLeaseProvider
 
 async def main():
     async with SqlLeaseProvider(sys.argv[1], table_name=sys.argv[2]) as provider:
@@ -329,7 +412,7 @@ def test_concurrent_migrations_of_a_new_sqlite_file_in_separate_processes(tmp_pa
     ]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "0008", err
+        assert proc.returncode == 0 and out.strip() == "0009", err
     assert {p.name for p in tmp_path.iterdir()} <= {"race.db", "race.db-wal", "race.db-shm"}
 
 
@@ -345,6 +428,36 @@ def test_offline_sql_for_a_dba(url: str) -> None:
         assert "CREATE TRIGGER" in sql
 
 
+@pytest.mark.mysql
+def test_offline_mysql_sql_runs_in_the_mysql_client_and_creates_the_slot_procedures() -> None:
+    """``sql-lease migrate --sql`` on MySQL: a script the ``mysql`` client runs as it is (``DELIMITER`` around
+    each ``CREATE PROCEDURE``, whose body has semicolons of its own); semaphores work on what it made."""
+    import shutil
+
+    import sqlalchemy as sa
+
+    client = shutil.which("mariadb") or shutil.which("mysql")
+    if client is None:
+        pytest.skip("no mysql client")
+    database = f"sql_lease_m_{uuid.uuid4().hex[:10]}"
+    mysql_execute(MYSQL_URL, f"CREATE DATABASE `{database}`")
+    try:
+        parsed = sa.make_url(MYSQL_URL)
+        script = offline_sql(MYSQL_URL, LeaseTableNames())
+        assert script.count("DELIMITER //") == 2
+        login = [f"--host={parsed.host}", f"--port={parsed.port or 3306}", f"--user={parsed.username}"]
+        login += [f"--password={parsed.password}"] if parsed.password else []
+        done = subprocess.run([client, *login, database], input=script, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        with SyncSqlLeaseProvider(MYSQL_URL, schema=database) as provider:
+            assert provider.acquire_lease("sem", "a", 60_000, limit=2).acquired
+            assert provider.acquire_lease("sem", "b", 60_000, limit=2).acquired
+            assert not provider.acquire_lease("sem", "c", 60_000, limit=2).acquired
+            assert provider.release_lease("sem", "a")
+    finally:
+        mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{database}`")
+
+
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
@@ -357,7 +470,7 @@ def test_alembic_upgrade_head_from_a_checkout(target: dict[str, Any]) -> None:
     done = _run([alembic, *x_args, "upgrade", "head"], REPO)
     assert done.returncode == 0, done.stderr
     done = _run([alembic, *x_args, "current"], REPO)
-    assert "0008 (head)" in done.stdout, done.stdout + done.stderr
+    assert "0009 (head)" in done.stdout, done.stdout + done.stderr
 
 
 def test_alembic_reads_the_url_from_the_environment(tmp_path: Path) -> None:
@@ -390,7 +503,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     db = tmp_path / "installed.db"
     done = _run([sys.executable, "-m", "sql_lease", "migrate", "--url", f"sqlite:///{db}"], tmp_path, env)
     assert done.returncode == 0, done.stderr
-    assert "revision 0008" in done.stdout
+    assert "revision 0009" in done.stdout
 
 
 @pytest.mark.postgres
@@ -426,7 +539,7 @@ async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path
             migrate._PROCESS_LOCK.release()
         await asyncio.sleep(0.2)
         assert not migrate._PROCESS_LOCK.locked()
-        assert await asyncio.wait_for(provider.migrate(), 10) == "0008"
+        assert await asyncio.wait_for(provider.migrate(), 10) == "0009"
 
 
 # -- configuration errors are configuration errors, on both faces (issue 21, item 3) -------------------

@@ -148,9 +148,9 @@ def test_cli_migrates_checks_and_runs_a_job(fresh_db: str) -> None:
     offline = run_cli("migrate", "--url", url, "--sql")
     assert offline.returncode == 0 and "VARBINARY(2048)" in offline.stdout and "DATETIME(6)" in offline.stdout
     first = run_cli("migrate", "--url", url)
-    assert first.returncode == 0 and "created sql_leases at revision 0008" in first.stdout, first
+    assert first.returncode == 0 and "created sql_leases at revision 0009" in first.stdout, first
     again = run_cli("migrate", "--url", url)
-    assert again.returncode == 0 and "already at revision 0008" in again.stdout, again
+    assert again.returncode == 0 and "already at revision 0009" in again.stdout, again
     check = run_cli("check", "--url", url)
     assert check.returncode == 0 and ("MariaDB" in check.stdout or "MySQL" in check.stdout), check
     job = run_cli("exec", "--url", url, "nightly", "--", sys.executable, "-c", "print('ran')")
@@ -179,6 +179,10 @@ def test_a_least_privilege_user_runs_every_lease_operation(fresh_db: str) -> Non
         MYSQL_URL,
         f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
         *(f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{fresh_db}`.`{table}` TO '{user}'@'%'" for table in tables),
+        *(  # semaphores: migration 0009's procedures
+            f"GRANT EXECUTE ON PROCEDURE `{fresh_db}`.`{procedure}` TO '{user}'@'%'"
+            for procedure in ("sql_leases_slot_acquire", "sql_leases_slot_release")
+        ),
     )
     try:
         url = sa.make_url(url_of(fresh_db)).set(username=user, password=password)

@@ -367,8 +367,10 @@ def _check_slot_trips(sent: list[str], first: Any, again: Any, second: Any, refu
     assert not refused.acquired and refused.owner == "a" and refused.fence == first.fence  # the oldest holder
     assert released
     # grant, re-acquire, second grant, refusal, release: one packet each (the provider granted slots of the
-    # key, so its release sends the slot's packet first, without the plain release's statement)
+    # key, so its release sends the slot's packet first, without the plain release's statement): each one
+    # statement, a CALL of migration 0009's procedures (no multi-statement packet parsed on every call)
     assert len(sent) == 5, sent
+    assert all(text.lstrip().startswith("CALL ") and ";" not in text for text in sent), sent
 
 
 def test_sync_semaphore_slot_grant_and_release_are_one_round_trip_each(mysql_db: tuple[str, str]) -> None:
@@ -401,19 +403,33 @@ async def test_async_semaphore_slot_grant_and_release_are_one_round_trip_each(my
         assert [h.owner for h in await provider.get_lease_holders(key)] == ["a"]
 
 
-def test_the_slot_packets_lock_the_head_before_they_draw_a_fence_or_write_a_slot() -> None:
+def _migration_0009() -> Any:
+    # migration 0009's module (the slot procedures' bodies), loaded from its file
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "migrations" / "versions" / "0009_mysql_slot_procedures.py"
+    spec = importlib.util.spec_from_file_location("sql_lease_0009", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_the_slot_procedures_lock_the_head_before_they_draw_a_fence_or_write_a_slot() -> None:
     """The texts (no database): the slot grant makes the head (a key without a row) or locks the existing row
     with its upsert (an exclusive lock, new row or not) before it reads the slots, draws the fence after that
     lock and inserts the slot with it; the slot release writes a slot only under the head's lock."""
-    grant = mysql.SLOT_ACQUIRE_PACKET
+    procedures = _migration_0009()
+    grant = procedures._ACQUIRE
     marks = ["START TRANSACTION", "ON DUPLICATE KEY", "LEFT JOIN {slot_table}", "INSERT INTO {fence_counter}"]
     order = [grant.index(mark) for mark in [*marks, "INSERT INTO {slot_table}", "LAST_INSERT_ID()"]]
     assert order == sorted(order), order
     assert "{slot_table}" not in grant[: grant.index("ON DUPLICATE KEY")]
-    release = mysql.SLOT_RELEASE_PACKET
+    release = procedures._RELEASE
     locked = release.index("FOR UPDATE")
     assert release.index("START TRANSACTION") < locked < release.index("UPDATE {slot_table}")
     assert "{slot_table}" not in release[:locked] and locked < release.index("DELETE FROM {slot_table}")
+    assert grant.rstrip().endswith("COMMIT;\nEND") and release.rstrip().endswith("COMMIT;\nEND")
 
 
 def _names(s: Any) -> dict[str, str]:

@@ -300,17 +300,45 @@ async def _mysql_grants(conn: Any, names: Any) -> _Check:
     missing = [
         f"{privilege} on {on}" for privilege, on, explained in probes if await conn.run_sync(mysql_denied, explained)
     ]
+    missing += [f"EXECUTE on procedure {name}" for name in await _mysql_procedures_not_executable(conn, names)]
     user = (await conn.exec_driver_sql("SELECT CURRENT_USER()")).scalar_one()
     if not missing:
         return _Check(
             "privileges",
             True,
-            f"user {user} has SELECT, INSERT, UPDATE, DELETE on {table} and {slots}, and SELECT, INSERT, DELETE "
-            f"on {counter}",
+            f"user {user} has SELECT, INSERT, UPDATE, DELETE on {table} and {slots}, SELECT, INSERT, DELETE "
+            f"on {counter}, and EXECUTE on the slot procedures",
         )
     return _Check(
         "privileges", False, f"user {user} lacks {'; '.join(missing)} (see Operations: the least-privilege user)"
     )
+
+
+async def _mysql_procedures_not_executable(conn: Any, names: Any) -> list[str]:
+    """Migration 0009's slot procedures this user may not run: information_schema lists a procedure only to
+    a user with a privilege on it (a table before 0009, without them, is reported by the schema check)."""
+    wanted = [names.slot_acquire_function, names.slot_release_function]
+    if not await _mysql_at_0009(conn, names):
+        return []
+    found = await conn.exec_driver_sql(
+        "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = COALESCE(%(schema)s, DATABASE()) "
+        "AND ROUTINE_TYPE = 'PROCEDURE'",
+        {"schema": names.schema},
+    )
+    visible = {row[0] for row in found}
+    return [_mysql_quoted(names, name) for name in wanted if name not in visible]
+
+
+async def _mysql_at_0009(conn: Any, names: Any) -> bool:
+    """Whether the lease tables are at revision 0009 or later, as far as this user can tell (a user without
+    SELECT on the version table: assumed so, the schema check says it cannot tell)."""
+    from ..sql.migrate import mysql_denied
+
+    version_table = _mysql_quoted(names, names.version_table)
+    if await conn.run_sync(mysql_denied, f"SELECT 1 FROM {version_table} WHERE 1 = 0") is not False:
+        return True
+    versions = await conn.exec_driver_sql(f"SELECT version_num FROM {version_table}")
+    return any(row[0] >= "0009" for row in versions)
 
 
 def _sqlite_access(provider: Any) -> _Check:

@@ -52,7 +52,7 @@ NAMES_ATTRIBUTE = "sql_lease_names"
 
 # The newest revision in migrations/versions (tests/test_migrations.py checks it against Alembic's
 # view). Kept here so that checking a schema that is up to date needs no Alembic at all.
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 
 
 def migrations_dir() -> Path:
@@ -222,7 +222,10 @@ def _upgrade_sync_engine(engine: Engine, names: LeaseTableNames) -> str | None:
 # may not create the schema, or SQLite cannot open the file. SQLSTATE class 28 is authorization.
 _CONFIG_STATES = {
     "3D000": "the database does not exist: create it or fix the database name in the URL",
-    "42501": "the role lacks a privilege that migrate needs (CREATE on the database or schema)",
+    "42501": (
+        "the role lacks a privilege that migrate needs (CREATE on the database or schema; on MySQL also CREATE "
+        "ROUTINE, for the slot procedures of revision 0009)"
+    ),
     "42704": "the role does not exist: create it or fix the user name in the URL",
 }
 _AUTHORIZATION = "the server refused the role or its password: check the user and password of the URL"

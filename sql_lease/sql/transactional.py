@@ -391,7 +391,7 @@ def slot_acquire(
             if not s.lock_timed_out(exc):
                 raise
         return (yield from _oldest_refusal(s, key))
-    if s.packed:  # the transaction below in one packet (MySQL's own connections)
+    if s.packed:  # the transaction below in one round trip (MySQL's own connections: migration 0009's procedure)
         packet = functools.partial(_slot_acquire_packed, s, (key, owner, ttl, data, limit))
         try:
             return (yield from _transaction(s, packet, packed=True))

@@ -32,30 +32,32 @@ _CONFIG_HINTS = {
     "28": "the server refused the role or its password: check the user and password of the URL",
     "3D000": "the database does not exist: create it or fix the database name in the URL",
     "42501": (
-        "the role lacks a privilege on the lease table, its slot table or functions, or its fence sequence or "
-        "counter (docs/operations.md: least privilege; `sql-lease check` names what is missing)"
+        "the role lacks a privilege on the lease table, its slot table, functions or procedures, or its fence "
+        "sequence or counter (docs/operations.md: least privilege; `sql-lease check` names what is missing)"
     ),
 }
 # 42P01 undefined_table; 3F000 invalid_schema_name (a statement names '"schema".table'::regclass)
 _SCHEMA_MISSING = {"42P01", "3F000"}
 # 42703 undefined_column: the table predates a migration that added a column the statements use;
-# 42883 undefined_function: it predates migration 0006's slot functions
+# 42883 undefined_function: it predates migration 0006's slot functions (MySQL: 0009's procedures)
 _SCHEMA_OUTDATED = {"42703", "42883"}
 _SQLITE_SCHEMA_OUTDATED = ("no such column", "has no column named", "no such index")
 # Class 08 (connection exception), 57P01-57P03 (shutdown, crash, cannot connect now), 53300 (too
 # many connections): the server is gone or going, so the connection is not reusable.
 _CONNECTION_GONE_PREFIXES = ("08", "57P")
 # MySQL/MariaDB error numbers read as the SQLSTATE of the same meaning above: access denied (the
-# user or password: 1045, 1698; a database or privilege: 1044, 1142), unknown database, a missing
-# table, a missing column. Numbers from 2000 are the client's own (no answer from the server).
+# user or password: 1045, 1698; a database or privilege: 1044, 1142, 1370 on a procedure), unknown database, a missing
+# table, a missing column, a missing procedure. Numbers from 2000 are the client's own (no answer from the server).
 _MYSQL_AS_SQLSTATE = {
     1045: "28000",
     1698: "28000",
     1044: "42501",
     1142: "42501",
+    1370: "42501",
     1049: "3D000",
     1146: "42P01",
     1054: "42703",
+    1305: "42883",
 }
 _MYSQL_CLIENT_ERRORS = 2000
 UNKNOWN_HOST_HINT = "the host name does not resolve: fix the host of the URL"

@@ -10,6 +10,9 @@ dialect):
     {table}          the lease table, e.g. `sql_leases` or `my_db`.`sql_leases`
     {fence_counter}  the one-row table of the last fence handed out, `sql_leases_fence`
     {fence_table}    the table of accepted fences, `sql_leases_fences`
+    {slot_table}     the slots of semaphores, `sql_leases_slots`
+    {slot_acquire_function}  migration 0009's slot grant procedure, `sql_leases_slot_acquire`
+    {slot_release_function}  migration 0009's slot release procedure, `sql_leases_slot_release`
 
 Neither server has ``RETURNING`` on every statement (MySQL has none), so an operation that must
 report what it did is a short transaction: it locks the row (``SELECT ... FOR UPDATE``), acts, and
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 __all__ = ["PLACEHOLDERS", "SESSION_SETUP", "STEP_NAMES", "slot_steps", "steps", "texts"]
 
-PLACEHOLDERS = ("table", "fence_counter", "fence_table", "slot_table")
+PLACEHOLDERS = ("table", "fence_counter", "fence_table", "slot_table", "slot_acquire_function", "slot_release_function")
 
 # -- set up once on each connection the provider makes itself (never on a borrowed one) ------------
 
@@ -489,112 +492,28 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
   JOIN {table} AS held ON held.`key` = r.k;
 COMMIT"""
 
-# -- one packet per semaphore slot grant or release, on the provider's own connections --------------
-# The steps of slot_acquire's and slot_release's transactions (SLOT_* below) in one round trip each, decided
-# in user variables (@ss_*, @sr_*) as ACQUIRE_PACKET does; the head row is locked before anything else.
+# -- one statement per semaphore slot grant or release, on the provider's own connections ------------
+# The steps of slot_acquire's and slot_release's transactions (SLOT_* below) in one round trip each: the
+# procedures of migration 0009 (their bodies there; docs/statements.md, "MySQL slot procedures"), which lock
+# the head row before anything else and decide in user variables (@ss_*, @sr_*) as ACQUIRE_PACKET does. A
+# CALL answers its row, then the CALL's own result: the executors read every result of what they send.
 
-# slot_acquire_packet ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL, $5 limit) -> (plain: the key's
-#   row is an unexpired plain lease (nothing changed), granted (a new slot or the owner's own renewed), the
-#   key's row's owner, fence, expires_at, remaining_ms, released, then the owner's slot if granted, else the
-#   oldest unexpired slot: owner, fence, expires_at, remaining_ms); SLOT_MAKE_HEAD (an expired head for a key
-#   without a row; its update turns an expired plain lease into the head, as SLOT_TO_HEAD; either way it locks
-#   the row), then in one statement the row (SLOT_LOCK_HEAD's read, without FOR UPDATE: the lock is held) and
-#   SLOT_STATE (with the clock, the new expiry and what the head's refresh needs: the other holders' latest
-#   expiry and oldest tenure), then SLOT_EXTEND (the owner's unexpired slot, not released), or a fence drawn
-#   after the head lock (LAST_INSERT_ID() from then on), SLOT_DELETE and SLOT_INSERT (fewer than $5 others),
-#   SLOT_REFRESH_HEAD from those values (no read of the slots);
-#   a plain lease is a row the upsert left plain (judged unexpired by the upsert's own clock, taken before
-#   any lock wait: a later clock would grant a slot beside a row still plain, then raise its expiry);
-#   a refusal writes nothing but the head it made (or the expired plain lease it turned into one); the
-#   extend does not ask the clock again: @ss_extend was decided under the head's lock, so a slot that
-#   expired since is still the owner's
-SLOT_ACQUIRE_PACKET = """
-START TRANSACTION;
-INSERT INTO {table} (`key`, owner, fence, expires_at, acquired_at, has_waiters)
-VALUES ($1, '', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), FALSE)
-ON DUPLICATE KEY UPDATE data = IF(owner <> '' AND expires_at <= UTC_TIMESTAMP(6), NULL, data),
-                        released = IF(owner <> '' AND expires_at <= UTC_TIMESTAMP(6), FALSE, released),
-                        owner = IF(owner <> '' AND expires_at <= UTC_TIMESTAMP(6), '', owner);
-SELECT MAX(h.owner <> ''), MAX(h.owner), MAX(h.fence), MAX(h.expires_at),
-       MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), h.expires_at) / 1000), MAX(h.released),
-       NOT MAX(h.owner <> '')
-       AND COALESCE(MAX(s.owner = $2 AND s.expires_at > UTC_TIMESTAMP(6)), 0)
-       AND NOT COALESCE(MAX(s.owner = $2 AND s.released), 0),
-       NOT MAX(h.owner <> '')
-       AND NOT COALESCE(MAX(s.owner = $2 AND s.expires_at > UTC_TIMESTAMP(6)), 0)
-       AND COUNT(CASE WHEN s.owner <> $2 AND s.expires_at > UTC_TIMESTAMP(6) THEN 1 END) < $5,
-       MAX(CASE WHEN s.owner = $2 THEN s.fence END), MAX(CASE WHEN s.owner = $2 THEN s.acquired_at END),
-       MAX(CASE WHEN s.owner <> $2 AND s.expires_at > UTC_TIMESTAMP(6) THEN s.expires_at END),
-       MIN(CASE WHEN s.owner <> $2 AND s.expires_at > UTC_TIMESTAMP(6) THEN s.acquired_at END),
-       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
-  INTO @ss_plain, @ss_owner, @ss_row_fence, @ss_row_expires_at, @ss_row_remaining_ms, @ss_row_released,
-       @ss_extend, @ss_grant, @ss_mine_fence, @ss_mine_since, @ss_others_until, @ss_others_since, @ss_now, @ss_until
-  FROM {table} AS h LEFT JOIN {slot_table} AS s ON s.`key` = h.`key`
- WHERE h.`key` = $1;
-UPDATE {slot_table} SET expires_at = @ss_until, data = COALESCE($4, data)
- WHERE `key` = $1 AND owner = $2 AND @ss_extend;
-INSERT INTO {fence_counter} (id) SELECT NULL FROM DUAL WHERE @ss_grant;
-DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2 AND @ss_grant;
-INSERT INTO {slot_table} (`key`, owner, fence, acquired_at, expires_at, data, released)
-SELECT $1, $2, LAST_INSERT_ID(), @ss_now, @ss_until, $4, FALSE FROM DUAL WHERE @ss_grant;
-UPDATE {table}
-   SET acquired_at = LEAST(CAST(COALESCE(@ss_others_since, IF(@ss_grant, @ss_now, @ss_mine_since)) AS DATETIME(6)),
-                           CAST(IF(@ss_grant, @ss_now, @ss_mine_since) AS DATETIME(6))),
-       expires_at = GREATEST(CAST(COALESCE(@ss_others_until, @ss_until) AS DATETIME(6)),
-                             CAST(@ss_until AS DATETIME(6))),
-       fence = GREATEST(fence, IF(@ss_grant, LAST_INSERT_ID(), fence))
- WHERE `key` = $1 AND (@ss_extend OR @ss_grant);
-SELECT @ss_plain, @ss_extend OR @ss_grant, @ss_owner, @ss_row_fence, CAST(@ss_row_expires_at AS DATETIME(6)),
-       @ss_row_remaining_ms, @ss_row_released, IF(@ss_extend OR @ss_grant, $2, s.owner),
-       CAST(IF(@ss_grant, LAST_INSERT_ID(), IF(@ss_extend, @ss_mine_fence, s.fence)) AS SIGNED),
-       IF(@ss_extend OR @ss_grant, CAST(@ss_until AS DATETIME(6)), s.expires_at),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), IF(@ss_extend OR @ss_grant, @ss_until, s.expires_at)) / 1000
-  FROM {table} AS h
-  LEFT JOIN {slot_table} AS s
-    ON s.`key` = h.`key` AND NOT (@ss_extend OR @ss_grant) AND s.expires_at > UTC_TIMESTAMP(6)
- WHERE h.`key` = $1
- ORDER BY s.acquired_at, s.fence
- LIMIT 1;
-COMMIT"""
+# slot_acquire_call ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL, $5 limit) -> (plain: the key's row is
+#   an unexpired plain lease (nothing changed), granted (a new slot or the owner's own renewed), the key's row's
+#   owner, fence, expires_at, remaining_ms, released, then the owner's slot if granted, else the oldest
+#   unexpired slot: owner, fence, expires_at, remaining_ms); a refusal writes nothing but the head it made
+SLOT_ACQUIRE_CALL = """
+CALL {slot_acquire_function}($1, $2, $3, $4, $5)"""
 
-# slot_release_first_packet ($1 .. $4 as SLOT_RELEASE_PACKET) -> as SLOT_RELEASE_PACKET; sent first for a key
-#   remembered as a semaphore's (docs/statements.md, "Semaphore hints"): if a plain read (SLOT_IS_HEAD) finds a
-#   head, slot_release's transaction: the head locked (SLOT_LOCK_ONLY_HEAD), SLOT_STATE (with what the head's
-#   refresh needs, as in the grant), SLOT_KEEP or SLOT_DELETE, SLOT_REFRESH_HEAD from those values
-SLOT_RELEASE_FIRST_PACKET = """
-SELECT IF(COUNT(*), $1, NULL) INTO @sr_key FROM {table} WHERE `key` = $1 AND owner = '';
-START TRANSACTION;
-SELECT COUNT(*) INTO @sr_locked FROM {table} WHERE `key` = @sr_key AND owner = '' FOR UPDATE;
-SELECT COALESCE(MAX(CASE WHEN owner = $2 THEN fence END) IS NOT NULL
-                AND ($3 IS NULL OR MAX(CASE WHEN owner = $2 THEN fence END) = $3)
-                AND NOT (MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)) AND MAX(owner = $2 AND released)), 0),
-       COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)), 0),
-       COALESCE(MAX(owner = $2 AND expires_at > UTC_TIMESTAMP(6)) AND $4 IS NOT NULL
-                AND MAX(owner = $2 AND acquired_at + INTERVAL $4 MICROSECOND > UTC_TIMESTAMP(6)), 0),
-       MAX(CASE WHEN owner = $2 THEN acquired_at END),
-       MAX(CASE WHEN owner = $2 THEN acquired_at END) + INTERVAL $4 MICROSECOND,
-       MAX(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN expires_at END),
-       MIN(CASE WHEN owner <> $2 AND expires_at > UTC_TIMESTAMP(6) THEN acquired_at END), UTC_TIMESTAMP(6)
-  INTO @sr_mine, @sr_live, @sr_keep, @sr_since, @sr_until, @sr_others_until, @sr_others_since, @sr_now
-  FROM {slot_table} WHERE `key` = @sr_key AND @sr_locked;
-UPDATE {slot_table} SET released = TRUE, expires_at = acquired_at + INTERVAL $4 MICROSECOND
- WHERE `key` = $1 AND owner = $2 AND @sr_mine AND @sr_keep;
-DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2 AND @sr_mine AND NOT @sr_keep;
-UPDATE {table}
-   SET acquired_at = IF(@sr_keep, LEAST(CAST(COALESCE(@sr_others_since, @sr_since) AS DATETIME(6)),
-                                        CAST(@sr_since AS DATETIME(6))),
-                        COALESCE(@sr_others_since, acquired_at)),
-       expires_at = IF(@sr_keep, GREATEST(CAST(COALESCE(@sr_others_until, @sr_until) AS DATETIME(6)),
-                                          CAST(@sr_until AS DATETIME(6))),
-                       COALESCE(@sr_others_until, @sr_now))
- WHERE `key` = $1 AND owner = '' AND @sr_mine;
-SELECT @sr_locked, @sr_mine AND (@sr_keep OR @sr_live);
-COMMIT"""
+# slot_release_first_call ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_us | NULL) -> (the key's row was a
+#   semaphore's head when locked, the owner's slot released: kept, or deleted unexpired); sent first for a key
+#   remembered as a semaphore's (docs/statements.md, "Semaphore hints")
+SLOT_RELEASE_FIRST_CALL = """
+CALL {slot_release_function}($1, $2, $3, $4)"""
 
-# slot_release_packet ($1 key, $2 owner, $3 fence | NULL: any, $4 min_hold_us | NULL) -> (the key's row was a
-#   semaphore's head when locked, the owner's slot released: kept, or deleted unexpired); sent after RELEASE (and
-#   RELEASE_KEEPING) released nothing: RELEASE_EXPIRED, then SLOT_RELEASE_FIRST_PACKET
-SLOT_RELEASE_PACKET = RELEASE_EXPIRED + ";" + SLOT_RELEASE_FIRST_PACKET
+# slot_release_packet ($1 .. $4 as SLOT_RELEASE_FIRST_CALL) -> as SLOT_RELEASE_FIRST_CALL; sent after RELEASE (and
+#   RELEASE_KEEPING) released nothing: RELEASE_EXPIRED, then SLOT_RELEASE_FIRST_CALL
+SLOT_RELEASE_PACKET = RELEASE_EXPIRED + ";" + SLOT_RELEASE_FIRST_CALL
 
 STEP_NAMES = (
     "begin",
@@ -695,9 +614,9 @@ def steps() -> dict[str, str]:
         "fence_take_over_packet": FENCE_TAKE_OVER_PACKET,
         "granted_keys_packet": GRANTED_KEYS_PACKET,
         "acquire_keys_packet": ACQUIRE_KEYS_PACKET,
-        "slot_acquire_packet": SLOT_ACQUIRE_PACKET,
+        "slot_acquire_packet": SLOT_ACQUIRE_CALL,
         "slot_release_packet": SLOT_RELEASE_PACKET,
-        "slot_release_first_packet": SLOT_RELEASE_FIRST_PACKET,
+        "slot_release_first_packet": SLOT_RELEASE_FIRST_CALL,
     }
 
 
