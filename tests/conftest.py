@@ -122,6 +122,15 @@ def pg_schema(pg_url: str) -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture
+def fresh_mysql_db() -> Iterator[str]:
+    """An empty database (not migrated) on the MySQL server; dropped afterwards."""
+    name = f"sql_lease_m_{uuid.uuid4().hex[:10]}"
+    mysql_execute(MYSQL_URL, f"CREATE DATABASE `{name}`")
+    yield name
+    mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture
 def fresh_pg_schema(pg_url: str) -> Iterator[str]:
     """An empty schema name for a test that migrates it itself; dropped afterwards."""
     schema = f"sql_lease_t_{uuid.uuid4().hex[:10]}"

@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,6 @@ from tests.conftest import MYSQL_URL, mysql_connect, mysql_execute
 
 pytestmark = pytest.mark.mysql
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def fresh_db() -> Iterator[str]:
-    """An empty database (not migrated) on the MySQL server; dropped afterwards."""
-    name = f"sql_lease_m_{uuid.uuid4().hex[:10]}"
-    mysql_execute(MYSQL_URL, f"CREATE DATABASE `{name}`")
-    yield name
-    mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{name}`")
 
 
 def url_of(database: str, driver: str = "") -> str:
@@ -143,8 +133,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_migrates_checks_and_runs_a_job(fresh_db: str) -> None:
-    url = url_of(fresh_db)
+def test_cli_migrates_checks_and_runs_a_job(fresh_mysql_db: str) -> None:
+    url = url_of(fresh_mysql_db)
     offline = run_cli("migrate", "--url", url, "--sql")
     assert offline.returncode == 0 and "VARBINARY(2048)" in offline.stdout and "DATETIME(6)" in offline.stdout
     first = run_cli("migrate", "--url", url)
@@ -161,31 +151,31 @@ def test_cli_migrates_checks_and_runs_a_job(fresh_db: str) -> None:
     assert swept.returncode == 0 and swept.stdout.strip() == "removed 1 expired lease(s)", swept
 
 
-def test_cli_configuration_errors_exit_78(fresh_db: str) -> None:
-    missing_db = run_cli("check", "--url", url_of(fresh_db + "_nope"))
+def test_cli_configuration_errors_exit_78(fresh_mysql_db: str) -> None:
+    missing_db = run_cli("check", "--url", url_of(fresh_mysql_db + "_nope"))
     assert missing_db.returncode == 78 and "does not exist" in missing_db.stdout + missing_db.stderr
-    unmigrated = run_cli("list", "--url", url_of(fresh_db))
+    unmigrated = run_cli("list", "--url", url_of(fresh_mysql_db))
     assert unmigrated.returncode == 78 and "sql-lease migrate" in unmigrated.stderr
     with pytest.raises(LeaseConfigError, match="does not exist"):
-        SyncSqlLeaseProvider(url_of(fresh_db + "_nope")).migrate()
+        SyncSqlLeaseProvider(url_of(fresh_mysql_db + "_nope")).migrate()
 
 
-def test_a_least_privilege_user_runs_every_lease_operation(fresh_db: str) -> None:
+def test_a_least_privilege_user_runs_every_lease_operation(fresh_mysql_db: str) -> None:
     user, password = f"lease_{uuid.uuid4().hex[:8]}", "pw-" + uuid.uuid4().hex[:8]
-    with SyncSqlLeaseProvider(url_of(fresh_db)) as owner:
+    with SyncSqlLeaseProvider(url_of(fresh_mysql_db)) as owner:
         owner.migrate()
     tables = ("sql_leases", "sql_leases_slots", "sql_leases_fence", "sql_leases_fences")
     mysql_execute(
         MYSQL_URL,
         f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
-        *(f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{fresh_db}`.`{table}` TO '{user}'@'%'" for table in tables),
+        *(f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{fresh_mysql_db}`.`{table}` TO '{user}'@'%'" for table in tables),
         *(  # semaphores: migration 0009's procedures
-            f"GRANT EXECUTE ON PROCEDURE `{fresh_db}`.`{procedure}` TO '{user}'@'%'"
+            f"GRANT EXECUTE ON PROCEDURE `{fresh_mysql_db}`.`{procedure}` TO '{user}'@'%'"
             for procedure in ("sql_leases_slot_acquire", "sql_leases_slot_release")
         ),
     )
     try:
-        url = sa.make_url(url_of(fresh_db)).set(username=user, password=password)
+        url = sa.make_url(url_of(fresh_mysql_db)).set(username=user, password=password)
         with SyncSqlLeaseProvider(url) as provider:
             key = "least"
             granted = provider.acquire_lease(key, "a", 60_000)
@@ -393,13 +383,13 @@ def test_bad_urls_raise_config_or_backend_errors_with_the_password_masked(mysql_
             assert raised.value.__cause__ is not None
 
 
-def test_a_session_without_strict_mode_is_refused_before_anything_is_created(fresh_db: str) -> None:
+def test_a_session_without_strict_mode_is_refused_before_anything_is_created(fresh_mysql_db: str) -> None:
     """An application's engine whose sessions run without STRICT_TRANS_TABLES (set on its own
     connections, never on the server): migrate refuses with a message naming it, and creates nothing."""
 
     async def migrate_on_a_lax_engine() -> None:
         engine = create_async_engine(
-            to_async_url(url_of(fresh_db)),
+            to_async_url(url_of(fresh_mysql_db)),
             connect_args={"init_command": "SET SESSION sql_mode = 'NO_ENGINE_SUBSTITUTION'"},
         )
         try:
@@ -410,7 +400,7 @@ def test_a_session_without_strict_mode_is_refused_before_anything_is_created(fre
 
     with pytest.raises(LeaseConfigError, match=r"sql_mode .*lacks STRICT_TRANS_TABLES"):
         asyncio.run(migrate_on_a_lax_engine())
-    created = sa.create_engine(to_sync_url(url_of(fresh_db)))
+    created = sa.create_engine(to_sync_url(url_of(fresh_mysql_db)))
     try:
         with created.connect() as conn:
             assert sa.inspect(conn).get_table_names() == []
@@ -418,12 +408,12 @@ def test_a_session_without_strict_mode_is_refused_before_anything_is_created(fre
         created.dispose()
 
 
-def test_a_lease_table_not_on_innodb_is_refused(fresh_db: str) -> None:
+def test_a_lease_table_not_on_innodb_is_refused(fresh_mysql_db: str) -> None:
     """A lease table on another storage engine (no row locks, no transactions) is refused with a
     message by migrate (both faces and the CLI, exit 78) and failed by ``sql-lease check``."""
-    url = url_of(fresh_db)
+    url = url_of(fresh_mysql_db)
     assert run_cli("migrate", "--url", url).returncode == 0
-    mysql_execute(MYSQL_URL, f"ALTER TABLE `{fresh_db}`.`sql_leases_fence` ENGINE=MyISAM")
+    mysql_execute(MYSQL_URL, f"ALTER TABLE `{fresh_mysql_db}`.`sql_leases_fence` ENGINE=MyISAM")
     words = "sql_leases_fence is MyISAM"
     with pytest.raises(LeaseConfigError, match=words), SyncSqlLeaseProvider(url) as sync_provider:
         sync_provider.migrate()
@@ -461,14 +451,14 @@ def test_release_leases_locks_only_its_own_keys_rows(mysql_db: tuple[str, str]) 
         assert provider.get_lease_owner(other) == "them"
 
 
-def test_a_plain_release_that_frees_nothing_answers_false_on_a_table_at_0005(fresh_db: str) -> None:
+def test_a_plain_release_that_frees_nothing_answers_false_on_a_table_at_0005(fresh_mysql_db: str) -> None:
     """Before semaphores (0005: no slot table) a plain release answers as ever; the slot packet it
     sends after a plain "no" must not turn that "no" into SchemaMissingError."""
     from alembic import command
 
     from sql_lease.sql.migrate import alembic_config
 
-    url = url_of(fresh_db)
+    url = url_of(fresh_mysql_db)
     with SyncSqlLeaseProvider(url) as provider:
         engine = sa.create_engine(to_sync_url(url))
         try:
