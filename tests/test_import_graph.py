@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "sql_lease.sql.dialects",
             "sql_lease.sql.statements",
             "sql_lease.sql.plans",
+            "sql_lease.sql.hints",
             "sql_lease.sql.transactional",
             "sql_lease.sql.operations",
             "sql_lease.sql.schema",
