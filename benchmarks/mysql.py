@@ -8,8 +8,10 @@ Measures acquire + release cycles per second (async, 1 task and 8 tasks on disti
   ``INSERT ... ON DUPLICATE KEY UPDATE`` and a ``DELETE``, each its own durable commit (no
   fence, no holder reported: what a lock without those guarantees costs);
 - the same floor driver sending sql_lease's own statements per cycle (its acquire packet and its
-  release ``DELETE``, on a multi-statement connection): what the statements cost without the provider,
-  so ``sql_lease / own statements`` is the provider's overhead;
+  release ``DELETE``) on connections made and set up as the provider makes its own (its connect
+  arguments and session statements), in the provider's loop (the same keys, a new owner id per
+  cycle): what the statements cost without the provider, so ``sql_lease / own statements`` is the
+  provider's overhead;
 - sql_lease on PostgreSQL (its session schema), for scale.
 The measures alternate, ``--rounds`` times each; the medians are printed with the ratios.
 """
@@ -41,22 +43,25 @@ async def _floor_cycles(pool: Any, count: int, tag: str, table: str) -> None:
             await cur.execute(f"DELETE FROM {table} WHERE k = %s AND owner = %s", (key, tag))
 
 
-async def _statement_cycles(pool: Any, count: int, tag: str, statements: Any) -> None:
+async def _statement_cycles(pool: Any, count: int, tag: str, statements: Any, session: tuple[str, ...]) -> None:
     from sql_lease.sql.rows import named, pyformat
 
     acquire, release = pyformat(statements.steps["acquire_packet"]), pyformat(statements.release)
     ttl = statements.ttl_param(15_000.0)
     async with pool.acquire() as conn, conn.cursor() as cur:
+        for statement in session:
+            await cur.execute(statement)
         for i in range(count):
-            key = f"{tag}:{i}"
-            await cur.execute(acquire, named((key, tag, ttl, None)))
+            key, owner = f"{tag}:{i % 64}", uuid.uuid4().hex  # as lease_bench._cycles
+            await cur.execute(acquire, named((key, owner, ttl, None)))
             while True:
                 if cur.description is not None:
                     granted = await cur.fetchall()
                 if not await cur.nextset():
                     break
-            assert granted[0][5] is not None and granted[0][5].decode() == tag, granted
-            await cur.execute(release, named((key, tag, None, None)))
+            if granted[0][5] is None or granted[0][5].decode() != owner:
+                raise AssertionError(f"benchmark key {key} was not free: {granted}")
+            await cur.execute(release, named((key, owner, None, None)))
 
 
 async def _rate(run: Any, cycles: int, workers: int) -> float:
@@ -76,11 +81,9 @@ async def main() -> None:
 
     import asyncmy
     import sqlalchemy as sa
-    from asyncmy.constants import CLIENT
 
     from sql_lease import SqlLeaseProvider
-    from sql_lease.sql.schema import LeaseTableNames
-    from sql_lease.sql.statements import statements_for
+    from sql_lease.sql import setup
 
     database = f"bench_{uuid.uuid4().hex[:10]}"
     url = sa.make_url(args.mysql)
@@ -95,16 +98,14 @@ async def main() -> None:
         )
     server = {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or ""}
     pool = await asyncmy.create_pool(**server, autocommit=True, maxsize=10)
-    packet_pool = await asyncmy.create_pool(
-        **server,
-        autocommit=True,
-        maxsize=10,
-        client_flag=CLIENT.MULTI_STATEMENTS,
-        init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-    )
-    statements = statements_for("mysql", LeaseTableNames(schema=database), mysql_lock_wait_s=5, mysql_packed=True)
     mysql = SqlLeaseProvider(args.mysql, schema=database)
     await mysql.migrate()
+    # the provider's own connect arguments (client flags, autocommit), session statements and statements
+    packet_pool = await asyncmy.create_pool(
+        **setup.mysql_connect_kwargs(mysql.engine.sync_engine, mysql.operation_timeout_s), maxsize=10
+    )
+    session = setup.mysql_session_setup(mysql.operation_timeout_s)
+    statements = mysql.statements
     pg_schema = f"bench_{uuid.uuid4().hex[:10]}"
     pg = bench_provider(args.pg, schema=pg_schema)
     await pg.migrate()
@@ -115,7 +116,10 @@ async def main() -> None:
                 for name, run in (
                     ("sql_lease mysql", lambda n, tag: _cycles(mysql, n, tag)),
                     ("raw asyncmy floor", lambda n, tag: _floor_cycles(pool, n, tag, floor_table)),
-                    ("raw asyncmy, own statements", lambda n, tag: _statement_cycles(packet_pool, n, tag, statements)),
+                    (
+                        "raw asyncmy, own statements",
+                        lambda n, tag: _statement_cycles(packet_pool, n, tag, statements, session),
+                    ),
                     ("sql_lease postgresql", lambda n, tag: _cycles(pg, n, tag)),
                 ):
                     rows.setdefault(f"{name}, {workers} worker(s)", []).append(await _rate(run, args.cycles, workers))
