@@ -123,9 +123,9 @@ def _counted(fetch: Fetch) -> tuple[Fetch, list[int]]:
     """``fetch``, and a one-item list counting the statements it was asked to send."""
     count = [0]
 
-    async def counting(sql: str, params: tuple[Any, ...]) -> Sequence[Row]:
+    def counting(sql: str, params: tuple[Any, ...]) -> Awaitable[Sequence[Row]]:
         count[0] += 1
-        return await fetch(sql, params)
+        return fetch(sql, params)
 
     return counting, count
 

@@ -126,7 +126,7 @@ def acquire(
         if s.packed:  # the holder read, the lock and the steps in one packet
             packet = s.steps["acquire_packet" if waits else "acquire_packet_nowait"]
             params = (key, owner, ttl, data)
-            return (yield from _transaction(s, lambda: _acquire_packed(s, packet, params), packed=True))
+            return (yield from _transaction(s, functools.partial(_acquire_packed, s, packet, params), packed=True))
         holder = yield Query(s.holder, (key,))
         if s.refuses(holder, owner):
             return s.refusal(holder)
