@@ -456,10 +456,11 @@ class _AsyncmyConnection:
     """An asyncmy connection as :class:`_Connections` lends it (``is_closed``, ``terminate``,
     ``close``), with its statement runner."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "cursor")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self.cursor = conn.cursor()  # one per connection: a statement drains what the last one left
 
     def is_closed(self) -> bool:
         return not self.conn.connected
@@ -476,7 +477,7 @@ class _AsyncmyConnection:
 
     async def fetch(self, sql: str, params: tuple[Any, ...]) -> list[Row]:
         """The rows of the packet's last result with columns, else one row: the first row count."""
-        cursor = self.conn.cursor()
+        cursor = self.cursor
         await cursor.execute(pyformat(sql), named(params))
         count, rows = cursor.rowcount, None
         while True:

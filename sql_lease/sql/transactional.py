@@ -145,29 +145,29 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     the server ended in a deadlock (beside a semaphore's transaction on the same row) runs again.
     ``s.packed``: a plain release that released nothing is followed by ``slot_release_packet``
     (the owner's slot, if the key is a semaphore's), so the answer covers slots."""
+    return _transaction(s, functools.partial(_release_body, s, params), packed=True)
 
-    def body() -> Plan[bool]:
-        if params[3] is not None:
-            (kept,) = yield Query(s.release_keeping, params)
-            if kept:
-                return True
-        (count,) = yield Query(s.release, params)
-        if count:
+
+def _release_body(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
+    if params[3] is not None:
+        (kept,) = yield Query(s.release_keeping, params)
+        if kept:
             return True
-        if s.packed:  # the expired row's delete and the owner's slot, if a semaphore's, in one packet
-            try:
-                return (yield from _slot_released(s, params))
-            except Exception as exc:  # a table at 0005 (no slot table): a plain "no" stays one unless a head
-                if not schema_behind(exc):
-                    raise
-                yield Query(s.steps["rollback"], ())  # the packet stopped inside its transaction
-                if (yield Query(s.slots["slot_is_head"], (params[0],))) is not None:
-                    raise
-                return False
-        yield Query(s.steps["release_expired"], params[:3])
-        return False
-
-    return (yield from _transaction(s, body, packed=True))
+    (count,) = yield Query(s.release, params)
+    if count:
+        return True
+    if s.packed:  # the expired row's delete and the owner's slot, if a semaphore's, in one packet
+        try:
+            return (yield from _slot_released(s, params))
+        except Exception as exc:  # a table at 0005 (no slot table): a plain "no" stays one unless a head
+            if not schema_behind(exc):
+                raise
+            yield Query(s.steps["rollback"], ())  # the packet stopped inside its transaction
+            if (yield Query(s.slots["slot_is_head"], (params[0],))) is not None:
+                raise
+            return False
+    yield Query(s.steps["release_expired"], params[:3])
+    return False
 
 
 def _slot_released(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
