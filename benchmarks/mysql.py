@@ -64,11 +64,12 @@ async def _statement_cycles(pool: Any, count: int, tag: str, statements: Any, se
             await cur.execute(release, named((key, owner, None, None)))
 
 
-async def _rate(run: Any, cycles: int, workers: int) -> float:
+async def _rate(run: Any, cycles: int, workers: int) -> tuple[float, float]:
+    """Cycles per second, and this process's CPU time per cycle in microseconds (the client's)."""
     per = max(1, cycles // workers)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(run(per, f"w{uuid.uuid4().hex[:6]}{j}") for j in range(workers)))
-    return per * workers / (time.perf_counter() - started)
+    return per * workers / (time.perf_counter() - started), (time.process_time() - cpu) * 1e6 / (per * workers)
 
 
 async def main() -> None:
@@ -109,7 +110,7 @@ async def main() -> None:
     pg_schema = f"bench_{uuid.uuid4().hex[:10]}"
     pg = bench_provider(args.pg, schema=pg_schema)
     await pg.migrate()
-    rows: dict[str, list[float]] = {}
+    rows: dict[str, list[tuple[float, float]]] = {}
     try:
         for _ in range(args.rounds):
             for workers in (1, 8):
@@ -134,10 +135,13 @@ async def main() -> None:
         async with admin.cursor() as cur:
             await cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
         admin.close()
-    medians = {name: statistics.median(values) for name, values in rows.items()}
-    print(f"acquire + release cycles/s, medians of {args.rounds} rounds of {args.cycles} cycles")
+    medians = {name: statistics.median(rate for rate, _ in values) for name, values in rows.items()}
+    cpu = {name: statistics.median(used for _, used in values) for name, values in rows.items()}
+    print(
+        f"acquire + release cycles/s and client CPU µs/cycle, medians of {args.rounds} rounds of {args.cycles} cycles"
+    )
     for name, value in medians.items():
-        print(f"  {name:38s} {value:8.0f}")
+        print(f"  {name:38s} {value:8.0f} {cpu[name]:8.0f}")
     for workers in (1, 8):
         lease = medians[f"sql_lease mysql, {workers} worker(s)"]
         floor = medians[f"raw asyncmy floor, {workers} worker(s)"]
@@ -145,6 +149,17 @@ async def main() -> None:
         print(
             f"  {workers} worker(s): sql_lease on MySQL = {lease / floor:.2f} x the raw floor, "
             f"{lease / own:.2f} x its own statements on the raw driver"
+        )
+    for workers in (1, 8):  # measured side by side in each round: less of the machine's noise
+        leases, owns = (
+            rows[f"sql_lease mysql, {workers} worker(s)"],
+            rows[f"raw asyncmy, own statements, {workers} worker(s)"],
+        )
+        paired = statistics.median(lease / own for (lease, _), (own, _) in zip(leases, owns, strict=True))
+        extra = statistics.median(lease - own for (_, lease), (_, own) in zip(leases, owns, strict=True))
+        print(
+            f"  {workers} worker(s): median of the rounds' sql_lease / own statements {paired:.2f}; "
+            f"client CPU per cycle {extra:+.0f} µs"
         )
 
 

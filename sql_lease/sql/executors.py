@@ -24,7 +24,6 @@ import asyncio
 import collections
 import contextlib
 import functools
-import itertools
 import os
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -75,13 +74,13 @@ class AsyncExecutor:
         """Run ``plan`` (else ``make_plan()``); ``make_plan`` starts it afresh after a connection
         was found dead before its statement was sent (:class:`.retry.DeadConnectionRetry`).
         ``deadline``: ``time.monotonic()`` seconds, or None when the caller bounds the call."""
-        for attempt in itertools.count():
+        attempt = 0
+        while True:
             try:
                 return await self._run_once(make_plan, plan, deadline)
             except DeadBeforeSending as dead:
                 self.retry.again(dead, attempt, deadline)
-                plan = None
-        raise AssertionError("unreachable")
+                plan, attempt = None, attempt + 1
 
     async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         raise NotImplementedError
@@ -311,7 +310,7 @@ class _Connections:
             if not conn.is_closed():
                 conn.terminate()  # at once: a graceful close could wait seconds
             self._wake(None)
-        elif not self._wake(conn):
+        elif not (self._waiters and self._wake(conn)):
             self._idle.append(conn)
 
     def _wake(self, conn: Any) -> bool:
