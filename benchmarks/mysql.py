@@ -13,7 +13,9 @@ Measures acquire + release cycles per second (async, 1 task and 8 tasks on disti
   cycle): what the statements cost without the provider, so ``sql_lease / own statements`` is the
   provider's overhead;
 - sql_lease on PostgreSQL (its session schema), for scale.
-The measures alternate, ``--rounds`` times each; the medians are printed with the ratios.
+The measures alternate, ``--rounds`` times each, each round starting one measure later (so none always
+follows the same one); the medians are printed with the ratios, the client's CPU time per cycle, and
+the median of each round's ratio to the own statements (measured side by side).
 """
 
 from __future__ import annotations
@@ -112,17 +114,16 @@ async def main() -> None:
     await pg.migrate()
     rows: dict[str, list[tuple[float, float]]] = {}
     try:
-        for _ in range(args.rounds):
+        measures = [
+            ("sql_lease mysql", lambda n, tag: _cycles(mysql, n, tag)),
+            ("raw asyncmy floor", lambda n, tag: _floor_cycles(pool, n, tag, floor_table)),
+            ("raw asyncmy, own statements", lambda n, tag: _statement_cycles(packet_pool, n, tag, statements, session)),
+            ("sql_lease postgresql", lambda n, tag: _cycles(pg, n, tag)),
+        ]
+        for round_number in range(args.rounds):
+            turn = round_number % len(measures)  # each measure follows each other one in turn, not always the same
             for workers in (1, 8):
-                for name, run in (
-                    ("sql_lease mysql", lambda n, tag: _cycles(mysql, n, tag)),
-                    ("raw asyncmy floor", lambda n, tag: _floor_cycles(pool, n, tag, floor_table)),
-                    (
-                        "raw asyncmy, own statements",
-                        lambda n, tag: _statement_cycles(packet_pool, n, tag, statements, session),
-                    ),
-                    ("sql_lease postgresql", lambda n, tag: _cycles(pg, n, tag)),
-                ):
+                for name, run in measures[turn:] + measures[:turn]:
                     rows.setdefault(f"{name}, {workers} worker(s)", []).append(await _rate(run, args.cycles, workers))
     finally:
         await mysql.close()
