@@ -8,10 +8,14 @@ Measures acquire + release cycles per second (async, 1 task and 8 tasks on disti
   ``INSERT ... ON DUPLICATE KEY UPDATE`` and a ``DELETE``, each its own durable commit (no
   fence, no holder reported: what a lock without those guarantees costs);
 - the same floor driver sending sql_lease's own statements per cycle (its acquire packet and its
-  release ``DELETE``, on a multi-statement connection): what the statements cost without the provider,
-  so ``sql_lease / own statements`` is the provider's overhead;
+  release ``DELETE``) on connections made and set up as the provider makes its own (its connect
+  arguments and session statements), in the provider's loop (the same keys, a new owner id per
+  cycle): what the statements cost without the provider, so ``sql_lease / own statements`` is the
+  provider's overhead;
 - sql_lease on PostgreSQL (its session schema), for scale.
-The measures alternate, ``--rounds`` times each; the medians are printed with the ratios.
+The measures alternate, ``--rounds`` times each, each round starting one measure later (so none always
+follows the same one); the medians are printed with the ratios, the client's CPU time per cycle, and
+the median of each round's ratio to the own statements (measured side by side).
 """
 
 from __future__ import annotations
@@ -41,29 +45,33 @@ async def _floor_cycles(pool: Any, count: int, tag: str, table: str) -> None:
             await cur.execute(f"DELETE FROM {table} WHERE k = %s AND owner = %s", (key, tag))
 
 
-async def _statement_cycles(pool: Any, count: int, tag: str, statements: Any) -> None:
+async def _statement_cycles(pool: Any, count: int, tag: str, statements: Any, session: tuple[str, ...]) -> None:
     from sql_lease.sql.rows import named, pyformat
 
     acquire, release = pyformat(statements.steps["acquire_packet"]), pyformat(statements.release)
     ttl = statements.ttl_param(15_000.0)
     async with pool.acquire() as conn, conn.cursor() as cur:
+        for statement in session:
+            await cur.execute(statement)
         for i in range(count):
-            key = f"{tag}:{i}"
-            await cur.execute(acquire, named((key, tag, ttl, None)))
+            key, owner = f"{tag}:{i % 64}", uuid.uuid4().hex  # as lease_bench._cycles
+            await cur.execute(acquire, named((key, owner, ttl, None)))
             while True:
                 if cur.description is not None:
                     granted = await cur.fetchall()
                 if not await cur.nextset():
                     break
-            assert granted[0][5] is not None and granted[0][5].decode() == tag, granted
-            await cur.execute(release, named((key, tag, None, None)))
+            if granted[0][5] is None or granted[0][5].decode() != owner:
+                raise AssertionError(f"benchmark key {key} was not free: {granted}")
+            await cur.execute(release, named((key, owner, None, None)))
 
 
-async def _rate(run: Any, cycles: int, workers: int) -> float:
+async def _rate(run: Any, cycles: int, workers: int) -> tuple[float, float]:
+    """Cycles per second, and this process's CPU time per cycle in microseconds (the client's)."""
     per = max(1, cycles // workers)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(run(per, f"w{uuid.uuid4().hex[:6]}{j}") for j in range(workers)))
-    return per * workers / (time.perf_counter() - started)
+    return per * workers / (time.perf_counter() - started), (time.process_time() - cpu) * 1e6 / (per * workers)
 
 
 async def main() -> None:
@@ -76,11 +84,9 @@ async def main() -> None:
 
     import asyncmy
     import sqlalchemy as sa
-    from asyncmy.constants import CLIENT
 
     from sql_lease import SqlLeaseProvider
-    from sql_lease.sql.schema import LeaseTableNames
-    from sql_lease.sql.statements import statements_for
+    from sql_lease.sql import setup
 
     database = f"bench_{uuid.uuid4().hex[:10]}"
     url = sa.make_url(args.mysql)
@@ -95,29 +101,29 @@ async def main() -> None:
         )
     server = {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or ""}
     pool = await asyncmy.create_pool(**server, autocommit=True, maxsize=10)
-    packet_pool = await asyncmy.create_pool(
-        **server,
-        autocommit=True,
-        maxsize=10,
-        client_flag=CLIENT.MULTI_STATEMENTS,
-        init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-    )
-    statements = statements_for("mysql", LeaseTableNames(schema=database), mysql_lock_wait_s=5, mysql_packed=True)
     mysql = SqlLeaseProvider(args.mysql, schema=database)
     await mysql.migrate()
+    # the provider's own connect arguments (client flags, autocommit), session statements and statements
+    packet_pool = await asyncmy.create_pool(
+        **setup.mysql_connect_kwargs(mysql.engine.sync_engine, mysql.operation_timeout_s), maxsize=10
+    )
+    session = setup.mysql_session_setup(mysql.operation_timeout_s)
+    statements = mysql.statements
     pg_schema = f"bench_{uuid.uuid4().hex[:10]}"
     pg = bench_provider(args.pg, schema=pg_schema)
     await pg.migrate()
-    rows: dict[str, list[float]] = {}
+    rows: dict[str, list[tuple[float, float]]] = {}
     try:
-        for _ in range(args.rounds):
+        measures = [
+            ("sql_lease mysql", lambda n, tag: _cycles(mysql, n, tag)),
+            ("raw asyncmy floor", lambda n, tag: _floor_cycles(pool, n, tag, floor_table)),
+            ("raw asyncmy, own statements", lambda n, tag: _statement_cycles(packet_pool, n, tag, statements, session)),
+            ("sql_lease postgresql", lambda n, tag: _cycles(pg, n, tag)),
+        ]
+        for round_number in range(args.rounds):
+            turn = round_number % len(measures)  # each measure follows each other one in turn, not always the same
             for workers in (1, 8):
-                for name, run in (
-                    ("sql_lease mysql", lambda n, tag: _cycles(mysql, n, tag)),
-                    ("raw asyncmy floor", lambda n, tag: _floor_cycles(pool, n, tag, floor_table)),
-                    ("raw asyncmy, own statements", lambda n, tag: _statement_cycles(packet_pool, n, tag, statements)),
-                    ("sql_lease postgresql", lambda n, tag: _cycles(pg, n, tag)),
-                ):
+                for name, run in measures[turn:] + measures[:turn]:
                     rows.setdefault(f"{name}, {workers} worker(s)", []).append(await _rate(run, args.cycles, workers))
     finally:
         await mysql.close()
@@ -130,10 +136,13 @@ async def main() -> None:
         async with admin.cursor() as cur:
             await cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
         admin.close()
-    medians = {name: statistics.median(values) for name, values in rows.items()}
-    print(f"acquire + release cycles/s, medians of {args.rounds} rounds of {args.cycles} cycles")
+    medians = {name: statistics.median(rate for rate, _ in values) for name, values in rows.items()}
+    cpu = {name: statistics.median(used for _, used in values) for name, values in rows.items()}
+    print(
+        f"acquire + release cycles/s and client CPU µs/cycle, medians of {args.rounds} rounds of {args.cycles} cycles"
+    )
     for name, value in medians.items():
-        print(f"  {name:38s} {value:8.0f}")
+        print(f"  {name:38s} {value:8.0f} {cpu[name]:8.0f}")
     for workers in (1, 8):
         lease = medians[f"sql_lease mysql, {workers} worker(s)"]
         floor = medians[f"raw asyncmy floor, {workers} worker(s)"]
@@ -141,6 +150,17 @@ async def main() -> None:
         print(
             f"  {workers} worker(s): sql_lease on MySQL = {lease / floor:.2f} x the raw floor, "
             f"{lease / own:.2f} x its own statements on the raw driver"
+        )
+    for workers in (1, 8):  # measured side by side in each round: less of the machine's noise
+        leases, owns = (
+            rows[f"sql_lease mysql, {workers} worker(s)"],
+            rows[f"raw asyncmy, own statements, {workers} worker(s)"],
+        )
+        paired = statistics.median(lease / own for (lease, _), (own, _) in zip(leases, owns, strict=True))
+        extra = statistics.median(lease - own for (_, lease), (_, own) in zip(leases, owns, strict=True))
+        print(
+            f"  {workers} worker(s): median of the rounds' sql_lease / own statements {paired:.2f}; "
+            f"client CPU per cycle {extra:+.0f} µs"
         )
 
 

@@ -417,3 +417,90 @@ async def test_semaphore_cycles_rewrite_the_head_row_at_most_once_per_ttl(pg_sch
             assert await leases.release_lease(key, "c")
     finally:
         await raw.close()
+
+
+# -- the provider's own work per MySQL cycle (issue 23) ----------------------------------------------
+
+
+class _AnsweringCursor:
+    """An asyncmy cursor stand-in: the acquire packet grants the key to its owner, a DELETE frees one row."""
+
+    def __init__(self) -> None:
+        self.description: Any = None
+        self.rowcount = -1
+        self._results: list[tuple[int, list[tuple[Any, ...]] | None]] = []
+
+    async def execute(self, sql: str, args: dict[str, Any]) -> None:
+        import datetime
+
+        if sql.lstrip().startswith("DELETE"):
+            self._results = [(1, None)]
+        else:  # eight results: the steps, then the row read back, then COMMIT
+            granted = (0, None, None, None, None, args["p2"].encode(), 7, datetime.datetime(2026, 1, 1), 900.0, 0)
+            self._results = [(1, None)] * 6 + [(1, [granted]), (0, None)]
+        self._next()
+
+    def _next(self) -> None:
+        self.rowcount, self._rows = self._results.pop(0)
+        self.description = None if self._rows is None else (("column",),)
+
+    async def fetchall(self) -> list[tuple[Any, ...]] | None:
+        return self._rows
+
+    async def nextset(self) -> bool | None:
+        if not self._results:
+            return None
+        self._next()
+        return True
+
+
+class _AnsweringAsyncmy:
+    connected = True
+    _stream_broken = False
+
+    def cursor(self) -> _AnsweringCursor:
+        return _AnsweringCursor()
+
+    def close(self) -> None:
+        self.connected = False
+
+    async def ensure_closed(self) -> None:
+        self.connected = False
+
+
+async def test_a_mysql_acquire_release_cycle_makes_few_python_calls_in_sql_lease() -> None:
+    """The provider's own Python work per acquire + release on its MySQL connections (the driver
+    stood in for, never reached), counted in calls into sql_lease: 107 before issue 23's cuts.
+    Counted, not timed, so it holds on a busy machine; benchmarks/mysql.py measures the time."""
+    import pathlib
+    import sys
+
+    import sql_lease
+    from sql_lease.sql.executors import _AsyncmyConnection
+
+    provider = SqlLeaseProvider("mysql://user@127.0.0.1:9/none")
+
+    async def answering() -> Any:
+        return _AsyncmyConnection(_AnsweringAsyncmy())
+
+    provider._executor._new_connection = answering  # type: ignore[attr-defined]
+    package = str(pathlib.Path(sql_lease.__file__).parent)
+    calls = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        calls += event == "call" and frame.f_code.co_filename.startswith(package)
+
+    try:
+        assert (await provider.acquire_lease("k", "o", 1000)).acquired  # the connection is made
+        assert await provider.release_lease("k", "o")
+        sys.setprofile(count)
+        try:
+            for _ in range(10):
+                assert (await provider.acquire_lease("k", "o", 1000)).acquired
+                assert await provider.release_lease("k", "o")
+        finally:
+            sys.setprofile(None)
+    finally:
+        await provider.close()
+    assert calls / 10 <= 95, f"{calls / 10} calls into sql_lease per cycle"

@@ -78,21 +78,20 @@ class DeadlineWatch:
         self._strong: dict[asyncio.AbstractEventLoop, _LoopWatch] = {}  # loops without weak references
         self._lock = threading.Lock()
 
-    def _for(self, loop: asyncio.AbstractEventLoop) -> _LoopWatch:
-        watch = self._last
-        if watch is None or watch.loop_ref() is not loop:
-            with self._lock:
-                try:
-                    watch = self._loops.get(loop)
-                    if watch is None:
-                        watch = self._loops[loop] = _LoopWatch(loop)
-                except TypeError:  # no weak references to this loop class
-                    watch = self._strong.get(loop)
-                    if watch is None:
-                        for closed in [other for other in self._strong if other.is_closed()]:
-                            del self._strong[closed]
-                        watch = self._strong[loop] = _LoopWatch(loop)
-            self._last = watch
+    def _switch(self, loop: asyncio.AbstractEventLoop) -> _LoopWatch:
+        """The watch of ``loop``, another than the last one used: found or made, then the last."""
+        with self._lock:
+            try:
+                watch = self._loops.get(loop)
+                if watch is None:
+                    watch = self._loops[loop] = _LoopWatch(loop)
+            except TypeError:  # no weak references to this loop class
+                watch = self._strong.get(loop)
+                if watch is None:
+                    for closed in [other for other in self._strong if other.is_closed()]:
+                        del self._strong[closed]
+                    watch = self._strong[loop] = _LoopWatch(loop)
+        self._last = watch
         return watch
 
     def start(self, seconds: float) -> Ticket:
@@ -101,7 +100,9 @@ class DeadlineWatch:
         task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("a deadline needs a task")
-        watch = self._for(loop)
+        watch = self._last
+        if watch is None or watch.loop_ref() is not loop:
+            watch = self._switch(loop)
         ticket = Ticket(watch, task, loop.time() + seconds)
         watch.active.add(ticket)
         if ticket.deadline < watch.timer_at:

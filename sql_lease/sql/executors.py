@@ -24,7 +24,6 @@ import asyncio
 import collections
 import contextlib
 import functools
-import itertools
 import os
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -75,13 +74,13 @@ class AsyncExecutor:
         """Run ``plan`` (else ``make_plan()``); ``make_plan`` starts it afresh after a connection
         was found dead before its statement was sent (:class:`.retry.DeadConnectionRetry`).
         ``deadline``: ``time.monotonic()`` seconds, or None when the caller bounds the call."""
-        for attempt in itertools.count():
+        attempt = 0
+        while True:
             try:
                 return await self._run_once(make_plan, plan, deadline)
             except DeadBeforeSending as dead:
                 self.retry.again(dead, attempt, deadline)
-                plan = None
-        raise AssertionError("unreachable")
+                plan, attempt = None, attempt + 1
 
     async def _run_once(self, make_plan: Callable[[], Plan[T]], plan: Plan[T] | None, deadline: float | None) -> T:
         raise NotImplementedError
@@ -123,9 +122,9 @@ def _counted(fetch: Fetch) -> tuple[Fetch, list[int]]:
     """``fetch``, and a one-item list counting the statements it was asked to send."""
     count = [0]
 
-    async def counting(sql: str, params: tuple[Any, ...]) -> Sequence[Row]:
+    def counting(sql: str, params: tuple[Any, ...]) -> Awaitable[Sequence[Row]]:
         count[0] += 1
-        return await fetch(sql, params)
+        return fetch(sql, params)
 
     return counting, count
 
@@ -311,7 +310,7 @@ class _Connections:
             if not conn.is_closed():
                 conn.terminate()  # at once: a graceful close could wait seconds
             self._wake(None)
-        elif not self._wake(conn):
+        elif not (self._waiters and self._wake(conn)):
             self._idle.append(conn)
 
     def _wake(self, conn: Any) -> bool:
@@ -456,10 +455,11 @@ class _AsyncmyConnection:
     """An asyncmy connection as :class:`_Connections` lends it (``is_closed``, ``terminate``,
     ``close``), with its statement runner."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "cursor")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self.cursor = conn.cursor()  # one per connection: a statement drains what the last one left
 
     def is_closed(self) -> bool:
         return not self.conn.connected
@@ -476,7 +476,7 @@ class _AsyncmyConnection:
 
     async def fetch(self, sql: str, params: tuple[Any, ...]) -> list[Row]:
         """The rows of the packet's last result with columns, else one row: the first row count."""
-        cursor = self.conn.cursor()
+        cursor = self.cursor
         await cursor.execute(pyformat(sql), named(params))
         count, rows = cursor.rowcount, None
         while True:

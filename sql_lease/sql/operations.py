@@ -9,6 +9,7 @@ faces share every statement, every retry rule and every decoding step.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -143,9 +144,7 @@ def acquire(
     key, owner = stored_key(key), validate_owner(owner)
     ttl, text = s.ttl_param(validate_ttl_ms(ttl_ms)), encode_data(data)
 
-    def plain() -> Plan[AcquireResult]:
-        return _plain_acquire(s, key, owner, ttl, text, lock_wait_ms, waiting)
-
+    plain = functools.partial(_plain_acquire, s, key, owner, ttl, text, lock_wait_ms, waiting)
     if checked_limit == 1:
         return _named_refusal(s, key, plain)
     return _slot_acquire(s, key, owner, ttl, text, checked_limit, waiting, plain)

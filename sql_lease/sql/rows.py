@@ -21,11 +21,16 @@ def pyformat(sql: str) -> str:
     return _PLACEHOLDER.sub(r"%(p\1)s", sql)
 
 
+@functools.lru_cache(maxsize=64)
+def _names(count: int) -> tuple[str, ...]:
+    return tuple(f"p{number}" for number in range(1, count + 1))
+
+
 def named(params: tuple[Any, ...]) -> dict[str, Any]:
     """Positional ``params`` by the names :func:`pyformat` gives their placeholders."""
-    return {f"p{number}": value for number, value in enumerate(params, 1)}
+    return dict(zip(_names(len(params)), params))  # noqa: B905 -- equal lengths; strict= costs a third more
 
 
 def mysql_row(row: Sequence[Any]) -> Row:
     """A MySQL row with its ``VARBINARY`` values (keys, owners) as text."""
-    return tuple(value.decode() if isinstance(value, bytes) else value for value in row)
+    return tuple([value.decode() if type(value) is bytes else value for value in row])

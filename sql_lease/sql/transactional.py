@@ -140,7 +140,7 @@ def acquire(
         if s.packed:  # the holder read, the lock and the steps in one packet
             packet = s.steps["acquire_packet" if waits else "acquire_packet_nowait"]
             params = (key, owner, ttl, data)
-            return (yield from _transaction(s, lambda: _acquire_packed(s, packet, params), packed=True))
+            return (yield from _transaction(s, functools.partial(_acquire_packed, s, packet, params), packed=True))
         holder = yield Query(s.holder, (key,))
         if s.refuses(holder, owner):
             return s.refusal(holder)
@@ -161,33 +161,33 @@ def release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     (the owner's slot, if the key is a semaphore's), so the answer covers slots; for a key remembered as a
     semaphore's (``s.semaphore_keys``) ``slot_release_first_packet`` goes first, and the plain steps only if
     it found no head."""
+    return _transaction(s, functools.partial(_release_body, s, params), packed=True)
 
-    def body() -> Plan[bool]:
-        if s.packed and params[0] in s.semaphore_keys:
-            released = yield from _slot_released(s, params, "slot_release_first_packet")
-            if released is not None:
-                return released
-        if params[3] is not None:
-            (kept,) = yield Query(s.release_keeping, params)
-            if kept:
-                return True
-        (count,) = yield Query(s.release, params)
-        if count:
+
+def _release_body(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
+    if s.packed and params[0] in s.semaphore_keys:
+        released = yield from _slot_released(s, params, "slot_release_first_packet")
+        if released is not None:
+            return released
+    if params[3] is not None:
+        (kept,) = yield Query(s.release_keeping, params)
+        if kept:
             return True
-        if s.packed:  # the expired row's delete and the owner's slot, if a semaphore's, in one packet
-            try:
-                return bool((yield from _slot_released(s, params)))
-            except Exception as exc:  # a table at 0005 (no slot table): a plain "no" stays one unless a head
-                if not schema_behind(exc):
-                    raise
-                yield Query(s.steps["rollback"], ())  # the packet stopped inside its transaction
-                if (yield Query(s.slots["slot_is_head"], (params[0],))) is not None:
-                    raise
-                return False
-        yield Query(s.steps["release_expired"], params[:3])
-        return False
-
-    return (yield from _transaction(s, body, packed=True))
+    (count,) = yield Query(s.release, params)
+    if count:
+        return True
+    if s.packed:  # the expired row's delete and the owner's slot, if a semaphore's, in one packet
+        try:
+            return bool((yield from _slot_released(s, params)))
+        except Exception as exc:  # a table at 0005 (no slot table): a plain "no" stays one unless a head
+            if not schema_behind(exc):
+                raise
+            yield Query(s.steps["rollback"], ())  # the packet stopped inside its transaction
+            if (yield Query(s.slots["slot_is_head"], (params[0],))) is not None:
+                raise
+            return False
+    yield Query(s.steps["release_expired"], params[:3])
+    return False
 
 
 def _slot_released(
