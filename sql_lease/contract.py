@@ -34,6 +34,7 @@ __all__ = [
     "MAX_TTL_MS",
     "MIN_TTL_MS",
     "AcquireResult",
+    "CheckedRenewItems",
     "LeaseInfo",
     "LeaseProvider",
     "LeaseProviderBase",
@@ -728,10 +729,17 @@ RenewItem = tuple[str, str, float, int | None]
 """A checked batch renewal item: key, owner, TTL in milliseconds, fence (None: any tenure)."""
 
 
+class CheckedRenewItems(list[RenewItem]):
+    """A batch renewal's items already in :func:`validate_renew_items`' form, from checked leases
+    (``hold()``'s renewal batcher): that function returns it as it is."""
+
+
 def validate_renew_items(items: object) -> list[RenewItem]:
     """``(key, owner, ttl_ms)`` or ``(key, owner, ttl_ms, fence)`` items, each checked as ``renew``
     checks its arguments, keys distinct; as ``(key, owner, ttl_ms, fence or None)``.
     ``TypeError``/``ValueError`` else."""
+    if type(items) is CheckedRenewItems:
+        return items
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         raise TypeError(f"items must be a sequence of (key, owner, ttl_ms) tuples, not {type(items).__name__}")
     checked: list[RenewItem] = []

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import operator
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
@@ -23,7 +24,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .. import observe
-from ..contract import AcquireResult, LeaseInfo, LeaseProvider, ReleaseWaiter
+from ..contract import AcquireResult, CheckedRenewItems, LeaseInfo, LeaseProvider, ReleaseWaiter
 from ..errors import LeaseBackendError
 from .rules import (
     NO_ANSWER,
@@ -305,6 +306,10 @@ class _BatchedRenewal:
         self.batcher.withdraw(self)
 
 
+_due, _deadline = operator.attrgetter("due"), operator.attrgetter("deadline")
+_interval = operator.attrgetter("course.interval")
+
+
 class _RenewalBatcher:
     """Coalesced renewals of the ``hold()`` blocks on one provider in one event loop (the provider
     has ``renew_many``). When the earliest renewal falls due, one statement (per
@@ -354,7 +359,7 @@ class _RenewalBatcher:
         try:
             while self._pending:
                 now = loop.time()
-                earliest = min(renewal.due for renewal in self._pending)
+                earliest = min(map(_due, self._pending))
                 if earliest > now:
                     self._wake_at = earliest
                     self._wake.clear()
@@ -371,7 +376,7 @@ class _RenewalBatcher:
 
     def _flush(self, now: float) -> None:
         provider = self._provider()
-        horizon = now + min(renewal.course.interval for renewal in self._pending)
+        horizon = now + min(map(_interval, self._pending))
         due = [renewal for renewal in self._pending if renewal.due < horizon]
         self._pending.difference_update(due)
         # One item per (key, owner): nested holds of one owner share it, with the longest TTL.
@@ -402,9 +407,9 @@ class _RenewalBatcher:
         loop = asyncio.get_running_loop()
         # The TTL is read now, as the per-lease path reads it at each renewal (nested holds).
         longest = _holds.longest_ttls(provider, holders)
-        items: list[tuple[Any, ...]] = []
-        waiting: list[_BatchedRenewal] = []
         fenced = takes_fence(provider)
+        items: list[Any] = CheckedRenewItems() if fenced else []  # each lease's items were checked as it began
+        waiting: list[_BatchedRenewal] = []
         for holder in holders:
             group = groups[holder]
             if isinstance(group, list):
@@ -416,7 +421,7 @@ class _RenewalBatcher:
                 ttl_ms, fence = group.lease.ttl_ms, group.lease.fence
             longer = longest.get(holder, ttl_ms)
             item = (holder[0], holder[1], longer if longer > ttl_ms else ttl_ms)
-            items.append((*item, fence) if fenced and fence is not None else item)
+            items.append((*item, fence) if fenced else item)
         answered_early = False
         try:
             statement = asyncio.ensure_future(provider.renew_many(items))
@@ -426,7 +431,7 @@ class _RenewalBatcher:
             return
         # Each lease is answered by its own deadline: one timer per statement, not per lease.
         while waiting:
-            await asyncio.wait({statement}, timeout=max(0.0, min(r.deadline for r in waiting) - loop.time()))
+            await asyncio.wait({statement}, timeout=max(0.0, min(map(_deadline, waiting)) - loop.time()))
             if statement.done():
                 break
             now = loop.time()

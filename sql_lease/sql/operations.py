@@ -389,6 +389,8 @@ def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, 
                     continue
                 lease = s.lease_info(row[0], row[1:])
                 renewed[lease.key] = lease
+    if len(renewed) == len(items):
+        return renewed
     for key, owner, ttl, fence in items:  # not renewed as plain leases: semaphores' slots, if any
         if decode_key(key) in renewed:
             continue
