@@ -17,7 +17,7 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from sql_lease.sql.migrate import NAMES_ATTRIBUTE
+from sql_lease.sql.migrate import NAMES_ATTRIBUTE, migration_lock
 from sql_lease.sql.schema import DEFAULT_TABLE_NAME, LeaseTableNames, lease_metadata
 from sql_lease.sql.urls import to_async_url
 
@@ -66,14 +66,12 @@ def run_offline() -> None:
 def run_on(connection: Connection) -> None:
     names = _names()
     dialect_name = connection.dialect.name
-    if dialect_name == "postgresql":
-        # Serialise concurrent deploys: the second waits, then finds the schema at head.
-        connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('sql_lease migrate'))"))
-        if names.schema:
+    with migration_lock(connection):  # concurrent deploys: the second waits, then finds the schema at head
+        if dialect_name == "postgresql" and names.schema:
             connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{names.schema}"'))
-    _configure(names, dialect_name, connection=connection)
-    with context.begin_transaction():
-        context.run_migrations()
+        _configure(names, dialect_name, connection=connection)
+        with context.begin_transaction():
+            context.run_migrations()
 
 
 async def _run_with_new_engine() -> None:

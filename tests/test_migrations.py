@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from sql_lease import SqlLeaseProvider, SyncSqlLeaseProvider
 from sql_lease.sql.migrate import offline_sql
 from sql_lease.sql.schema import LeaseTableNames, lease_metadata
 from sql_lease.sql.statements import SQLITE_NOW_MS
-from tests.conftest import MYSQL_URL, mysql_execute
+from tests.conftest import MYSQL_URL, mysql_connect, mysql_execute
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -414,6 +415,66 @@ def test_concurrent_migrations_of_a_new_sqlite_file_in_separate_processes(tmp_pa
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0 and out.strip() == "0009", err
     assert {p.name for p in tmp_path.iterdir()} <= {"race.db", "race.db-wal", "race.db-shm"}
+
+
+_MIGRATE_AT_ONCE = """
+import asyncio, sys, time
+from sql_lease import SqlLeaseProvider
+
+async def main():
+    async with SqlLeaseProvider(sys.argv[1], schema=sys.argv[2], table_name=sys.argv[3]) as provider:
+        time.sleep(max(0.0, float(sys.argv[4]) - time.time()))  # every process starts its migrate at once
+        print(await provider.migrate())
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.mysql
+def test_concurrent_migrations_in_separate_processes_agree_on_mysql(fresh_mysql_db: str) -> None:
+    """Parallel deploys on MySQL/MariaDB (whose DDL commits by itself) wait for each other on a named
+    lock: every migrate of a new table, and of a table several revisions behind, succeeds, and the
+    version table records one revision."""
+    url, database = MYSQL_URL, fresh_mysql_db
+
+    def migrate_at_once(table: str) -> None:
+        start = time.time() + 4
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _MIGRATE_AT_ONCE, url, database, table, str(start)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0 and out.strip() == "0009", err[-2000:]
+        conn = mysql_connect(url)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(f"SELECT version_num FROM `{database}`.`{table}_alembic_version`")
+                assert cursor.fetchall() == (("0009",),)
+        finally:
+            conn.close()
+
+    migrate_at_once("fresh_leases")
+    import sqlalchemy as sa
+
+    from sql_lease.sql.migrate import alembic_config
+
+    engine = sa.create_engine(url.replace("mysql://", "mysql+pymysql://", 1))
+    try:
+        with engine.begin() as connection:
+            from alembic import command
+
+            names = LeaseTableNames(table="behind_leases", schema=database)
+            command.upgrade(alembic_config(names, connection=connection), "0004")
+    finally:
+        engine.dispose()
+    migrate_at_once("behind_leases")
 
 
 @pytest.mark.parametrize("url", ["postgresql://deploy:hunter2@db.internal/app", "sqlite:///leases.db"])

@@ -17,7 +17,7 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -320,12 +320,15 @@ def _versions(connection: Connection, version_table: str, schema: str | None) ->
 
 
 def _upgrade_sync(connection: Connection, names: LeaseTableNames, head: str) -> Upgrade:
+
+    with migration_lock(connection):  # concurrent deploys wait here, then find head
+        return _upgrade_locked(connection, names, head)
+
+
+def _upgrade_locked(connection: Connection, names: LeaseTableNames, head: str) -> Upgrade:
     from alembic import command
     from alembic.runtime.migration import MigrationContext
 
-    if connection.dialect.name == "postgresql":
-        # the same lock env.py takes (re-entrant): concurrent deploys wait here, then find head
-        connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('sql_lease migrate'))"))
     table_exists, versions = read_state(connection, names)  # under the lock: what this run finds
     if table_exists and versions == (head,):
         return Upgrade(True, versions, head)
@@ -356,6 +359,37 @@ def _upgrade_sync(connection: Connection, names: LeaseTableNames, head: str) -> 
         opts={"version_table": names.version_table, "version_table_schema": names.schema},
     )
     return Upgrade(table_exists, versions, context.get_current_revision())
+
+
+MIGRATION_LOCK_WAIT_S = 3600
+"""How long a MySQL migrate waits for another's migration lock, in seconds (PostgreSQL's waits on)."""
+
+
+@contextlib.contextmanager
+def migration_lock(connection: Connection) -> Iterator[None]:
+    """Hold the database's migration lock on ``connection`` (re-entrant; env.py takes it too), so
+    concurrent migrations run one after another: PostgreSQL's advisory lock until the transaction
+    ends; on MySQL/MariaDB the named lock ``sql_lease migrate`` (DDL commits by itself there, so no
+    transaction can hold it) until the block ends. SQLite's is the write lock its caller took.
+    ``LeaseBackendError`` if MySQL's lock is not granted within :data:`MIGRATION_LOCK_WAIT_S`."""
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('sql_lease migrate'))"))
+    if dialect not in ("mysql", "mariadb"):
+        yield
+        return
+    granted = connection.execute(
+        sa.text("SELECT GET_LOCK('sql_lease migrate', :wait)"), {"wait": MIGRATION_LOCK_WAIT_S}
+    ).scalar()
+    if granted != 1:
+        raise LeaseBackendError(
+            f"another migration held the lock 'sql_lease migrate' (MySQL GET_LOCK) for {MIGRATION_LOCK_WAIT_S} s"
+        )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(sa.exc.DBAPIError):  # a connection lost meanwhile released it
+            connection.execute(sa.text("SELECT RELEASE_LOCK('sql_lease migrate')"))
 
 
 _PROCESS_LOCK = threading.Lock()
