@@ -69,6 +69,19 @@ def test_without_any_setting_the_local_default_is_said_on_stderr(tmp_path: Path,
     assert str(db) in detail and "default" in detail
 
 
+@pytest.mark.parametrize("args", [["migrate"], ["check"], ["exec", "k", "--quiet", "--", "true"]])
+def test_an_empty_url_variable_exits_78_and_never_falls_back(
+    args: list[str], tmp_path: Path, home: dict[str, str]
+) -> None:
+    """``SQL_LEASE_URL=`` (a secret that did not arrive) is a mistake, not "no URL": a deploy's
+    migrate and check, and a fleet's exec, must not pass on a local SQLite file instead."""
+    work = tmp_path / "work"
+    done = run(args, work, {**home, "SQL_LEASE_URL": ""})
+    assert done.returncode == 78, (done.stdout, done.stderr)
+    assert "$SQL_LEASE_URL is set but empty" in done.stderr
+    assert not (work / "sql_lease.db").exists()
+
+
 def test_a_given_url_says_nothing_about_the_default(tmp_path: Path, home: dict[str, str]) -> None:
     done = run(["exec", "k", "--url", f"sqlite:///{tmp_path}/given.db", "--", "true"], tmp_path / "work", home)
     assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -82,8 +82,14 @@ def resolve_url(ctx: click.Context, param: click.Parameter, value: str | None) -
         return value
     if value is not None:
         source = UrlSource("--url")
-    elif os.environ.get(URL_ENV):
+    elif URL_ENV in os.environ:
         value, source = os.environ[URL_ENV], UrlSource(f"${URL_ENV}")
+        if not value.strip():
+            fail(
+                EX_CONFIG,
+                f"${URL_ENV} is set but empty: set it to the database URL, or unset it to use a config file "
+                "or the local SQLite default",
+            )
     else:
         path = _config_file()
         settings = _read_config(path) if path is not None else {}
