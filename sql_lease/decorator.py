@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Never, ParamSpec, Proto
 
 from .contract import LeaseProvider, encode_data, is_lease_provider, validate_key, validate_owner
 from .errors import LeaseNotAcquiredError
-from .holding.rules import validate_hold_limit, validate_hold_options, validate_min_hold
+from .holding.rules import validate_hold_limit, validate_hold_options, validate_min_hold, validate_wait
 
 if TYPE_CHECKING:
     from .contract import SyncLeaseProvider
@@ -303,6 +303,7 @@ def leased(
     if owner is not None:
         validate_owner(owner)
     validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
+    validate_wait(on_conflict == "wait", timeout_s, "on_conflict='wait'")
     encode_data(data)
     validate_min_hold(provider, min_hold_ms)
     provider_is_async = inspect.iscoroutinefunction(provider.acquire_lease)

@@ -362,3 +362,27 @@ def test_a_misspelt_keyword_names_the_public_function_and_the_right_one(face: st
     if face == "async":  # a TypeError of the call's own checks is raised as it was
         with pytest.raises(TypeError, match=r"^ttl_ms must be an int or float"):
             hold(calls[0][1], "k", "o", ttl_ms="30")
+
+
+def test_a_timeout_without_waiting_is_refused_on_both_faces() -> None:
+    """``timeout_s`` bounds a wait: given without one (``wait=True``, ``on_conflict="wait"``), it
+    would be ignored, the acquire tried once and refused at once; the CLI refuses ``--timeout``
+    without ``--wait`` too."""
+    from sql_lease import InMemoryLeaseProvider, SyncInMemoryLeaseProvider, hold, hold_all, leased
+    from sql_lease.sync_holding import hold as sync_hold
+    from sql_lease.sync_holding import hold_all as sync_hold_all
+
+    for provider, holds in (
+        (InMemoryLeaseProvider(), (hold, hold_all)),
+        (SyncInMemoryLeaseProvider(), (sync_hold, sync_hold_all)),
+    ):
+        one, every = holds
+        with pytest.raises(ValueError, match="timeout_s goes with wait=True"):
+            one(provider, "k", "o", 1000, timeout_s=5)
+        with pytest.raises(ValueError, match="timeout_s goes with wait=True"):
+            every(provider, ["a", "b"], "o", 1000, timeout_s=5)
+        for on_conflict in ("skip", "raise"):
+            with pytest.raises(ValueError, match="timeout_s goes with on_conflict='wait'"):
+                leased(provider, "k", on_conflict=on_conflict, timeout_s=5)
+        assert one(provider, "k", "o", 1000, wait=True, timeout_s=5) is not None
+        assert leased(provider, "k", on_conflict="wait", timeout_s=5) is not None

@@ -841,7 +841,8 @@ hold = shortcut(
     Args:
         owner: the owner id; None generates a unique one (``host:pid:random``).
         ttl_ms: lease TTL in milliseconds; renewed every ``renew_every_ms`` (default TTL/3).
-        wait: wait for the key (up to ``timeout_s`` seconds; None: no limit) instead of failing.
+        wait: wait for the key (up to ``timeout_s`` seconds; None: no limit) instead of failing;
+            ``ValueError`` for ``timeout_s`` without ``wait=True``.
         on_lost: ``"cancel"`` (default) cancels the block and raises ``LeaseLostError`` from the
             ``async with``; ``"flag"`` only sets ``lease.lost``.
         data: lease data stored at the acquire (a ``dict``, see ``LeaseProvider``); passed to the

@@ -153,6 +153,14 @@ def validate_timeout_s(timeout_s: object) -> float | None:
     return None if timeout_s is None else validate_seconds(timeout_s, "timeout_s")
 
 
+def validate_wait(wait: object, timeout_s: object, how: str = "wait=True") -> tuple[bool, float | None]:
+    """Whether to wait, and the wait's ``timeout_s`` in seconds (None: no limit); ``ValueError`` for
+    a ``timeout_s`` without a wait (``how`` names the option that waits): it would be ignored."""
+    if timeout_s is not None and not wait:
+        raise ValueError(f"timeout_s goes with {how}: without it the acquire is tried once and refused at once")
+    return bool(wait), validate_timeout_s(timeout_s)
+
+
 def validate_hold_options(
     ttl_ms: object, renew_every_ms: object, timeout_s: object
 ) -> tuple[float, float, float | None]:
@@ -576,7 +584,7 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         self.owner = validate_owner(owner) if owner is not None else new_owner_id()
         self.ttl_ms, self.renew_every_ms, self.timeout_s = validate_hold_options(ttl_ms, renew_every_ms, timeout_s)
         self.on_lost: str = self._accept_on_lost(self.default_on_lost if on_lost is None else on_lost)
-        self.wait = bool(wait)
+        self.wait = validate_wait(wait, timeout_s)[0]
         self.fence: int | None = None
         self.expires_at: datetime | None = None
         self.lost_reason: str | None = None
@@ -1038,7 +1046,7 @@ class HeldKeys:
         """``ttl_ms``/``renew_every_ms`` in milliseconds; ``wait``: wait until every key can be taken
         at once, up to ``timeout_s`` seconds (None: no limit); ``on_lost`` None: the face's default.
         ``TypeError``/``ValueError`` on bad input."""
-        self.wait, self.timeout_s = bool(wait), validate_timeout_s(timeout_s)
+        self.wait, self.timeout_s = validate_wait(wait, timeout_s)
         self._group = group = HoldGroup(provider, keys, owner)
         self.provider, self.keys, self.owner = provider, group.keys, group.owner
         self.leases: list[Any] = group.members

@@ -418,7 +418,8 @@ hold = rules.shortcut(
         owner: the owner id; None generates a unique one (``host:pid:random``).
         ttl_ms: lease TTL in milliseconds; renewed every ``renew_every_ms`` milliseconds (default
             TTL/3, at most 75% of the TTL), counted from the acquire.
-        wait: wait for the key (up to ``timeout_s`` seconds; None: no limit) instead of failing.
+        wait: wait for the key (up to ``timeout_s`` seconds; None: no limit) instead of failing;
+            ``ValueError`` for ``timeout_s`` without ``wait=True``.
         on_lost: ``"raise"`` (default): leaving the block after a loss raises ``LeaseLostError``;
             ``"flag"``: only ``lease.lost`` is set; a callable: called with the lease (from the
             renewal thread) when the loss is declared, then as ``"raise"``.
