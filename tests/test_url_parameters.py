@@ -103,3 +103,49 @@ def test_a_multihost_url_may_have_an_at_sign_in_a_query_value() -> None:
     assert url.query["host"] == ("h1:5432", "h2:5433") or sorted(url.query["host"]) == ["h1:5432", "h2:5433"]
     assert url.query["application_name"] == "me@box"
     assert url.password == "pw"
+
+
+MYSQL_BAD = [
+    ("?foo=bar", "'foo'"),
+    ("?ssl=true", "ssl_ca"),
+    ("?ssl_disabled=true", "'ssl_disabled'"),
+    ("?connect_timeout=soon", "connect_timeout"),
+    ("?ssl_check_hostname=maybe", "ssl_check_hostname"),
+]
+
+
+@pytest.mark.parametrize(("query", "named"), MYSQL_BAD)
+def test_a_bad_mysql_parameter_is_a_configuration_error_naming_it_on_both_faces(query: str, named: str) -> None:
+    """Before, the driver met it at the first connect: a ``TypeError`` wrapped as
+    ``LeaseBackendError`` (CLI exit 69, "unreachable")."""
+    from sql_lease import SyncSqlLeaseProvider
+
+    for face in (SqlLeaseProvider, SyncSqlLeaseProvider):
+        with pytest.raises(LeaseConfigError, match=named) as raised:
+            face(f"mysql://u:hunter2@127.0.0.1/db{query}")
+        assert isinstance(raised.value, ValueError)
+        assert "hunter2" not in str(raised.value)
+
+
+def test_the_cli_exits_78_for_a_bad_mysql_parameter(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*CLI, "list", "--url", "mysql://u:hunter2@127.0.0.1:9/db?ssl=true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 78, done.stderr
+    assert "ssl_ca" in done.stderr and "Traceback" not in done.stderr and "hunter2" not in done.stderr
+
+
+@pytest.mark.mysql
+async def test_mysql_parameters_the_drivers_take_reach_them(mysql_db: tuple[str, str], key: str) -> None:
+    from sql_lease import SyncSqlLeaseProvider
+
+    url, database = mysql_db
+    query = "?charset=utf8mb4&connect_timeout=5&read_timeout=30&program_name=leases"
+    async with SqlLeaseProvider(url + query, schema=database) as leases:
+        assert (await leases.acquire_lease(key, "a", 10_000)).acquired
+    with SyncSqlLeaseProvider(url + query, schema=database) as sync_leases:
+        assert sync_leases.get_lease_owner(key) == "a"

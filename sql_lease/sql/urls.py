@@ -329,11 +329,37 @@ def _to_driver_url(url: str | URL, drivers: Mapping[str, str]) -> URL:
         # asyncpg gets the query's password over the user information's (the query is applied last)
         parsed = parsed.set(password=password).difference_update_query(["password"])
     if backend == "mysql":
+        _check_mysql_query(parsed)
         if driver in _MYSQL_FACE_DRIVERS[wanted]:
             wanted = driver
         if "charset" not in parsed.query:  # keys, owners and data are UTF-8 (utf8mb4: all of Unicode)
             parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     return parsed.set(drivername=f"{backend}+{wanted}")
+
+
+_MYSQL_TLS = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_capath", "ssl_cipher", "ssl_check_hostname")
+_MYSQL_PARAMS = ("charset", "connect_timeout", "read_timeout", "unix_socket", "program_name", *_MYSQL_TLS)
+_BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
+
+
+def _check_mysql_query(url: URL) -> None:
+    """``InvalidURLError`` for a MySQL URL query parameter that SQLAlchemy does not hand both faces'
+    drivers (asyncmy, PyMySQL) in a form they take, or a value they could not use."""
+    for name, value in url.query.items():
+        if name not in _MYSQL_PARAMS:
+            hint = "; for TLS give ssl_ca=/path/to/ca.pem (and ssl_cert, ssl_key for a client certificate)"
+            raise InvalidURLError(
+                f"the database URL has a query parameter sql_lease does not know on MySQL: {name!r} "
+                f"(known: {', '.join(sorted(_MYSQL_PARAMS))}){hint if name.startswith('ssl') else ''}"
+            )
+        if not isinstance(value, str):
+            raise InvalidURLError(f"the database URL gives the query parameter {name!r} more than once")
+        if name in ("connect_timeout", "read_timeout") and not value.isdigit():
+            raise InvalidURLError(f"the database URL's {name} must be a whole number of seconds")
+        if name == "ssl_check_hostname" and value.lower() not in _BOOLEANS:
+            raise InvalidURLError("the database URL's ssl_check_hostname must be true or false")
+        if name == "charset" and value != "utf8mb4":
+            raise InvalidURLError("the database URL's charset must be utf8mb4 (keys, owners and data are Unicode)")
 
 
 def _query_text(query: Mapping[str, str | Sequence[str]]) -> str:
