@@ -301,3 +301,27 @@ def test_sync_hold_all_wait_times_out_with_the_error_hold_wait_raises(sync_provi
         assert (error.key, error.holder, error.fence) == (keys[1], "bob", bob.fence)
         assert error.waited_s is not None and "after waiting" in str(error)
     assert sync_provider.get_lease_owner(keys[0]) is None
+
+
+async def test_a_hold_all_tells_what_its_final_release_answered(provider: Any, key: str) -> None:
+    """As ``hold()``'s ``released``: False when the release at the block's end found a key gone
+    (broken inside the block, unseen by any renewal), True when it freed every key."""
+    keys = [f"{key}:a", f"{key}:b"]
+    async with hold_all(provider, keys, "o", ttl_ms=10_000) as broken:
+        assert broken.released is None
+        assert await provider.break_lease(keys[1]) is not None
+    assert broken.released is False and not broken.lost.is_set()
+    async with hold_all(provider, keys, "o", ttl_ms=10_000) as kept:
+        pass
+    assert kept.released is True and [await provider.get_lease_owner(k) for k in keys] == [None, None]
+
+
+def test_a_sync_hold_all_tells_what_its_final_release_answered(sync_provider: Any, key: str) -> None:
+    keys = [f"{key}:a", f"{key}:b"]
+    with sync_hold_all(sync_provider, keys, "o", ttl_ms=10_000) as broken:
+        assert broken.released is None
+        assert sync_provider.break_lease(keys[0]) is not None
+    assert broken.released is False and not broken.lost.is_set()
+    with sync_hold_all(sync_provider, keys, "o", ttl_ms=10_000) as kept:
+        pass
+    assert kept.released is True and [sync_provider.get_lease_owner(k) for k in keys] == [None, None]

@@ -974,6 +974,8 @@ class HeldLeases(HeldKeys):
                 )
             elif not release.cancelled() and (failure := release.exception()) is not None:
                 log.error("releasing %d leases of %r failed: %s", len(keys), self.owner, failure)
+            elif not release.cancelled():
+                self._released(keys, release.result())
 
     def _release_in_background(self, keys: list[str]) -> None:
         release = asyncio.ensure_future(

@@ -1057,6 +1057,11 @@ class HeldKeys:
             member.group = group
             group.members.append(member)
         self.lost = group.lost = self._event()
+        self.released: bool | None = None  # whether the release at the block's end freed every key it released
+
+    def _released(self, keys: Sequence[str], answer: object) -> None:
+        """The release of ``keys`` at the block's end answered ``answer`` (a count, as ``release_leases``)."""
+        self.released = answer == len(keys) if type(answer) is int else None
 
     @property
     def fences(self) -> dict[str, int | None]:

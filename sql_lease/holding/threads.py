@@ -544,9 +544,10 @@ class SyncHeldLeases(rules.HeldKeys):
         if not keys:
             return
         try:
-            self.provider.release_leases(  # type: ignore[attr-defined]
+            answer = self.provider.release_leases(  # type: ignore[attr-defined]
                 keys, self.owner, **self._group.release_kw(keys), **_timeout_kw(self.provider, limit_s)
             )
+            self._released(keys, answer)
         except Exception as exc:
             log.error("releasing %d leases of %r failed: %s", len(keys), self.owner, exc)
 
