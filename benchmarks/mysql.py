@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import time
@@ -74,6 +75,11 @@ async def _rate(run: Any, cycles: int, workers: int) -> tuple[float, float]:
     return per * workers / (time.perf_counter() - started), (time.process_time() - cpu) * 1e6 / (per * workers)
 
 
+async def _close_pool(pool: Any) -> None:
+    pool.close()
+    await pool.wait_closed()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mysql", default="mysql://root@127.0.0.1:3306/test")
@@ -90,30 +96,49 @@ async def main() -> None:
 
     database = f"bench_{uuid.uuid4().hex[:10]}"
     url = sa.make_url(args.mysql)
-    admin = await asyncmy.connect(host=url.host, port=url.port or 3306, user=url.username, password=url.password or "")
-    async with admin.cursor() as cur:
-        await cur.execute(f"CREATE DATABASE `{database}`")
-    floor_table = f"`{database}`.floor"
-    async with admin.cursor() as cur:
-        await cur.execute(
-            f"CREATE TABLE {floor_table} (k VARBINARY(2048) PRIMARY KEY, owner VARBINARY(2048), "
-            "expires_at DATETIME(6)) ENGINE=InnoDB"
-        )
-    server = {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or ""}
-    pool = await asyncmy.create_pool(**server, autocommit=True, maxsize=10)
-    mysql = SqlLeaseProvider(args.mysql, schema=database)
-    await mysql.migrate()
-    # the provider's own connect arguments (client flags, autocommit), session statements and statements
-    packet_pool = await asyncmy.create_pool(
-        **setup.mysql_connect_kwargs(mysql.engine.sync_engine, mysql.operation_timeout_s), maxsize=10
-    )
-    session = setup.mysql_session_setup(mysql.operation_timeout_s)
-    statements = mysql.statements
-    pg_schema = f"bench_{uuid.uuid4().hex[:10]}"
-    pg = bench_provider(args.pg, schema=pg_schema)
-    await pg.migrate()
     rows: dict[str, list[tuple[float, float]]] = {}
-    try:
+    async with contextlib.AsyncExitStack() as cleanup:  # whatever was made is dropped, whatever fails
+        admin = await asyncmy.connect(
+            host=url.host, port=url.port or 3306, user=url.username, password=url.password or ""
+        )
+        cleanup.callback(admin.close)
+        async with admin.cursor() as cur:
+            await cur.execute(f"CREATE DATABASE `{database}`")
+
+        async def drop_database() -> None:
+            async with admin.cursor() as cur:
+                await cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+        cleanup.push_async_callback(drop_database)
+        floor_table = f"`{database}`.floor"
+        async with admin.cursor() as cur:
+            await cur.execute(
+                f"CREATE TABLE {floor_table} (k VARBINARY(2048) PRIMARY KEY, owner VARBINARY(2048), "
+                "expires_at DATETIME(6)) ENGINE=InnoDB"
+            )
+        server = {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password or ""}
+        pool = await asyncmy.create_pool(**server, autocommit=True, maxsize=10)
+        cleanup.push_async_callback(_close_pool, pool)
+        mysql = SqlLeaseProvider(args.mysql, schema=database)
+        cleanup.push_async_callback(mysql.close)
+        await mysql.migrate()
+        # the provider's own connect arguments (client flags, autocommit), session statements and statements
+        packet_pool = await asyncmy.create_pool(
+            **setup.mysql_connect_kwargs(mysql.engine.sync_engine, mysql.operation_timeout_s), maxsize=10
+        )
+        cleanup.push_async_callback(_close_pool, packet_pool)
+        session = setup.mysql_session_setup(mysql.operation_timeout_s)
+        statements = mysql.statements
+        pg_schema = f"bench_{uuid.uuid4().hex[:10]}"
+        pg = bench_provider(args.pg, schema=pg_schema)
+        cleanup.push_async_callback(pg.close)
+
+        async def drop_schema() -> None:
+            async with pg.engine.begin() as conn:
+                await conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{pg_schema}" CASCADE')
+
+        cleanup.push_async_callback(drop_schema)
+        await pg.migrate()
         measures = [
             ("sql_lease mysql", lambda n, tag: _cycles(mysql, n, tag)),
             ("raw asyncmy floor", lambda n, tag: _floor_cycles(pool, n, tag, floor_table)),
@@ -125,17 +150,6 @@ async def main() -> None:
             for workers in (1, 8):
                 for name, run in measures[turn:] + measures[:turn]:
                     rows.setdefault(f"{name}, {workers} worker(s)", []).append(await _rate(run, args.cycles, workers))
-    finally:
-        await mysql.close()
-        async with pg.engine.begin() as conn:
-            await conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{pg_schema}" CASCADE')
-        await pg.close()
-        for made in (pool, packet_pool):
-            made.close()
-            await made.wait_closed()
-        async with admin.cursor() as cur:
-            await cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
-        admin.close()
     medians = {name: statistics.median(rate for rate, _ in values) for name, values in rows.items()}
     cpu = {name: statistics.median(used for _, used in values) for name, values in rows.items()}
     print(
