@@ -69,6 +69,10 @@ def test_exec_with_a_limit_is_refused_when_every_slot_is_held(tmp_path: Path) ->
     assert ran.returncode == 0 and int(ran.stdout.strip().removeprefix("fence=")) > 0, ran.stderr
     plain = run_cli(["exec", key, "--", "true"], tmp_path)  # a plain run of a semaphore key
     assert plain.returncode == 75
+    assert (
+        "held as a semaphore: 2 slots held: 'a', 'b' (without --limit the key is free only when no slot is held)"
+        in plain.stderr
+    )
 
 
 def test_a_limit_refused_by_a_plain_lease_names_no_slots(tmp_path: Path) -> None:
@@ -80,6 +84,7 @@ def test_a_limit_refused_by_a_plain_lease_names_no_slots(tmp_path: Path) -> None
         refused = run_cli([*command, "--limit", "3", *tail], tmp_path)
         assert refused.returncode == 75 and "held by 'p'" in refused.stderr, refused.stderr
         assert "slots held" not in refused.stderr, refused.stderr
+        assert "a plain lease holds the key: no slot is free until it ends" in refused.stderr, refused.stderr
 
 
 @pytest.mark.parametrize("limit", ["0", "10001", "x"])

@@ -44,19 +44,24 @@ NAMED_HOLDERS = 10  # a refusal names at most this many slot holders
 
 
 async def slots_held(provider: Any, key: str, limit: int) -> str:
-    """For a refused ``--limit N`` acquire: "; K of N slots held: 'a', 'b'" as the database has them
-    now (empty for a plain lease, or if they cannot be read: the refusal itself is what matters)."""
-    if limit == 1:
-        return ""
+    """For a refused acquire of ``--limit N``: "; K of N slots held: 'a', 'b'" as the database has
+    them now; of a plain one (N = 1) refused by several slots, that the key is a semaphore; of N > 1
+    refused by one holder, that it is a plain lease. Empty otherwise, or if they cannot be read (the
+    refusal itself is what matters)."""
     try:
         holders = await lease_holders(provider, key)
     except Exception:
         return ""
-    if len(holders) < limit:  # not refused for want of a slot: a plain lease holds the key (or slots were freed)
-        return ""
     named = ", ".join(printable(repr(lease.owner)) for lease in holders[:NAMED_HOLDERS])
-    more = f" and {len(holders) - NAMED_HOLDERS} more" if len(holders) > NAMED_HOLDERS else ""
-    return f"; {len(holders)} of {limit} slots held: {named}{more}" if holders else ""
+    named += f" and {len(holders) - NAMED_HOLDERS} more" if len(holders) > NAMED_HOLDERS else ""
+    if limit == 1:
+        if len(holders) < 2:  # a plain lease, or a lone slot
+            return ""
+        free = "without --limit the key is free only when no slot is held"
+        return f"; held as a semaphore: {len(holders)} slots held: {named} ({free})"
+    if len(holders) < limit:  # not refused for want of a slot (or slots were freed since)
+        return "; a plain lease holds the key: no slot is free until it ends" if len(holders) == 1 else ""
+    return f"; {len(holders)} of {limit} slots held: {named}"
 
 
 def run(main: Callable[[], Awaitable[T]]) -> T:
