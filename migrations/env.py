@@ -17,7 +17,7 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from sql_lease.sql.migrate import NAMES_ATTRIBUTE, migration_lock
+from sql_lease.sql.migrate import COMMITS_ATTRIBUTE, NAMES_ATTRIBUTE, migration_lock
 from sql_lease.sql.schema import DEFAULT_TABLE_NAME, LeaseTableNames, lease_metadata
 from sql_lease.sql.urls import to_async_url
 
@@ -63,12 +63,16 @@ def run_offline() -> None:
         context.run_migrations()
 
 
-def run_on(connection: Connection) -> None:
+def run_on(connection: Connection, commits: bool = False) -> None:
+    """Run the migrations on ``connection``; ``commits``: its transactions are this run's to end."""
     names = _names()
     dialect_name = connection.dialect.name
     with migration_lock(connection):  # concurrent deploys: the second waits, then finds the schema at head
         if dialect_name == "postgresql" and names.schema:
             connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{names.schema}"'))
+        if commits and dialect_name in ("mysql", "mariadb"):
+            # No transaction open: Alembic then commits each revision with its version row (DDL commits by itself).
+            connection.commit()
         _configure(names, dialect_name, connection=connection)
         with context.begin_transaction():
             context.run_migrations()
@@ -80,7 +84,7 @@ async def _run_with_new_engine() -> None:
     engine = create_async_engine(to_async_url(_url()))
     try:
         async with engine.connect() as conn:
-            await conn.run_sync(run_on)
+            await conn.run_sync(run_on, True)
             await conn.commit()
     finally:
         await engine.dispose()
@@ -89,6 +93,6 @@ async def _run_with_new_engine() -> None:
 if context.is_offline_mode():
     run_offline()
 elif config.attributes.get("connection") is not None:
-    run_on(config.attributes["connection"])
+    run_on(config.attributes["connection"], bool(config.attributes.get(COMMITS_ATTRIBUTE)))
 else:
     asyncio.run(_run_with_new_engine())

@@ -304,6 +304,196 @@ async def test_a_mysql_user_without_create_routine_is_told_what_0009_needs_and_m
         mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'", f"DROP DATABASE IF EXISTS `{database}`")
 
 
+# -- a MySQL migrate that fails partway (its DDL commits statement by statement) is safe to re-run -----
+
+
+_MIGRATOR_GRANTS = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, CREATE TEMPORARY TABLES, CREATE ROUTINE"
+
+
+def _mysql_facts(schema: str) -> dict[str, Any]:
+    """What a MySQL database holds, as information_schema tells it (its own name written ``<db>``): tables,
+    columns, indexes, procedures, the version rows."""
+    import pymysql
+
+    from tests.conftest import mysql_connect
+
+    conn = mysql_connect(MYSQL_URL)
+    queries = {
+        "tables": "SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s ORDER BY 1",
+        "columns": (
+            "SELECT TABLE_NAME, ORDINAL_POSITION, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s ORDER BY 1, 2"
+        ),
+        "indexes": (
+            "SELECT TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME, SUB_PART, NON_UNIQUE "
+            "FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s ORDER BY 1, 2, 3"
+        ),
+        "procedures": (
+            "SELECT ROUTINE_NAME, ROUTINE_DEFINITION, SECURITY_TYPE FROM information_schema.ROUTINES "
+            "WHERE ROUTINE_SCHEMA = %s ORDER BY 1"
+        ),
+    }
+    try:
+        with conn.cursor() as cursor:
+            facts: dict[str, Any] = {}
+            for fact, query in queries.items():
+                cursor.execute(query, (schema,))
+                facts[fact] = [tuple(str(v).replace(schema, "<db>") for v in row) for row in cursor.fetchall()]
+            try:
+                cursor.execute(f"SELECT version_num FROM `{schema}`.sql_lease_alembic_version")
+                facts["versions"] = cursor.fetchall()
+            except pymysql.err.ProgrammingError:
+                facts["versions"] = None
+            return facts
+    finally:
+        conn.close()
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize(
+    ("withheld", "revision"),
+    [("CREATE ROUTINE", "0009"), ("INDEX", "0001"), ("CREATE TEMPORARY TABLES", "0005")],
+)
+async def test_a_mysql_user_lacking_a_privilege_is_told_which_and_the_same_migrate_completes_once_granted(
+    withheld: str, revision: str
+) -> None:
+    """A fresh MySQL database migrated by a user without a privilege one revision needs (CREATE ROUTINE: 0009's
+    procedures; INDEX: 0001's expiry index, after the lease table; CREATE TEMPORARY TABLES: 0005's rekey): a
+    LeaseConfigError naming the privilege and the revision, the tables before it left in place; granted, the
+    same migrate completes the schema a clean migrate builds, and the table works."""
+    from sqlalchemy.engine import make_url
+
+    from sql_lease import LeaseConfigError
+
+    database, user = f"sql_lease_m_{uuid.uuid4().hex[:10]}", f"lease_mig_{uuid.uuid4().hex[:8]}"
+    reference = f"sql_lease_m_{uuid.uuid4().hex[:10]}"
+    granted = ", ".join(p.strip() for p in _MIGRATOR_GRANTS.split(",") if p.strip() != withheld)
+    mysql_execute(
+        MYSQL_URL,
+        f"CREATE DATABASE `{database}`",
+        f"CREATE DATABASE `{reference}`",
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'",
+        f"GRANT {granted} ON `{database}`.* TO '{user}'@'%'",
+    )
+    as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
+    as_user = as_user.render_as_string(hide_password=False)
+    try:
+        async with SqlLeaseProvider(MYSQL_URL, schema=reference) as admin:
+            assert await admin.migrate() == "0009"
+        async with SqlLeaseProvider(as_user, schema=database) as provider:
+            with pytest.raises(LeaseConfigError) as raised:
+                await provider.migrate()
+            message = str(raised.value)
+            assert withheld in message and revision in message and "again" in message, message
+            assert raised.value.__cause__ is not None and f"pw-{user}" not in message
+        mysql_execute(MYSQL_URL, f"GRANT {withheld} ON `{database}`.* TO '{user}'@'%'")
+        async with SqlLeaseProvider(as_user, schema=database) as provider:
+            assert await provider.migrate() == "0009"
+            assert await provider.migrate() == "0009"
+            assert (await provider.acquire_lease("plain", "a", 60_000)).acquired
+            assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+            assert (await provider.acquire_lease("sem", "b", 60_000, limit=2)).acquired
+        facts, expected = _mysql_facts(database), _mysql_facts(reference)
+        assert facts == expected
+    finally:
+        mysql_execute(
+            MYSQL_URL,
+            f"DROP USER IF EXISTS '{user}'@'%'",
+            f"DROP DATABASE IF EXISTS `{database}`",
+            f"DROP DATABASE IF EXISTS `{reference}`",
+        )
+
+
+class _Interrupted(Exception):
+    """The connection lost right after a statement of the migration ran."""
+
+
+async def _migrate_interrupted_after(url: str, schema: str, writes: int | None) -> list[str]:
+    """Migrate ``schema``, the connection failing right after its ``writes``-th statement that is not a
+    read (None: never); the statements that ran, in order."""
+    from sqlalchemy import event
+
+    ran: list[str] = []
+
+    def after(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "SHOW", "EXPLAIN", "DESCRIBE")):
+            return
+        ran.append(statement)
+        if len(ran) == writes:
+            raise _Interrupted(statement)
+
+    async with SqlLeaseProvider(url, schema=schema) as provider:
+        event.listen(provider.engine.sync_engine, "after_cursor_execute", after)
+        await provider.migrate()
+    return ran
+
+
+async def _mysql_database(start: str | None) -> str:
+    """A new MySQL database: empty, or at revision ``start`` holding a key an earlier release stored with a raw
+    U+0001 (which 0005 rewrites)."""
+    database = f"sql_lease_m_{uuid.uuid4().hex[:10]}"
+    mysql_execute(MYSQL_URL, f"CREATE DATABASE `{database}`")
+    if start is not None:
+        async with SqlLeaseProvider(MYSQL_URL, schema=database) as provider:
+            await _alembic(provider, "upgrade", start)
+            async with provider.engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        f"INSERT INTO `{database}`.sql_leases (`key`, owner, fence, expires_at) "
+                        f"VALUES (:key, 'earlier', 7, {_IN_AN_HOUR['mysql']})"
+                    ),
+                    {"key": "old\x01key"},
+                )
+    return database
+
+
+def _mysql_rows(schema: str) -> list[Any]:
+    from tests.conftest import mysql_connect
+
+    conn = mysql_connect(MYSQL_URL)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"SELECT `key`, owner, fence FROM `{schema}`.sql_leases ORDER BY `key`")
+            return list(cursor.fetchall())
+    finally:
+        conn.close()
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("start", [None, "0004"])
+async def test_a_mysql_migrate_interrupted_after_any_statement_completes_when_run_again(start: str | None) -> None:
+    """A MySQL database (new, or at 0004 with a key 0005 rewrites) whose migrate fails right after each one of
+    its statements in turn (its DDL has committed): a library error, and a second migrate builds the schema and
+    rows a clean migrate builds (0005's rewrite applied once)."""
+    from sql_lease import LeaseError
+
+    reference = await _mysql_database(start)
+    try:
+        statements = await _migrate_interrupted_after(MYSQL_URL, reference, None)
+        expected, expected_rows = _mysql_facts(reference), _mysql_rows(reference)
+    finally:
+        mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{reference}`")
+    assert any(s.lstrip().startswith("CREATE PROCEDURE") for s in statements)
+    assert start is None or expected_rows == [(b"old\x01\x02key", b"earlier", 7)]
+    stuck = []
+    for writes in range(1, len(statements) + 1):
+        database = await _mysql_database(start)
+        try:
+            with pytest.raises(LeaseError) as raised:
+                await _migrate_interrupted_after(MYSQL_URL, database, writes)
+            assert isinstance(raised.value.__cause__, _Interrupted), raised.value
+            try:
+                await _migrate_interrupted_after(MYSQL_URL, database, None)
+            except LeaseError as exc:
+                stuck.append((statements[writes - 1][:60], str(exc)[:200]))
+                continue
+            assert _mysql_facts(database) == expected, statements[writes - 1]
+            assert _mysql_rows(database) == expected_rows, statements[writes - 1]
+        finally:
+            mysql_execute(MYSQL_URL, f"DROP DATABASE IF EXISTS `{database}`")
+    assert stuck == [], "\n".join(map(repr, stuck))
+
+
 _IN_AN_HOUR = {
     "postgresql": "now() + interval '1 hour'",
     "sqlite": f"{SQLITE_NOW_MS} + 3600000",

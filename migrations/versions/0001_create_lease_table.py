@@ -11,6 +11,8 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import mysql
 
+from sql_lease.sql.migrate import mysql_object_missing
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -34,19 +36,22 @@ def upgrade() -> None:
         expires_at_type = mysql.DATETIME(fsp=6)
     else:
         expires_at_type = sa.BigInteger()
-    op.create_table(
-        names.table,
-        sa.Column("key", text_type, primary_key=True),
-        sa.Column("owner", text_type, nullable=False),
-        sa.Column("fence", sa.BigInteger(), nullable=False),
-        sa.Column("expires_at", expires_at_type, nullable=False),
-        sa.Column("has_waiters", sa.Boolean(), nullable=False, server_default=sa.false()),
-        schema=names.schema,
-        sqlite_with_rowid=False,
-        mysql_engine="InnoDB",
-    )
-    op.create_index(names.expires_at_index, names.table, ["expires_at"], schema=names.schema)
-    if dialect in ("mysql", "mariadb"):
+    # each step skips, on MySQL, what a migrate that stopped partway made (mysql_object_missing)
+    if mysql_object_missing("table", names.table):
+        op.create_table(
+            names.table,
+            sa.Column("key", text_type, primary_key=True),
+            sa.Column("owner", text_type, nullable=False),
+            sa.Column("fence", sa.BigInteger(), nullable=False),
+            sa.Column("expires_at", expires_at_type, nullable=False),
+            sa.Column("has_waiters", sa.Boolean(), nullable=False, server_default=sa.false()),
+            schema=names.schema,
+            sqlite_with_rowid=False,
+            mysql_engine="InnoDB",
+        )
+    if mysql_object_missing("index", names.expires_at_index, names.table):
+        op.create_index(names.expires_at_index, names.table, ["expires_at"], schema=names.schema)
+    if dialect in ("mysql", "mariadb") and mysql_object_missing("table", names.fence_counter):
         # Fences are drawn from its AUTO_INCREMENT (no sequences on MySQL; no triggers: they need
         # privileges a deploy user often lacks when binary logging is on).
         op.create_table(

@@ -11,6 +11,8 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import mysql
 
+from sql_lease.sql.migrate import mysql_object_missing
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -30,6 +32,8 @@ def upgrade() -> None:
         accepted_at_type = mysql.DATETIME(fsp=6)
     else:
         accepted_at_type = sa.BigInteger()  # epoch milliseconds by SQLite's clock, as expires_at
+    if not mysql_object_missing("table", names.fence_table):  # made on MySQL by a migrate that stopped partway
+        return
     op.create_table(
         names.fence_table,
         sa.Column("resource", sa.String(512).with_variant(mysql.VARBINARY(2048), "mysql", "mariadb"), primary_key=True),

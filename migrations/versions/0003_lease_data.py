@@ -12,6 +12,8 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import mysql, postgresql
 
+from sql_lease.sql.migrate import mysql_object_missing
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -38,8 +40,11 @@ def upgrade() -> None:
         data_type, time_type = sa.Text(), sa.BigInteger()
     # Nullable, no default: no table rewrite (PostgreSQL); rows of earlier releases read as no data
     # and an unknown tenure start.
-    op.add_column(names.table, sa.Column("data", data_type, nullable=True), schema=names.schema)
-    op.add_column(names.table, sa.Column("acquired_at", time_type, nullable=True), schema=names.schema)
+    # each skipped on MySQL if a migrate that stopped partway added it
+    if mysql_object_missing("column", "data", names.table):
+        op.add_column(names.table, sa.Column("data", data_type, nullable=True), schema=names.schema)
+    if mysql_object_missing("column", "acquired_at", names.table):
+        op.add_column(names.table, sa.Column("acquired_at", time_type, nullable=True), schema=names.schema)
 
 
 def downgrade() -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
+from sql_lease.sql.migrate import mysql_object_missing
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -30,7 +32,9 @@ def upgrade() -> None:
     if op.get_context().dialect.name == "postgresql":
         op.execute(f"SET LOCAL lock_timeout = '{POSTGRES_LOCK_TIMEOUT}'")
     # NOT NULL with a constant default: no table rewrite on PostgreSQL 11+ (nor on MySQL 8, INSTANT);
-    # every existing row reads as not released.
+    # every existing row reads as not released. Skipped on MySQL if a migrate that stopped partway added it.
+    if not mysql_object_missing("column", "released", names.table):
+        return
     op.add_column(
         names.table,
         sa.Column("released", sa.Boolean(), nullable=False, server_default=sa.false()),

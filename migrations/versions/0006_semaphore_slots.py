@@ -18,6 +18,8 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import mysql
 
+from sql_lease.sql.migrate import mysql_object_missing
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
@@ -49,6 +51,8 @@ def upgrade() -> None:
     else:
         expires_at_type = sa.BigInteger()
     if dialect in ("mysql", "mariadb"):
+        if not mysql_object_missing("table", names.slot_table):  # made by a migrate that stopped partway
+            return
         # InnoDB keys hold at most 3072 bytes: the primary key takes the owner's first 1024 (the
         # slot statements insert, never upsert, so two owners alike that far collide loudly)
         prefix = f"`{names.schema}`." if names.schema else ""

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from alembic import context, op
 
+from sql_lease.sql.migrate import mysql_object_missing
+
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
@@ -116,8 +118,8 @@ COMMIT;
 END"""
 
 
-def _procedures() -> list[tuple[str, str]]:
-    # (quoted name, CREATE PROCEDURE statement) of each procedure, the table names filled in
+def _procedures() -> list[tuple[str, str, str]]:
+    # (name, quoted name, CREATE PROCEDURE statement) of each procedure, the table names filled in
     names = context.config.attributes["sql_lease_names"]
     prefix = f"`{names.schema}`." if names.schema else ""
     tables = {
@@ -128,14 +130,16 @@ def _procedures() -> list[tuple[str, str]]:
     made = []
     for text, name in ((_ACQUIRE, names.slot_acquire_function), (_RELEASE, names.slot_release_function)):
         procedure = f"{prefix}`{name}`"
-        made.append((procedure, text.format(procedure=procedure, **tables)))
+        made.append((name, procedure, text.format(procedure=procedure, **tables)))
     return made
 
 
 def upgrade() -> None:
     if op.get_context().dialect.name not in ("mysql", "mariadb"):
         return
-    for _, statement in _procedures():
+    for name, _, statement in _procedures():
+        if not mysql_object_missing("procedure", name):  # made by a migrate that stopped partway
+            continue
         if context.is_offline_mode():  # for the mysql client: the body's semicolons are not the statement's end
             op.get_context().impl.static_output(f"DELIMITER //\n{statement}//\nDELIMITER ;")
         else:
@@ -145,5 +149,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_context().dialect.name not in ("mysql", "mariadb"):
         return
-    for procedure, _ in _procedures():
+    for _, procedure, _ in _procedures():
         op.execute(f"DROP PROCEDURE IF EXISTS {procedure}")

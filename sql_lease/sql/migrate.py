@@ -41,6 +41,7 @@ __all__ = [
     "fence_table_sql",
     "migrate_error",
     "migrations_dir",
+    "mysql_object_missing",
     "offline_sql",
     "read_state",
     "upgrade_engine",
@@ -49,6 +50,8 @@ __all__ = [
 ]
 
 NAMES_ATTRIBUTE = "sql_lease_names"
+# True: the connection's transactions are the migration's to end (on MySQL, one committed per revision)
+COMMITS_ATTRIBUTE = "sql_lease_commits"
 
 # The newest revision in migrations/versions (tests/test_migrations.py checks it against Alembic's
 # view). Kept here so that checking a schema that is up to date needs no Alembic at all.
@@ -255,11 +258,14 @@ def _driver_message(exc: BaseException, password: str | None) -> str:
     return message
 
 
-def migrate_error(exc: BaseException, url: URL | str, what: str = "migrating") -> LeaseError:
+def migrate_error(
+    exc: BaseException, url: URL | str, what: str = "migrating", privilege_hint: str | None = None
+) -> LeaseError:
     """The library's error for a driver error raised while ``what`` (``migrating``) the database
     at ``url``: ``LeaseConfigError`` for a missing database or role, a refused password, a missing
-    privilege or an SQLite file that cannot be opened; else ``LeaseBackendError``. One line, the
-    URL and the driver's text with the password masked; the original goes on ``__cause__``."""
+    privilege (said by ``privilege_hint`` if given) or an SQLite file that cannot be opened; else
+    ``LeaseBackendError``. One line, the URL and the driver's text with the password masked; the
+    original goes on ``__cause__``."""
     from .translate import UNKNOWN_HOST_HINT, sqlstate, unknown_host
     from .urls import safe_url
 
@@ -270,6 +276,8 @@ def migrate_error(exc: BaseException, url: URL | str, what: str = "migrating") -
     if state is None:
         state = next((code for pattern, code in _REFUSED_CONNECTION if pattern.search(message)), None)
     hint = _CONFIG_STATES.get(state or "") or (_AUTHORIZATION if state and state.startswith("28") else None)
+    if state == "42501" and privilege_hint is not None:
+        hint = privilege_hint
     if hint is None and _sqlite_error(exc) is not None:
         hint = next((h for text, h in _SQLITE_CONFIG.items() if text in str(_sqlite_error(exc))), None)
     if hint is None and unknown_host(exc):
@@ -333,7 +341,12 @@ def _upgrade_locked(connection: Connection, names: LeaseTableNames, head: str) -
     if table_exists and versions == (head,):
         return Upgrade(True, versions, head)
     where = f"{names.schema}.{names.table}" if names.schema else names.table
-    if table_exists and not versions:
+    mysql = connection.dialect.name == "mysql"
+    # a first migrate that stopped within 0001 (MySQL commits each DDL): 0001 runs again, skipping what exists
+    stopped_in_0001 = (
+        mysql and versions == () and not connection.dialect.has_table(connection, names.fence_table, names.schema)
+    )
+    if table_exists and not versions and not stopped_in_0001:
         # Earlier releases kept every lease table's revision in the shared version table.
         legacy = _versions(connection, DEFAULT_VERSION_TABLE, names.schema)
         if names.version_table == DEFAULT_VERSION_TABLE or not legacy or len(legacy) != 1:
@@ -353,7 +366,16 @@ def _upgrade_locked(connection: Connection, names: LeaseTableNames, head: str) -
             )
         # The version table is shared with another table at head: build this one from the start.
         connection.execute(sa.delete(sa.table(names.version_table, schema=names.schema)))
-    command.upgrade(alembic_config(names, connection=connection), "head")
+    if not mysql:
+        command.upgrade(alembic_config(names, connection=connection), "head")
+    else:
+        # env.py commits each revision with its version row, and the revisions skip what a migrate that
+        # stopped partway made (docs/operations.md): what stopped is named, and a re-run resumes there.
+        try:
+            command.upgrade(alembic_config(names, connection=connection, **{COMMITS_ATTRIBUTE: True}), "head")
+        except sa.exc.DBAPIError as exc:
+            hint = _mysql_privilege_hint(connection, exc, names)
+            raise migrate_error(exc, connection.engine.url, privilege_hint=hint) from exc
     context = MigrationContext.configure(
         connection,
         opts={"version_table": names.version_table, "version_table_schema": names.schema},
@@ -390,6 +412,81 @@ def migration_lock(connection: Connection) -> Iterator[None]:
     finally:
         with contextlib.suppress(sa.exc.DBAPIError):  # a connection lost meanwhile released it
             connection.execute(sa.text("SELECT RELEASE_LOCK('sql_lease migrate')"))
+
+
+# The privilege a MySQL migration statement needs, by how the statement begins.
+_MYSQL_PRIVILEGES = (
+    ("CREATE PROCEDURE", "CREATE ROUTINE"),
+    ("CREATE TEMPORARY TABLE", "CREATE TEMPORARY TABLES"),
+    ("CREATE INDEX", "INDEX"),
+    ("CREATE TABLE", "CREATE"),
+    ("ALTER TABLE", "ALTER"),
+    ("DROP", "DROP"),
+    ("INSERT", "INSERT"),
+    ("UPDATE", "UPDATE"),
+    ("DELETE", "DELETE"),
+)
+
+
+def _mysql_privilege_hint(connection: Connection, exc: sa.exc.DBAPIError, names: LeaseTableNames) -> str | None:
+    """What to grant for a MySQL migration statement refused for a missing privilege, and that the same
+    migrate then resumes at the revision that stopped (the revisions before it are committed)."""
+    from alembic.script import ScriptDirectory
+
+    statement = " ".join(str(exc.statement or "").split()).upper()
+    privilege = next((p for start, p in _MYSQL_PRIVILEGES if statement.startswith(start)), None)
+    if privilege is None:
+        return None
+    with contextlib.suppress(Exception):
+        connection.rollback()
+    try:
+        done = _versions(connection, names.version_table, names.schema) or ()
+        user, _, host = str(connection.exec_driver_sql("SELECT CURRENT_USER()").scalar_one()).rpartition("@")
+        grantee = f"'{user}'@'{host}'"
+    except sa.exc.DBAPIError:
+        done, grantee = (), "the user"
+    script = ScriptDirectory.from_config(alembic_config(names))
+    after = done[0] if len(done) == 1 else None
+    revision = next((r.revision for r in script.walk_revisions() if (r.down_revision or None) == after), "?")
+    database = names.schema or connection.engine.url.database
+    return (
+        f"the user lacks {privilege} on database {database}, which revision {revision} needs: GRANT {privilege} "
+        f"ON `{database}`.* TO {grantee}, then run the same migrate again; it resumes at revision {revision} "
+        "(the revisions before it are in place)"
+    )
+
+
+def mysql_object_missing(kind: str, name: str, table: str | None = None) -> bool:
+    """For a step of a migration that runs: False if the MySQL object it makes (``kind``: table, column or
+    index of ``table``, procedure) is there already, left by a migrate that stopped partway (MySQL commits
+    each DDL by itself); True elsewhere (offline SQL; PostgreSQL and SQLite, whose DDL is transactional)."""
+    from alembic import context, op
+
+    if context.is_offline_mode() or op.get_context().dialect.name not in ("mysql", "mariadb"):
+        return True
+    names: LeaseTableNames = context.config.attributes[NAMES_ATTRIBUTE]
+    where, parameters = _MYSQL_OBJECTS[kind], {"schema": names.schema, "name": name, "table": table}
+    return not op.get_bind().exec_driver_sql(f"SELECT COUNT(*) FROM {where}", parameters).scalar_one()
+
+
+# information_schema's rows of an object of the database (``schema``, else the connection's)
+_MYSQL_OBJECTS = {
+    "table": (
+        "information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(name)s"
+    ),
+    "column": (
+        "information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) "
+        "AND TABLE_NAME = %(table)s AND COLUMN_NAME = %(name)s"
+    ),
+    "index": (
+        "information_schema.STATISTICS WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) "
+        "AND TABLE_NAME = %(table)s AND INDEX_NAME = %(name)s"
+    ),
+    "procedure": (
+        "information_schema.ROUTINES WHERE ROUTINE_SCHEMA = COALESCE(%(schema)s, DATABASE()) "
+        "AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = %(name)s"
+    ),
+}
 
 
 _PROCESS_LOCK = threading.Lock()
