@@ -712,15 +712,44 @@ def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpr
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_alembic_upgrade_head_from_a_checkout(target: dict[str, Any]) -> None:
+def test_alembic_upgrade_head_from_a_checkout(any_target: dict[str, Any]) -> None:
     alembic = str(Path(sys.executable).with_name("alembic"))
-    x_args = ["-x", f"url={target['url']}"]
-    if target["schema"]:
-        x_args += ["-x", f"schema={target['schema']}"]
+    x_args = ["-x", f"url={any_target['url']}"]
+    if any_target["schema"]:
+        x_args += ["-x", f"schema={any_target['schema']}"]
     done = _run([alembic, *x_args, "upgrade", "head"], REPO)
     assert done.returncode == 0, done.stderr
     done = _run([alembic, *x_args, "current"], REPO)
     assert "0009 (head)" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize(("withheld", "stops_at"), [("CREATE ROUTINE", "0008"), ("CREATE TEMPORARY TABLES", "0004")])
+def test_alembic_upgrade_head_from_a_checkout_that_stops_partway_on_mysql_resumes(withheld: str, stops_at: str) -> None:
+    """``alembic upgrade head`` as a MySQL user without a privilege a revision needs stops at the revision
+    before it, each revision committed with its version row; granted, the same command completes."""
+    from sqlalchemy.engine import make_url
+
+    alembic = str(Path(sys.executable).with_name("alembic"))
+    database, user = f"sql_lease_m_{uuid.uuid4().hex[:10]}", f"lease_mig_{uuid.uuid4().hex[:8]}"
+    mysql_execute(
+        MYSQL_URL,
+        f"CREATE DATABASE `{database}`",
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'",
+        f"GRANT {_MIGRATOR_GRANTS.replace(', ' + withheld, '')} ON `{database}`.* TO '{user}'@'%'",
+    )
+    url = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
+    x_args = ["-x", f"url={url.render_as_string(hide_password=False)}"]
+    try:
+        done = _run([alembic, *x_args, "upgrade", "head"], REPO)
+        assert done.returncode != 0 and "1044" in done.stderr, done.stderr[-2000:]
+        assert _mysql_facts(database)["versions"] == ((stops_at,),)
+        mysql_execute(MYSQL_URL, f"GRANT {withheld} ON `{database}`.* TO '{user}'@'%'")
+        done = _run([alembic, *x_args, "upgrade", "head"], REPO)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _mysql_facts(database)["versions"] == (("0009",),)
+    finally:
+        mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'", f"DROP DATABASE IF EXISTS `{database}`")
 
 
 def test_alembic_reads_the_url_from_the_environment(tmp_path: Path) -> None:
