@@ -164,3 +164,64 @@ def test_a_slot_acquire_meeting_a_guards_lock_is_refused_on_mysql() -> None:
                 if name.startswith(table):
                     conn.execute(sa.text(f"DROP TABLE `{name}`"))
         engine.dispose()
+
+
+def test_a_slot_sweep_waits_for_a_grant_that_holds_the_head(pg: Any) -> None:
+    """A grant judges its owner's slot live under the head's lock, then extends it: a sweep (grace 0)
+    that deleted the slot in between, once it had lapsed, left a grant answered with no slot row
+    (found by reading, issue 25's review). The sweep takes the heads' locks first."""
+    provider, engine, schema = pg
+    key = "s:" + os.urandom(4).hex()
+    provider.acquire_lease(key, "A", 300, limit=2)
+    provider.acquire_lease(key, "B", 60_000, limit=2)  # the head stays live: only A's slot is the sweep's
+    with engine.connect() as grant_side:
+        grant_side.execute(sa.text(f"SET search_path TO {schema}"))
+        grant_side.execute(sa.text("SELECT 1 FROM sql_leases WHERE key = :k FOR NO KEY UPDATE"), {"k": key})
+        time.sleep(0.5)  # A's slot lapses while the grant, which judged it live, runs
+        thread, out = in_thread(lambda: provider.sweep_expired(grace_ms=0))
+        thread.join(1.0)
+        swept_meanwhile = not thread.is_alive()
+        grant_side.execute(
+            sa.text("UPDATE sql_leases_slots SET expires_at = now() + interval '60 s' WHERE key = :k AND owner = 'A'"),
+            {"k": key},
+        )
+        grant_side.commit()
+    thread.join(20)
+    assert not swept_meanwhile, out
+    assert [holder.owner for holder in provider.get_lease_holders(key)] == ["A", "B"]
+
+
+def test_a_slot_sweep_waits_for_a_grant_that_holds_the_head_on_mysql() -> None:
+    table = "sw_" + os.urandom(4).hex()
+    engine = sa.create_engine(sa.make_url(MYSQL_URL).set(drivername="mysql+pymysql"))
+    provider = SyncSqlLeaseProvider(MYSQL_URL, table_name=table, operation_timeout_s=20)
+    provider.migrate()
+    try:
+        key = "s:" + os.urandom(4).hex()
+        provider.acquire_lease(key, "A", 300, limit=2)
+        provider.acquire_lease(key, "B", 60_000, limit=2)
+        provider.acquire_lease("filler", "F", 30_000)  # ends the lease sweeps' index scans before the head
+        with engine.connect() as grant_side:
+            grant_side.execute(sa.text(f"SELECT 1 FROM `{table}` WHERE `key` = :k FOR UPDATE"), {"k": key})
+            time.sleep(0.5)
+            thread, out = in_thread(lambda: provider.sweep_expired(grace_ms=0))
+            thread.join(1.0)
+            swept_meanwhile = not thread.is_alive()
+            grant_side.execute(
+                sa.text(
+                    f"UPDATE `{table}_slots` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL 60 SECOND "
+                    "WHERE `key` = :k AND owner = 'A'"
+                ),
+                {"k": key},
+            )
+            grant_side.commit()
+        thread.join(20)
+        assert not swept_meanwhile, out
+        assert [holder.owner for holder in provider.get_lease_holders(key)] == ["A", "B"]
+    finally:
+        provider.close()
+        with engine.begin() as conn:
+            for (name,) in conn.execute(sa.text("SHOW TABLES")).all():
+                if name.startswith(table):
+                    conn.execute(sa.text(f"DROP TABLE `{name}`"))
+        engine.dispose()

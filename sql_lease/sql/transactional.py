@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -40,6 +41,7 @@ __all__ = [
     "slot_refusal",
     "slot_release",
     "slot_renew",
+    "slot_sweep",
     "slot_transfer",
     "sweep",
     "transfer",
@@ -301,6 +303,24 @@ def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     yield from retried(s, Query(s.steps["sweep_heads"], params))
     yield from retried(s, Query(s.steps["prune_fences"], ()))
     return int(count)
+
+
+def slot_sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
+    """Delete up to ``params[1]`` slots expired ``params[0]`` ago (MySQL): read without a lock, then in
+    one transaction their keys' rows locked shared in key order and those slots deleted if still
+    expired (docs/statements.md, "Sweeping slots"); the number deleted."""
+    doomed = yield Query(s.slots["slot_sweep_doomed"], params, many=True)
+    if not doomed:
+        return 0
+    keys = json.dumps(sorted({row[0] for row in doomed}))  # code point order: the stored keys' byte order
+    slots = json.dumps([[row[0], row[1]] for row in doomed])
+
+    def body() -> Plan[int]:
+        yield Query(s.slots["slot_sweep_lock"], (keys,), many=True)
+        rows = yield Query(s.slots["slot_sweep_delete"], (slots, params[0]), many=True)
+        return s.swept_count(rows)
+
+    return (yield from _transaction(s, body, slots=True))
 
 
 # -- semaphores (every dialect): one transaction per operation, the head row locked first ----------

@@ -728,10 +728,29 @@ SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ex
  WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)
 ORDER BY acquired_at, fence"""
 
-# slot_sweep ($1 grace_us, $2 batch_size) -> row count: expired slots deleted
-SLOT_SWEEP = """
-DELETE FROM {slot_table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND
+# The slot sweep: the expired slots read (no lock), then in one transaction their keys' rows locked
+#   shared in key order (a grant holds its key's row while it judges its owner's slot live and extends
+#   it), then those slots deleted if they are still expired. A slot without a row has no grant in
+#   progress (a head never expires before a live slot).
+
+# slot_sweep_doomed ($1 grace_us, $2 batch_size) -> rows (key, owner) of expired slots
+SLOT_SWEEP_DOOMED = """
+SELECT `key`, owner FROM {slot_table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND
  ORDER BY expires_at LIMIT $2"""
+
+# slot_sweep_lock ($1 JSON array of stored keys, ascending) -> rows (key,) locked shared, in that order
+SLOT_SWEEP_LOCK = """
+SELECT h.`key` FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS d
+  STRAIGHT_JOIN {table} AS h ON h.`key` = d.k
+  LOCK IN SHARE MODE"""
+
+# slot_sweep_delete ($1 JSON array of [stored key, owner], $2 grace_us) -> row count: those still expired
+SLOT_SWEEP_DELETE = """
+DELETE s FROM {slot_table} AS s
+  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
+                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]')) AS d
+    ON s.`key` = d.k AND s.owner = d.o
+ WHERE s.expires_at <= UTC_TIMESTAMP(6) - INTERVAL $2 MICROSECOND"""
 
 # check_slot (:key, :owner, :fence) -> (fence,) iff owner holds a slot of key with that fence, unexpired;
 #   the slot row keeps a shared lock until the caller's transaction ends
@@ -775,6 +794,9 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_wake": None,  # no NOTIFY on MySQL: waiters poll
         "slot_flag": None,
         "slot_holders": HOLDERS,
-        "slot_sweep": SLOT_SWEEP,
+        "slot_sweep": None,  # a transaction of the three below
+        "slot_sweep_doomed": SLOT_SWEEP_DOOMED,
+        "slot_sweep_lock": SLOT_SWEEP_LOCK,
+        "slot_sweep_delete": SLOT_SWEEP_DELETE,
         "check_slot": CHECK_SLOT,
     }

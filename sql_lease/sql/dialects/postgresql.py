@@ -839,18 +839,23 @@ SELECT owner, fence, expires_at, remaining, data, acquired_at, released FROM (
      WHERE key = $1 AND expires_at > now()
 ) AS holders ORDER BY acquired_at, fence"""
 
-# slot_sweep ($1 grace_ms, $2 batch_size) -> (rows deleted,) expired slots (no head lock: a grant never
-#   reuses a slot row, it deletes the owner's old one and inserts)
+# slot_sweep ($1 grace_ms, $2 batch_size) -> (rows deleted,) up to $2 expired slots, each key's row
+#   locked first (FOR SHARE: a grant holds it while it judges its owner's slot live and extends it);
+#   a slot without a row has no grant in progress (a head never expires before a live slot)
 SLOT_SWEEP = """
-WITH doomed AS (
-    SELECT s.key, s.owner FROM {slot_table} AS s
+WITH doomed AS MATERIALIZED (
+    SELECT s.key, s.owner, EXISTS (SELECT 1 FROM {table} AS h WHERE h.key = s.key) AS headed
+      FROM {slot_table} AS s
      WHERE s.expires_at <= now() - $1::float8 * interval '1 millisecond'
      ORDER BY s.expires_at
      LIMIT $2
+), heads AS MATERIALIZED (
+    SELECT h.key FROM {table} AS h WHERE h.key IN (SELECT key FROM doomed) ORDER BY h.key FOR SHARE
 ), gone AS (
     DELETE FROM {slot_table} AS s USING doomed
      WHERE s.key = doomed.key AND s.owner = doomed.owner
        AND s.expires_at <= now() - $1::float8 * interval '1 millisecond'
+       AND (doomed.key IN (SELECT key FROM heads) OR NOT doomed.headed)
     RETURNING 1
 )
 SELECT count(*) FROM gone"""
@@ -896,6 +901,9 @@ SLOT_STEP_NAMES = (
     "slot_flag",
     "slot_holders",
     "slot_sweep",
+    "slot_sweep_doomed",
+    "slot_sweep_lock",
+    "slot_sweep_delete",
     "check_slot",
 )
 """The statements of semaphores, by name (every dialect answers each; None where it has none)."""
@@ -943,5 +951,8 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_flag": None,  # the acquire function flags a head
         "slot_holders": HOLDERS,
         "slot_sweep": SLOT_SWEEP,
+        "slot_sweep_doomed": None,  # MySQL's slot sweep, a transaction
+        "slot_sweep_lock": None,
+        "slot_sweep_delete": None,
         "check_slot": CHECK_SLOT,
     }

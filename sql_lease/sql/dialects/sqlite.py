@@ -493,5 +493,8 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_flag": None,
         "slot_holders": HOLDERS,
         "slot_sweep": SLOT_SWEEP,
+        "slot_sweep_doomed": None,  # MySQL's slot sweep, a transaction
+        "slot_sweep_lock": None,
+        "slot_sweep_delete": None,
         "check_slot": CHECK_SLOT,
     }
