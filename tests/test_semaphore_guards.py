@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -225,3 +226,66 @@ def test_a_slot_sweep_waits_for_a_grant_that_holds_the_head_on_mysql() -> None:
                 if name.startswith(table):
                     conn.execute(sa.text(f"DROP TABLE `{name}`"))
         engine.dispose()
+
+
+def _pause_before_the_slot_extend(sql: str, params: Any) -> None:
+    words = " ".join(sql.split())
+    if words.startswith("UPDATE") and "_slots" in words.split(" SET ")[0] and "data =" in words:  # SLOT_EXTEND
+        time.sleep(0.4)  # the slot lapses between the transaction's read of it and its extension
+
+
+@pytest.mark.parametrize("op", ["renew", "renew_info", "renew_leases", "transfer to itself"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql"])
+def test_a_slot_that_lapses_before_its_extension_is_not_renewed(
+    backend: str, op: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """The renewal (or transfer to itself) read the slot live, then its extension found it expired and
+    changed nothing: it answered renewed, and two others then took slots beside the owner who
+    believed it held one (a hostile test, session 13)."""
+    if backend == "sqlite":
+        url, options = f"sqlite:///{tmp_path / 'l.db'}", {}
+    elif backend == "postgres":
+        _, _, schema = request.getfixturevalue("pg")
+        url, options = POSTGRES_URL, {"schema": schema}
+    else:
+        url, options = MYSQL_URL, {"schema": request.getfixturevalue("fresh_mysql_db")}
+    with SyncSqlLeaseProvider(url, operation_timeout_s=20, **options) as provider:
+        provider.migrate()
+        key = "r:" + os.urandom(4).hex()
+        a = provider.acquire_lease(key, "A", 200, limit=2)
+        remove = provider.on_statement(_pause_before_the_slot_extend)
+        if op == "renew":
+            answers = [provider.renew_lease(key, "A", 60_000)]
+        elif op == "renew_info":
+            answers = [provider.renew_lease_info(key, "A", 60_000)]
+        elif op == "renew_leases":
+            answers = provider.renew_leases([key], "A", 60_000, fences=[a.fence])
+        else:
+            answers = [provider.transfer_lease(key, "A", "A", 60_000)]
+        remove()
+        holders = [holder.owner for holder in provider.get_lease_holders(key)]
+        assert answers in ([False], [None]) or holders == ["A"], (answers, holders)
+
+
+def test_a_postgres_slot_grant_that_meets_a_deadlock_runs_again() -> None:
+    """The plan (no database): PostgreSQL's slot grant is one call of the slot function in autocommit;
+    a deadlock (40P01, beside sweeps and other grants) rolled all of it back, so it runs again, as the
+    other transactions do, instead of reaching the caller (a hostile test saw it 6 times in 20 s)."""
+    import asyncpg
+
+    from sql_lease.sql import transactional
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import statements_for
+
+    s = statements_for("postgresql", LeaseTableNames(), durable_session=True)
+    deadlock = asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+    plan = transactional.slot_acquire(s, "k", "o", 1000.0, None, 2, False)
+    query = next(plan)
+    assert query.sql == s.slots["slot_acquire_call"]
+    for _ in range(2):
+        query = plan.throw(deadlock)
+        assert query.sql == s.slots["slot_acquire_call"]
+    now = datetime.now(UTC)
+    with pytest.raises(StopIteration) as done:
+        plan.send((True, "o", 7, now, 1000.0, False))
+    assert done.value.value.acquired and done.value.value.fence == 7

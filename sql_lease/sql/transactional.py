@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ..contract import AcquireResult, LeaseInfo, RenewItem
@@ -403,7 +403,8 @@ def slot_acquire(
     :data:`PLAIN` for a key the owner holds as a plain lease (re-acquired as such)."""
     slots = s.slots
     if slots["slot_acquire_call"] is not None:  # one round trip (PostgreSQL's function)
-        return (yield from _slot_acquire_call(s, (key, owner, ttl, data, limit, waiting)))
+        row = yield from retried(s, Query(slots["slot_acquire_call"], (key, owner, ttl, data, limit, waiting)))
+        return _slot_called(s, row)  # one call in autocommit: a deadlock rolled all of it back
     if slots["slot_grant"] is not None:  # one statement (SQLite, migration 0007's triggers)
         try:
             return (yield from _slot_grant(s, key, owner, ttl, data, limit))
@@ -476,8 +477,7 @@ def _slot_grant(s: LeaseStatements, key: str, owner: str, ttl: Any, data: str | 
     return (yield from _oldest_refusal(s, key))
 
 
-def _slot_acquire_call(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[Any]:
-    row = yield Query(s.slots["slot_acquire_call"], params)
+def _slot_called(s: LeaseStatements, row: Any) -> Any:
     if row is None:
         return AcquireResult(False, None)
     if row[5] and row[0]:  # the owner's own plain lease
@@ -504,12 +504,19 @@ def slot_renew(s: LeaseStatements, key: str, owner: str, ttl: Any, fence: int | 
         state = yield Query(slots["slot_state"], (key, owner, None))
         if not _live_slot(state, fence):
             return None
-        yield Query(slots["slot_extend"], (key, owner, ttl, None))
+        if not _extended((yield Query(slots["slot_extend"], (key, owner, ttl, None)))):
+            return None
         yield from _refresh(s, key, None)
         row = yield Query(slots["slot_mine"], (key, owner))
         return None if row is None else s.lease_info(key, row)
 
     return (yield from _transaction(s, body, slots=True))
+
+
+def _extended(row: Sequence[Any] | None) -> bool:
+    """Whether ``SLOT_EXTEND`` (its row, or MySQL's row count) extended the slot: one read live
+    before may have lapsed since, and the extension, which re-checks its expiry, changes nothing."""
+    return row is not None and bool(row[0])
 
 
 def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
@@ -562,7 +569,8 @@ def slot_transfer(
         if not _live_slot(state, fence):
             return False
         if to_owner == from_owner:
-            yield Query(slots["slot_extend"], (key, from_owner, ttl, data))
+            if not _extended((yield Query(slots["slot_extend"], (key, from_owner, ttl, data)))):
+                return False
             yield from _refresh(s, key, None)
             return True
         theirs = yield Query(slots["slot_state"], (key, to_owner, None))

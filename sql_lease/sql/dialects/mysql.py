@@ -675,7 +675,8 @@ VALUES ($1, $2, $5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
 # slot_delete ($1 key, $2 owner) -> row count; the owner's slot row deleted
 SLOT_DELETE = "DELETE FROM {slot_table} WHERE `key` = $1 AND owner = $2"
 
-# slot_extend ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL: keep) -> row count; the tenure goes on
+# slot_extend ($1 key, $2 owner, $3 ttl_us, $4 data JSON text | NULL: keep) -> row count: 1 if the slot was
+#   unexpired and is extended (the tenure goes on), else 0
 SLOT_EXTEND = """
 UPDATE {slot_table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, data = COALESCE($4, data)
  WHERE `key` = $1 AND owner = $2 AND expires_at > UTC_TIMESTAMP(6)"""

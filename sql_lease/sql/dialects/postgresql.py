@@ -787,11 +787,13 @@ VALUES ($1, $2, $5::bigint, statement_timestamp(), statement_timestamp() + $3::f
 # slot_delete ($1 key, $2 owner) -> nothing; the owner's slot row deleted
 SLOT_DELETE = "DELETE FROM {slot_table} WHERE key = $1 AND owner = $2"
 
-# slot_extend ($1 key, $2 owner, $3 ttl_ms, $4 data JSON text | NULL: keep) -> nothing; the tenure goes on
+# slot_extend ($1 key, $2 owner, $3 ttl_ms, $4 data JSON text | NULL: keep) -> (1,) if the slot was
+#   unexpired and is extended (the tenure goes on), else nothing
 SLOT_EXTEND = """
 UPDATE {slot_table} SET expires_at = statement_timestamp() + $3::float8 * interval '1 millisecond',
        data = coalesce($4::json, data)
- WHERE key = $1 AND owner = $2 AND expires_at > statement_timestamp()"""
+ WHERE key = $1 AND owner = $2 AND expires_at > statement_timestamp()
+RETURNING 1"""
 
 # slot_refresh_head ($1 key, $2 fence granted | NULL) -> nothing; the head's expiry (the latest
 #   unexpired slot's, else now: free) and tenure start (the oldest holder's), its fence raised to $2

@@ -393,11 +393,13 @@ VALUES (?1, ?2, ?5, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
 # slot_delete (?1 key, ?2 owner) -> nothing; the owner's slot row deleted
 SLOT_DELETE = "DELETE FROM {slot_table} WHERE key = ?1 AND owner = ?2"
 
-# slot_extend (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL: keep) -> nothing; the tenure goes on
+# slot_extend (?1 key, ?2 owner, ?3 ttl_ms integer, ?4 data JSON text | NULL: keep) -> (1,) if the slot was
+#   unexpired and is extended (the tenure goes on), else nothing
 SLOT_EXTEND = """
 UPDATE {slot_table} SET expires_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + ?3,
        data = coalesce(?4, data)
- WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"""
+ WHERE key = ?1 AND owner = ?2 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+RETURNING 1"""
 
 # slot_refresh_head (?1 key, ?2 fence granted | NULL) -> nothing; the head's expiry (the latest unexpired
 #   slot's, else now: free) and tenure start (the oldest holder's), its fence raised to ?2
