@@ -190,6 +190,7 @@ async def exercise_async(provider: SqlLeaseProvider, engine: Any, prefix: str) -
     await asyncio.sleep(max(0.0, lapsing[0].remaining_ms or 0.0) / 1000 + 0.01)
     assert all(await provider.acquire_leases(several, "jay", TTL))  # expired keys taken over
     assert await provider.acquire_lease(key, "alice", 1)
+    assert (await provider.acquire_lease(f"{prefix}:lapsing", "kim", 1, limit=2)).acquired  # a slot to sweep
     await asyncio.sleep(0.01)
     assert await provider.sweep_expired(grace_ms=0) >= 0
     await exercise_semaphore_async(provider, engine, f"{prefix}:sem")
@@ -267,6 +268,7 @@ def exercise_sync(provider: SyncSqlLeaseProvider, engine: Any, prefix: str) -> N
     assert provider.renew_leases(several, "gina", TTL) == [True, True]
     assert provider.release_leases(several, "gina") == 2
     assert provider.acquire_lease(key, "alice", 1)
+    assert provider.acquire_lease(f"{prefix}:lapsing", "kim", 1, limit=2).acquired  # a slot to sweep
     time.sleep(0.01)
     assert provider.sweep_expired(grace_ms=0) >= 0
     exercise_semaphore_sync(provider, engine, f"{prefix}:sem")
