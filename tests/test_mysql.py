@@ -192,6 +192,9 @@ def test_a_least_privilege_user_runs_every_lease_operation(fresh_mysql_db: str) 
             assert provider.renew_lease("sem", "s1", 60_000) and provider.release_lease("sem", "s2")
             assert provider.break_lease("sem") is not None
             assert all(provider.acquire_leases(["many:1", "many:2"], "a", 60_000))  # one packet, an upsert in it
+            with pytest.raises(LeaseConfigError, match=r"GRANT SELECT ON .*sql_lease_alembic_version") as denied:
+                provider.migrate()  # a deploy that migrates as the application's user
+            assert "need not migrate" in str(denied.value) and denied.value.__cause__ is not None
     finally:
         mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'")
 

@@ -314,10 +314,19 @@ def _create_sqlite_file(url: URL) -> None:
 
 
 def read_state(connection: Connection, names: LeaseTableNames) -> tuple[bool, tuple[str, ...] | None]:
-    """(does the lease table exist, the revisions in its version table or None if that is missing)."""
+    """(does the lease table exist, the revisions in its version table or None if that is missing);
+    ``LeaseConfigError`` saying what to do if the role may not read the version table."""
+    from .translate import sqlstate
+
     dialect = connection.dialect
     table_exists = dialect.has_table(connection, names.table, schema=names.schema)
-    return table_exists, _versions(connection, names.version_table, names.schema)
+    try:
+        return table_exists, _versions(connection, names.version_table, names.schema)
+    except sa.exc.DBAPIError as exc:  # a role that may not read it: most often the application's
+        if sqlstate(exc) != "42501":
+            raise
+        hint = _reading_versions_hint(connection, names)
+        raise migrate_error(exc, connection.engine.url, privilege_hint=hint) from exc
 
 
 def _versions(connection: Connection, version_table: str, schema: str | None) -> tuple[str, ...] | None:
@@ -325,6 +334,18 @@ def _versions(connection: Connection, version_table: str, schema: str | None) ->
         return None
     table = sa.table(version_table, sa.column("version_num"), schema=schema)
     return tuple(sorted(connection.execute(sa.select(table.c.version_num)).scalars()))
+
+
+def _reading_versions_hint(connection: Connection, names: LeaseTableNames) -> str:
+    """What to do when the migrating role may not read the version table (most often: migrate run as
+    the application's role, whose grants cover only the lease operations)."""
+    quote = connection.dialect.identifier_preparer.quote
+    table = ".".join(quote(part) for part in (names.schema, names.version_table) if part)
+    return (
+        f"the role may not read the version table {names.version_table}, so migrate cannot tell the schema's "
+        "revision; run migrate as the role that owns the lease tables (the application's role need not "
+        f"migrate), or let this role check it: GRANT SELECT ON {table}"
+    )
 
 
 def _upgrade_sync(connection: Connection, names: LeaseTableNames, head: str) -> Upgrade:
