@@ -4,6 +4,7 @@ offline SQL, `alembic upgrade head` from a checkout, and the migrations inside t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -276,20 +277,10 @@ async def test_0009_mysql_slot_procedures_upgrade_and_downgrade_and_a_table_at_0
 async def test_a_mysql_user_without_create_routine_is_told_what_0009_needs_and_migrates_once_granted() -> None:
     """A table at 0008 migrated by a user without CREATE ROUTINE: a LeaseConfigError naming it, the table left at
     0008 (plain leases work); granted, the same migrate goes through."""
-    from sqlalchemy.engine import make_url
 
     from sql_lease import LeaseConfigError
 
-    database, user = f"sql_lease_m_{uuid.uuid4().hex[:10]}", f"lease_mig_{uuid.uuid4().hex[:8]}"
-    mysql_execute(
-        MYSQL_URL,
-        f"CREATE DATABASE `{database}`",
-        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'",
-        f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER ON `{database}`.* TO '{user}'@'%'",
-    )
-    as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
-    as_user = as_user.render_as_string(hide_password=False)
-    try:
+    with _mysql_migrator("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER") as (database, user, as_user):
         async with SqlLeaseProvider(MYSQL_URL, schema=database) as admin:
             await _alembic(admin, "upgrade", "0008")
         async with SqlLeaseProvider(as_user, schema=database) as provider:
@@ -300,6 +291,23 @@ async def test_a_mysql_user_without_create_routine_is_told_what_0009_needs_and_m
         async with SqlLeaseProvider(as_user, schema=database) as provider:
             assert await provider.migrate() == "0009"
             assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+
+
+@contextlib.contextmanager
+def _mysql_migrator(grants: str) -> Iterator[tuple[str, str, str]]:
+    """A new MySQL database and a user with ``grants`` on it: (database, user, the user's URL); both dropped after."""
+    from sqlalchemy.engine import make_url
+
+    database, user = f"sql_lease_m_{uuid.uuid4().hex[:10]}", f"lease_mig_{uuid.uuid4().hex[:8]}"
+    mysql_execute(
+        MYSQL_URL,
+        f"CREATE DATABASE `{database}`",
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'",
+        f"GRANT {grants} ON `{database}`.* TO '{user}'@'%'",
+    )
+    as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
+    try:
+        yield database, user, as_user.render_as_string(hide_password=False)
     finally:
         mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'", f"DROP DATABASE IF EXISTS `{database}`")
 
@@ -361,23 +369,14 @@ async def test_a_mysql_user_lacking_a_privilege_is_told_which_and_the_same_migra
     procedures; INDEX: 0001's expiry index, after the lease table; CREATE TEMPORARY TABLES: 0005's rekey): a
     LeaseConfigError naming the privilege and the revision, the tables before it left in place; granted, the
     same migrate completes the schema a clean migrate builds, and the table works."""
-    from sqlalchemy.engine import make_url
 
     from sql_lease import LeaseConfigError
 
-    database, user = f"sql_lease_m_{uuid.uuid4().hex[:10]}", f"lease_mig_{uuid.uuid4().hex[:8]}"
     reference = f"sql_lease_m_{uuid.uuid4().hex[:10]}"
     granted = ", ".join(p.strip() for p in _MIGRATOR_GRANTS.split(",") if p.strip() != withheld)
-    mysql_execute(
-        MYSQL_URL,
-        f"CREATE DATABASE `{database}`",
-        f"CREATE DATABASE `{reference}`",
-        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'",
-        f"GRANT {granted} ON `{database}`.* TO '{user}'@'%'",
-    )
-    as_user = make_url(MYSQL_URL).set(username=user, password=f"pw-{user}", database=database)
-    as_user = as_user.render_as_string(hide_password=False)
-    try:
+    mysql_execute(MYSQL_URL, f"CREATE DATABASE `{reference}`")
+    with _mysql_migrator(granted) as (database, user, as_user), contextlib.ExitStack() as cleanup:
+        cleanup.callback(mysql_execute, MYSQL_URL, f"DROP DATABASE IF EXISTS `{reference}`")
         async with SqlLeaseProvider(MYSQL_URL, schema=reference) as admin:
             assert await admin.migrate() == "0009"
         async with SqlLeaseProvider(as_user, schema=database) as provider:
@@ -395,13 +394,6 @@ async def test_a_mysql_user_lacking_a_privilege_is_told_which_and_the_same_migra
             assert (await provider.acquire_lease("sem", "b", 60_000, limit=2)).acquired
         facts, expected = _mysql_facts(database), _mysql_facts(reference)
         assert facts == expected
-    finally:
-        mysql_execute(
-            MYSQL_URL,
-            f"DROP USER IF EXISTS '{user}'@'%'",
-            f"DROP DATABASE IF EXISTS `{database}`",
-            f"DROP DATABASE IF EXISTS `{reference}`",
-        )
 
 
 class _Interrupted(Exception):

@@ -46,6 +46,24 @@ def pg() -> Iterator[tuple[SyncSqlLeaseProvider, sa.Engine, str]]:
         engine.dispose()
 
 
+@pytest.fixture
+def my() -> Iterator[tuple[SyncSqlLeaseProvider, sa.Engine, str]]:
+    """A lease table of its own on MySQL: (provider, PyMySQL engine, table name); dropped afterwards."""
+    table = "sg_" + os.urandom(4).hex()
+    engine = sa.create_engine(sa.make_url(MYSQL_URL).set(drivername="mysql+pymysql"))
+    provider = SyncSqlLeaseProvider(MYSQL_URL, table_name=table, operation_timeout_s=20)
+    provider.migrate()
+    try:
+        yield provider, engine, table
+    finally:
+        provider.close()
+        with engine.begin() as conn:
+            for (name,) in conn.execute(sa.text("SHOW TABLES")).all():
+                if name.startswith(table):
+                    conn.execute(sa.text(f"DROP TABLE `{name}`"))
+        engine.dispose()
+
+
 class Guard:
     """A transaction that runs ``check_held`` for (key, owner, fence) and stays open until ``end()``."""
 
@@ -141,30 +159,19 @@ async def test_a_lost_holders_renewal_answers_beside_the_new_holders_guard(pg: A
         await provider.close()
 
 
-def test_a_slot_acquire_meeting_a_guards_lock_is_refused_on_mysql() -> None:
-    table = "sg_" + os.urandom(4).hex()
-    engine = sa.create_engine(sa.make_url(MYSQL_URL).set(drivername="mysql+pymysql"))
-    provider = SyncSqlLeaseProvider(MYSQL_URL, table_name=table, operation_timeout_s=20)
-    provider.migrate()
+def test_a_slot_acquire_meeting_a_guards_lock_is_refused_on_mysql(my: Any) -> None:
+    provider, engine, _ = my
+    key = "g:" + os.urandom(4).hex()
+    a = provider.acquire_lease(key, "A", 1_500, limit=2)
+    provider.acquire_lease(key, "X", 60_000, limit=2)
+    guard = Guard(provider, engine, key, "A", a.fence, None)
     try:
-        key = "g:" + os.urandom(4).hex()
-        a = provider.acquire_lease(key, "A", 1_500, limit=2)
-        provider.acquire_lease(key, "X", 60_000, limit=2)
-        guard = Guard(provider, engine, key, "A", a.fence, None)
-        try:
-            time.sleep(2.5)
-            refused = provider.acquire_lease(key, "C", 60_000, limit=2)  # raised a lock wait timeout before
-            assert not refused.acquired
-            assert guard.thread.is_alive()
-        finally:
-            guard.end()
+        time.sleep(2.5)
+        refused = provider.acquire_lease(key, "C", 60_000, limit=2)  # raised a lock wait timeout before
+        assert not refused.acquired
+        assert guard.thread.is_alive()
     finally:
-        provider.close()
-        with engine.begin() as conn:
-            for (name,) in conn.execute(sa.text("SHOW TABLES")).all():
-                if name.startswith(table):
-                    conn.execute(sa.text(f"DROP TABLE `{name}`"))
-        engine.dispose()
+        guard.end()
 
 
 def test_a_slot_sweep_waits_for_a_grant_that_holds_the_head(pg: Any) -> None:
@@ -192,40 +199,29 @@ def test_a_slot_sweep_waits_for_a_grant_that_holds_the_head(pg: Any) -> None:
     assert [holder.owner for holder in provider.get_lease_holders(key)] == ["A", "B"]
 
 
-def test_a_slot_sweep_waits_for_a_grant_that_holds_the_head_on_mysql() -> None:
-    table = "sw_" + os.urandom(4).hex()
-    engine = sa.create_engine(sa.make_url(MYSQL_URL).set(drivername="mysql+pymysql"))
-    provider = SyncSqlLeaseProvider(MYSQL_URL, table_name=table, operation_timeout_s=20)
-    provider.migrate()
-    try:
-        key = "s:" + os.urandom(4).hex()
-        provider.acquire_lease(key, "A", 300, limit=2)
-        provider.acquire_lease(key, "B", 60_000, limit=2)
-        provider.acquire_lease("filler", "F", 30_000)  # ends the lease sweeps' index scans before the head
-        with engine.connect() as grant_side:
-            grant_side.execute(sa.text(f"SELECT 1 FROM `{table}` WHERE `key` = :k FOR UPDATE"), {"k": key})
-            time.sleep(0.5)
-            thread, out = in_thread(lambda: provider.sweep_expired(grace_ms=0))
-            thread.join(1.0)
-            swept_meanwhile = not thread.is_alive()
-            grant_side.execute(
-                sa.text(
-                    f"UPDATE `{table}_slots` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL 60 SECOND "
-                    "WHERE `key` = :k AND owner = 'A'"
-                ),
-                {"k": key},
-            )
-            grant_side.commit()
-        thread.join(20)
-        assert not swept_meanwhile, out
-        assert [holder.owner for holder in provider.get_lease_holders(key)] == ["A", "B"]
-    finally:
-        provider.close()
-        with engine.begin() as conn:
-            for (name,) in conn.execute(sa.text("SHOW TABLES")).all():
-                if name.startswith(table):
-                    conn.execute(sa.text(f"DROP TABLE `{name}`"))
-        engine.dispose()
+def test_a_slot_sweep_waits_for_a_grant_that_holds_the_head_on_mysql(my: Any) -> None:
+    provider, engine, table = my
+    key = "s:" + os.urandom(4).hex()
+    provider.acquire_lease(key, "A", 300, limit=2)
+    provider.acquire_lease(key, "B", 60_000, limit=2)
+    provider.acquire_lease("filler", "F", 30_000)  # ends the lease sweeps' index scans before the head
+    with engine.connect() as grant_side:
+        grant_side.execute(sa.text(f"SELECT 1 FROM `{table}` WHERE `key` = :k FOR UPDATE"), {"k": key})
+        time.sleep(0.5)
+        thread, out = in_thread(lambda: provider.sweep_expired(grace_ms=0))
+        thread.join(1.0)
+        swept_meanwhile = not thread.is_alive()
+        grant_side.execute(
+            sa.text(
+                f"UPDATE `{table}_slots` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL 60 SECOND "
+                "WHERE `key` = :k AND owner = 'A'"
+            ),
+            {"k": key},
+        )
+        grant_side.commit()
+    thread.join(20)
+    assert not swept_meanwhile, out
+    assert [holder.owner for holder in provider.get_lease_holders(key)] == ["A", "B"]
 
 
 def _pause_before_the_slot_extend(sql: str, params: Any) -> None:
