@@ -1,6 +1,8 @@
 """All-or-nothing acquire of 10 keys beside one plain acquire, per backend (issue 25's goal: <= 3 x).
 
-    python benchmarks/multikey.py [--pg URL] [--mysql URL] [--calls 300] [--rounds 3]   (SQLite always: a temporary file)
+    python benchmarks/multikey.py [--pg URL] [--mysql URL] [--calls 300] [--rounds 3]
+
+SQLite always runs, on a temporary file.
 
 Each measure is ``--calls`` grants of fresh keys on one async provider (one task): ``acquire_lease``
 of one key, and ``acquire_leases`` of 10 keys. The two alternate, ``--rounds`` times each; the medians
