@@ -2,7 +2,8 @@
 
 - a slot holder's ``check_held`` guard keeps a new holder out until its transaction ends, as a plain
   holder's does, even when its slot expires meanwhile (PostgreSQL);
-- a plain acquire racing a slot grant never gets a smaller fence than the grant (PostgreSQL);
+- a plain acquire racing a slot grant never gets a smaller fence than the grant, nor does a plain or
+  all-or-nothing acquire when the head is deleted while it waits (PostgreSQL);
 - a lost holder's renewal answers at once beside the new holder's guard, and does not stall the
   batch it is in (PostgreSQL);
 - a slot acquire that meets a guard's lock answers "not acquired", as a plain acquire does (MariaDB).
@@ -138,6 +139,58 @@ def test_a_plain_acquire_racing_a_slot_grant_never_gets_a_smaller_fence(pg: Any)
     thread.join(20)
     (plain,) = out
     assert plain.acquired and plain.fence > granted[2], (plain, granted)
+
+
+def wait_for_a_lock_wait(conn: sa.Connection, schema: str) -> None:
+    """Return once a statement on the schema's tables waits for a lock (a row lock: the head's)."""
+    for _ in range(2_000):
+        conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))  # a transaction keeps its first reading
+        waiting = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() "
+                "AND position(:schema IN query) > 0"
+            ),
+            {"schema": schema},
+        ).scalar_one()
+        if waiting:
+            return
+        time.sleep(0.01)
+    raise AssertionError("no statement waited for the head's row lock")
+
+
+@pytest.mark.parametrize("call", ["acquire_leases", "acquire_lease", "waiter"])
+def test_an_acquire_racing_a_slot_grant_and_a_break_never_gets_a_smaller_fence(pg: Any, call: str) -> None:
+    """An acquire drew its fence before it waited for the key's row: a slot grant drew a larger one
+    meanwhile, the head was then deleted, and the acquire inserted its older fence as a later tenure
+    (found by a hostile tester's audit triggers). Each acquire statement draws after the row's lock."""
+    provider, engine, schema = pg
+    key = "f:" + os.urandom(4).hex()
+    provider.acquire_lease(key, "old", 1, limit=2)  # an expired head
+    time.sleep(0.05)
+    waiter = provider.release_waiter(key)
+    assert waiter is not None
+    calls = {
+        "acquire_leases": lambda: provider.acquire_leases([key, "f:other"], "P", 30_000)[0],  # ACQUIRE_KEYS
+        "acquire_lease": lambda: provider.acquire_lease(key, "P", 30_000),  # ACQUIRE
+        "waiter": lambda: waiter.acquire("P", 30_000, 20),  # ACQUIRE_WAITING
+    }
+    with waiter, engine.connect() as slot_side:
+        slot_side.execute(sa.text(f"SET search_path TO {schema}"))
+        slot_side.execute(sa.text("SELECT 1 FROM sql_leases WHERE key = :k FOR NO KEY UPDATE"), {"k": key})
+        thread, out = in_thread(calls[call])
+        wait_for_a_lock_wait(slot_side, schema)  # P read the key free and waits for its row
+        granted = slot_side.execute(
+            sa.text("SELECT * FROM sql_leases_slot_acquire(:k, 'B', 60000, NULL, 2, false, NULL)"), {"k": key}
+        ).one()
+        assert granted[0], granted
+        slot_side.execute(  # the head goes, as a break of the semaphore deletes it (SLOT_DELETE_ALL)
+            sa.text("WITH s AS (DELETE FROM sql_leases_slots WHERE key = :k) DELETE FROM sql_leases WHERE key = :k"),
+            {"k": key},
+        )
+        slot_side.commit()
+        thread.join(20)
+    (taken,) = out
+    assert taken.acquired and taken.fence > granted[2], (taken, granted)
 
 
 async def test_a_lost_holders_renewal_answers_beside_the_new_holders_guard(pg: Any) -> None:

@@ -61,8 +61,10 @@ WITH busy AS (
 ), serialised AS (
     SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar))
       FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
+), locked AS (
+    SELECT l.key FROM {table} AS l WHERE l.key = $1 AND EXISTS (SELECT FROM serialised) FOR NO KEY UPDATE
 ), granted AS (
-    SELECT clock_timestamp() AS at FROM serialised
+    SELECT clock_timestamp() AS at FROM serialised, (SELECT count(*) FROM locked) AS row_lock
 ), attempt AS (
     INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
     SELECT $1, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
@@ -99,8 +101,10 @@ WITH busy AS (
            set_config('synchronous_commit', CASE current_setting('synchronous_commit')
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
       FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
+), locked AS (
+    SELECT l.key FROM {table} AS l WHERE l.key = $1 AND EXISTS (SELECT FROM serialised) FOR NO KEY UPDATE
 ), granted AS (
-    SELECT clock_timestamp() AS at FROM serialised
+    SELECT clock_timestamp() AS at FROM serialised, (SELECT count(*) FROM locked) AS row_lock
 ), attempt AS (
     INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
     SELECT $1, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
@@ -136,8 +140,10 @@ WITH busy AS (
 ), serialised AS (
     SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar))
       FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
+), locked AS (
+    SELECT l.key FROM {table} AS l WHERE l.key = $1 AND EXISTS (SELECT FROM serialised) FOR NO KEY UPDATE
 ), granted AS (
-    SELECT clock_timestamp() AS at FROM serialised
+    SELECT clock_timestamp() AS at FROM serialised, (SELECT count(*) FROM locked) AS row_lock
 ), attempt AS (
     INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
     SELECT $1, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
@@ -185,8 +191,10 @@ WITH busy AS (
            set_config('synchronous_commit', CASE current_setting('synchronous_commit')
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
       FROM bounded WHERE NOT EXISTS (SELECT FROM busy)
+), locked AS (
+    SELECT l.key FROM {table} AS l WHERE l.key = $1 AND EXISTS (SELECT FROM serialised) FOR NO KEY UPDATE
 ), granted AS (
-    SELECT clock_timestamp() AS at FROM serialised
+    SELECT clock_timestamp() AS at FROM serialised, (SELECT count(*) FROM locked) AS row_lock
 ), attempt AS (
     INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
     SELECT $1, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
@@ -577,8 +585,12 @@ WITH wanted AS (
     SELECT ordered.key, pg_advisory_xact_lock({table_literal}::regclass::oid::int4, ordered.lock_key) AS locked
       FROM (SELECT key, lock_key FROM wanted, bounded WHERE NOT EXISTS (SELECT FROM busy)
              ORDER BY lock_key, key OFFSET 0) AS ordered
+), locked AS (
+    SELECT l.key FROM {table} AS l
+     WHERE l.key = ANY($1::varchar[]) AND (SELECT count(*) FROM serialised) > 0
+     ORDER BY l.key FOR NO KEY UPDATE
 ), granted AS (
-    SELECT key, clock_timestamp() AS at FROM serialised
+    SELECT serialised.key, clock_timestamp() AS at FROM serialised, (SELECT count(*) FROM locked) AS row_locks
 ), attempt AS (
     INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
     SELECT key, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
@@ -622,8 +634,12 @@ WITH wanted AS (
                       WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
       FROM (SELECT key, lock_key FROM wanted, bounded WHERE NOT EXISTS (SELECT FROM busy)
              ORDER BY lock_key, key OFFSET 0) AS ordered
+), locked AS (
+    SELECT l.key FROM {table} AS l
+     WHERE l.key = ANY($1::varchar[]) AND (SELECT count(*) FROM serialised) > 0
+     ORDER BY l.key FOR NO KEY UPDATE
 ), granted AS (
-    SELECT key, clock_timestamp() AS at FROM serialised
+    SELECT serialised.key, clock_timestamp() AS at FROM serialised, (SELECT count(*) FROM locked) AS row_locks
 ), attempt AS (
     INSERT INTO {table} AS held (key, owner, fence, expires_at, data, acquired_at)
     SELECT key, $2, nextval({fence_sequence_literal}), at + $3::float8 * interval '1 millisecond', $4::json, at
