@@ -313,9 +313,9 @@ def test_a_deadlock_runs_the_transaction_again_and_never_answers_falsely() -> No
 
 
 def test_a_sweep_that_meets_a_deadlock_runs_the_statement_again() -> None:
-    """The plan (no database): each of the sweep's statements that met a deadlock (1213: the server
-    rolled that statement back; slot traffic deadlocks with it) runs again, and the count is still
-    every row deleted; past CONFLICT_RETRIES the error is raised."""
+    """The plan (no database): each of the sweep's deletes of the expired rows it read that met a
+    deadlock (1213: the server rolled that statement back) runs again, and the count is still every
+    lease deleted; past CONFLICT_RETRIES the error is raised."""
     import pymysql
 
     from sql_lease.sql.operations import sweep
@@ -325,6 +325,7 @@ def test_a_sweep_that_meets_a_deadlock_runs_the_statement_again() -> None:
 
     s = MysqlStatements(LeaseTableNames(), lock_wait_s=5)
     deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+    reads = {s.sweep: [("k",)], s.slots["slot_sweep_doomed"]: [("k", "o")]}  # the expired rows, read without a lock
 
     def run(failures: int) -> tuple[int, object]:
         plan = sweep(s, 100)
@@ -332,22 +333,52 @@ def test_a_sweep_that_meets_a_deadlock_runs_the_statement_again() -> None:
         try:
             while True:
                 sent += 1
-                if left:
+                if left and query.sql == s.steps["sweep_delete"]:
                     left -= 1
                     query = plan.throw(deadlock)
                     continue
-                doomed = query.sql == s.slots["slot_sweep_doomed"]  # the expired slots, read before their locks
-                query = plan.send([("k", "o")] if doomed else [(3,)] if query.many else (3,))
+                query = plan.send(reads.get(query.sql, [(3,)] if query.many else (3,)))
         except StopIteration as done:
             return sent, done.value
         except pymysql.err.OperationalError as exc:
             return sent, exc
 
     clean_sent, clean = run(0)
+    assert clean == 3 + 3  # leases (heads not counted), then slots
     sent, result = run(2)
     assert result == clean and sent == clean_sent + 2
     sent, result = run(CONFLICT_RETRIES + 1)
-    assert result is deadlock and sent == CONFLICT_RETRIES + 1
+    assert result is deadlock and sent == 1 + CONFLICT_RETRIES + 1
+
+
+def test_a_large_sweep_deletes_its_keys_in_ascending_chunks() -> None:
+    """The plan (no database): the expired rows read are deleted by key, in ascending key order, at
+    most SWEEP_DELETE_KEYS keys a statement (a batch of up to 10**6 keys would not fit a packet)."""
+    import json
+
+    from sql_lease.sql.operations import sweep
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import MysqlStatements
+    from sql_lease.sql.transactional import SWEEP_DELETE_KEYS
+
+    s = MysqlStatements(LeaseTableNames(), lock_wait_s=5)
+    expired = [f"k{i:05}" for i in range(2 * SWEEP_DELETE_KEYS + 7)][::-1]  # read oldest first, any key order
+    plan, deletes = sweep(s, len(expired)), []
+    query = next(plan)
+    try:
+        while True:
+            if query.sql == s.sweep:
+                answer: object = [(key,) for key in expired] if not query.params[2] else []
+            elif query.sql == s.steps["sweep_delete"]:
+                deletes.append(json.loads(query.params[0]))
+                answer = (len(deletes[-1]),)
+            else:
+                answer = [] if query.many else (0,)
+            query = plan.send(answer)
+    except StopIteration as done:
+        assert done.value == len(expired)
+    assert [len(chunk) for chunk in deletes] == [SWEEP_DELETE_KEYS, SWEEP_DELETE_KEYS, 7]
+    assert [key for chunk in deletes for key in chunk] == sorted(expired)
 
 
 def test_bad_urls_raise_config_or_backend_errors_with_the_password_masked(mysql_user: tuple[str, str]) -> None:
@@ -509,3 +540,64 @@ def test_a_slot_grant_never_revives_a_plain_lease_that_expired_while_it_waited(m
         if answer["result"].acquired:
             assert live == [("S", answer["result"].fence)]
         assert provider.acquire_lease(key, "T", 10_000, limit=2).acquired  # a second slot of two
+
+
+@pytest.mark.parametrize("kind", ["lease", "semaphore"])
+def test_a_sweep_waits_for_a_grant_on_an_expired_key_without_a_deadlock(
+    fresh_mysql_db: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grant locks an expired key's row, then moves its expires_at (a takeover; the slot procedure's
+    head). A sweep that found the row through the expires_at index held that index entry while it
+    waited for the row: the grant's update closed a cycle and the sweep was rolled back (1213; beside
+    a busy semaphore 21 times in a row, then LeaseBackendError). The sweep waits for the grant without
+    a deadlock, leaves the row it renewed and deletes the other expired rows."""
+    from sql_lease.sql import transactional
+
+    monkeypatch.setattr(transactional, "CONFLICT_RETRIES", 0)  # a deadlock the sweep meets is raised
+    url = url_of(fresh_mysql_db)
+    with SyncSqlLeaseProvider(url, operation_timeout_s=20) as provider:
+        provider.migrate()
+        live = [f"live:{i:03}" for i in range(200)]  # the sweep's statements plan an index range scan
+        assert all(provider.acquire_leases(live[:100], "L", 60_000) + provider.acquire_leases(live[100:], "L", 60_000))
+        key, limit = "taken", (2 if kind == "semaphore" else 1)
+        short = [provider.acquire_lease(key, "A", 200, limit=limit)]
+        short += [provider.acquire_lease(f"gone:{i}", "G", 200) for i in range(3)]
+        short.append(provider.acquire_lease("gone:sem", "G", 200, limit=2))
+        time.sleep(max(result.remaining_ms or 0.0 for result in short) / 1000 + 0.05)
+        grant = mysql_connect(url, fresh_mysql_db, autocommit=False)
+        watch = mysql_connect(url)
+        with watch.cursor() as watching:
+            watching.execute(f"ANALYZE TABLE `{fresh_mysql_db}`.sql_leases")
+        out: dict[str, Any] = {}
+        try:
+            with grant.cursor() as cursor, watch.cursor() as watching:
+                cursor.execute("SELECT owner FROM sql_leases WHERE `key` = %s FOR UPDATE", (key,))
+
+                def sweep() -> None:
+                    try:
+                        out["swept"] = provider.sweep_expired(grace_ms=0)
+                    except LeaseError as exc:  # reported below
+                        out["error"] = exc
+
+                sweeping = threading.Thread(target=sweep)
+                sweeping.start()
+                waits = (
+                    "SELECT COUNT(*) FROM information_schema.INNODB_TRX AS t JOIN information_schema.PROCESSLIST AS p"
+                    " ON p.ID = t.trx_mysql_thread_id WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s"
+                )
+                while sweeping.is_alive() and watching.execute(waits, (fresh_mysql_db,)) and not watching.fetchone()[0]:
+                    time.sleep(0.2)  # the server refreshes INNODB_TRX once it went unread for 0.1 s
+                renewed = "expires_at = UTC_TIMESTAMP(6) + INTERVAL 60 SECOND"
+                if kind == "semaphore":  # the slot procedure's order: the owner's slot, then the head
+                    cursor.execute(f"UPDATE sql_leases_slots SET {renewed} WHERE `key` = %s", (key,))
+                    cursor.execute(f"UPDATE sql_leases SET {renewed} WHERE `key` = %s", (key,))
+                else:  # a takeover
+                    cursor.execute(f"UPDATE sql_leases SET owner = 'B', {renewed} WHERE `key` = %s", (key,))
+                grant.commit()
+                sweeping.join(30)
+        finally:
+            grant.close()
+            watch.close()
+        assert "swept" in out, out  # before: LeaseBackendError, 1213 (a deadlock)
+        assert [lease.key for lease in provider.list_leases(include_expired=True)] == [*live, key]
+        assert [holder.owner for holder in provider.get_lease_holders(key)] == ["A" if limit == 2 else "B"]

@@ -52,6 +52,9 @@ T = TypeVar("T")
 CONFLICT_RETRIES = 20
 """How many times a transaction that met a deadlock or a duplicate key runs again."""
 
+SWEEP_DELETE_KEYS = 1000
+"""At most this many keys go in one of the sweep's deletes (MySQL; a batch may be larger than a packet)."""
+
 
 def _transaction(
     s: LeaseStatements, body: Callable[[], Plan[T]], *, packed: bool = False, slots: bool = False
@@ -297,12 +300,19 @@ def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[Any]:
 
 
 def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
-    """Delete expired leases and semaphores' expired heads, then the fence table's rows but the newest;
-    the number of leases deleted."""
-    (count,) = yield from retried(s, Query(s.sweep, params))
-    yield from retried(s, Query(s.steps["sweep_heads"], params))
+    """Delete expired leases and semaphores' expired heads, up to ``params[1]`` of each: read without a
+    lock, then deleted by key in key order if still expired (docs/statements.md, "Sweeping"); then the
+    fence table's rows but the newest. The number of leases deleted."""
+    count = 0
+    for heads in (False, True):
+        doomed = yield Query(s.sweep, (*params, heads), many=True)
+        keys = sorted(row[0] for row in doomed)  # code point order: the stored keys' byte order
+        for start in range(0, len(keys), SWEEP_DELETE_KEYS):
+            chunk = json.dumps(keys[start : start + SWEEP_DELETE_KEYS])
+            (deleted,) = yield from retried(s, Query(s.steps["sweep_delete"], (chunk, params[0], heads)))
+            count += 0 if heads else int(deleted)
     yield from retried(s, Query(s.steps["prune_fences"], ()))
-    return int(count)
+    return count
 
 
 def slot_sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:

@@ -302,16 +302,21 @@ DELETE FROM {table} WHERE `key` = $1 AND owner = $2 AND ($3 IS NULL OR fence = $
 PRUNE_FENCES = """
 DELETE FROM {fence_counter} WHERE id < (SELECT newest FROM (SELECT MAX(id) AS newest FROM {fence_counter}) AS last)"""
 
-# sweep ($1 grace_us, $2 batch_size) -> row count: leases deleted (semaphores' heads: SWEEP_HEADS)
+# The sweep: the expired rows read without a lock, then deleted by key in ascending key order if still
+#   expired (docs/statements.md, "Sweeping": a locking scan of the expires_at index deadlocks with grants)
+
+# sweep ($1 grace_us, $2 batch_size, $3 heads: FALSE leases, TRUE semaphores' heads) -> rows (key,) of
+#   expired rows, oldest first
 SWEEP = """
-DELETE FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND AND owner <> ''
+SELECT `key` FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND AND (owner = '') = $3
  ORDER BY expires_at LIMIT $2"""
 
-# sweep_heads ($1 grace_us, $2 batch_size) -> row count: expired heads of semaphores deleted (not counted:
-#   a head expires with its last slot)
-SWEEP_HEADS = """
-DELETE FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND AND owner = ''
- ORDER BY expires_at LIMIT $2"""
+# sweep_delete ($1 JSON array of stored keys, ascending, $2 grace_us, $3 heads) -> row count: those still
+#   expired deleted (heads not counted: a head expires with its last slot)
+SWEEP_DELETE = """
+DELETE h FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS d
+  STRAIGHT_JOIN {table} AS h ON h.`key` = d.k
+ WHERE h.expires_at <= UTC_TIMESTAMP(6) - INTERVAL $2 MICROSECOND AND (h.owner = '') = $3"""
 
 # -- fenced writes, on the caller's connection in the caller's transaction ------------------------
 
@@ -531,7 +536,7 @@ STEP_NAMES = (
     "release_expired",
     "renewed_many",
     "prune_fences",
-    "sweep_heads",
+    "sweep_delete",
     "acquire_packet",
     "acquire_packet_nowait",
     "renew_packet",
@@ -599,7 +604,7 @@ def steps() -> dict[str, str]:
         "release_expired": RELEASE_EXPIRED,
         "renewed_many": RENEWED_MANY,
         "prune_fences": PRUNE_FENCES,
-        "sweep_heads": SWEEP_HEADS,
+        "sweep_delete": SWEEP_DELETE,
         "acquire_packet": ACQUIRE_PACKET,
         "acquire_packet_nowait": ACQUIRE_PACKET_NOWAIT,
         "renew_packet": RENEW_PACKET,
