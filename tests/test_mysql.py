@@ -601,3 +601,39 @@ def test_a_sweep_waits_for_a_grant_on_an_expired_key_without_a_deadlock(
         assert "swept" in out, out  # before: LeaseBackendError, 1213 (a deadlock)
         assert [lease.key for lease in provider.list_leases(include_expired=True)] == [*live, key]
         assert [holder.owner for holder in provider.get_lease_holders(key)] == ["A" if limit == 2 else "B"]
+
+
+def test_a_large_slot_sweep_locks_and_deletes_in_ascending_chunks() -> None:
+    """The plan (no database): the expired slots read are swept a chunk of SWEEP_DELETE_KEYS keys per
+    transaction, each chunk's keys locked in ascending order, then every slot of those keys deleted."""
+    import json
+
+    from sql_lease.sql.operations import sweep
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import MysqlStatements
+    from sql_lease.sql.transactional import SWEEP_DELETE_KEYS
+
+    s = MysqlStatements(LeaseTableNames(), lock_wait_s=5)
+    keys = [f"k{i:05}" for i in range(SWEEP_DELETE_KEYS + 3)][::-1]
+    expired = [(key, owner) for key in keys for owner in ("a", "b")]  # two slots of each key
+    plan, locks, deletes = sweep(s, len(expired)), [], []
+    query = next(plan)
+    try:
+        while True:
+            if query.sql == s.slots["slot_sweep_doomed"]:
+                answer: object = expired
+            elif query.sql == s.slots["slot_sweep_lock"]:
+                locks.append(json.loads(query.params[0]))
+                answer = [(key,) for key in locks[-1]]
+            elif query.sql == s.slots["slot_sweep_delete"]:
+                deletes.append(json.loads(query.params[0]))
+                answer = [(len(deletes[-1]),)]
+            else:
+                answer = [] if query.many else (0,)
+            query = plan.send(answer)
+    except StopIteration as done:
+        assert done.value == len(expired)
+    assert [len(chunk) for chunk in locks] == [SWEEP_DELETE_KEYS, 3]
+    assert [key for chunk in locks for key in chunk] == sorted(keys)
+    assert sorted(tuple(slot) for chunk in deletes for slot in chunk) == sorted(expired)
+    assert all({key for key, _ in chunk} == set(lock) for chunk, lock in zip(deletes, locks, strict=True))

@@ -667,11 +667,13 @@ class SqlLeaseProvider(LeaseProviderBase):
         )
 
     async def sweep_expired(self, batch_size: int = 1000, grace_ms: int | float = 0) -> int:
-        """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago.
+        """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago, and
+        expired semaphore slots.
 
-        One short statement (on PostgreSQL ``FOR UPDATE SKIP LOCKED``, so it never waits for or
-        blocks a concurrent acquire). Returns how many rows it removed; call again while that equals
-        ``batch_size``. Fences stay monotonic: they come from a per-table counter, not the rows.
+        Short statements (on PostgreSQL the leases' ``FOR UPDATE SKIP LOCKED``, so it never waits for
+        or blocks a concurrent acquire; docs/statements.md, "Sweeping"). Returns how many leases it
+        removed, leases and slots; call again while that equals ``batch_size``. Fences stay monotonic: they come from
+        a per-table counter, not the rows.
         """
         return await self._run("sweep", None, lambda: operations.sweep(self.statements, batch_size, grace_ms))
 

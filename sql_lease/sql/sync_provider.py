@@ -474,8 +474,9 @@ class SyncSqlLeaseProvider(SyncLeaseProviderBase):
     def sweep_expired(
         self, batch_size: int = 1000, grace_ms: int | float = 0, *, timeout_s: float | None = None
     ) -> int:
-        """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago, in
-        one short statement; how many it removed (call again while that equals ``batch_size``)."""
+        """Delete up to ``batch_size`` leases that expired at least ``grace_ms`` milliseconds ago, and
+        expired semaphore slots; how many it removed, leases and slots (call again while that equals ``batch_size``).
+        The statements are in docs/statements.md, "Sweeping"."""
         return self._run("sweep", None, lambda: operations.sweep(self.statements, batch_size, grace_ms), timeout_s)
 
     def list_leases(

@@ -320,17 +320,23 @@ def slot_sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     one transaction their keys' rows locked shared in key order and those slots deleted if still
     expired (docs/statements.md, "Sweeping slots"); the number deleted."""
     doomed = yield Query(s.slots["slot_sweep_doomed"], params, many=True)
-    if not doomed:
-        return 0
-    keys = json.dumps(sorted({row[0] for row in doomed}))  # code point order: the stored keys' byte order
-    slots = json.dumps([[row[0], row[1]] for row in doomed])
+    by_key: dict[str, list[str]] = {}
+    for key, owner in doomed:
+        by_key.setdefault(key, []).append(owner)
+    ordered = sorted(by_key)  # code point order: the stored keys' byte order
+    deleted = 0
+    for start in range(0, len(ordered), SWEEP_DELETE_KEYS):  # a transaction per chunk: a batch may outgrow a packet
+        chunk = ordered[start : start + SWEEP_DELETE_KEYS]
+        keys = json.dumps(chunk)
+        slots = json.dumps([[key, owner] for key in chunk for owner in by_key[key]])
 
-    def body() -> Plan[int]:
-        yield Query(s.slots["slot_sweep_lock"], (keys,), many=True)
-        rows = yield Query(s.slots["slot_sweep_delete"], (slots, params[0]), many=True)
-        return s.swept_count(rows)
+        def body(keys: str = keys, slots: str = slots) -> Plan[int]:
+            yield Query(s.slots["slot_sweep_lock"], (keys,), many=True)
+            rows = yield Query(s.slots["slot_sweep_delete"], (slots, params[0]), many=True)
+            return s.swept_count(rows)
 
-    return (yield from _transaction(s, body, slots=True))
+        deleted += yield from _transaction(s, body, slots=True)
+    return deleted
 
 
 # -- semaphores (every dialect): one transaction per operation, the head row locked first ----------
