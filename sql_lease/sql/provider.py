@@ -671,9 +671,9 @@ class SqlLeaseProvider(LeaseProviderBase):
         expired semaphore slots.
 
         Short statements (on PostgreSQL the leases' ``FOR UPDATE SKIP LOCKED``, so it never waits for
-        or blocks a concurrent acquire; docs/statements.md, "Sweeping"). Returns how many leases it
-        removed, leases and slots; call again while that equals ``batch_size``. Fences stay monotonic: they come from
-        a per-table counter, not the rows.
+        or blocks a concurrent acquire; docs/statements.md, "Sweeping"). Returns how many rows it
+        removed, leases and slots; call again while that equals ``batch_size``. Fences stay
+        monotonic: they come from a per-table counter, not the rows.
         """
         return await self._run("sweep", None, lambda: operations.sweep(self.statements, batch_size, grace_ms))
 
