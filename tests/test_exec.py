@@ -410,6 +410,21 @@ def test_status_escapes_control_characters_from_the_database(tmp_path: Path) -> 
 # Issue 8 item 5: an owner id names one holder ----------------------------------------------------------
 
 
+def test_exec_with_an_owner_waits_within_its_timeout_and_lets_the_lease_go(tmp_path: Path) -> None:
+    """``--owner X --wait --timeout T``: the run takes the key under a fresh id, hands it to X and runs;
+    a check of hold()'s arguments (timeout_s only with wait=True) made it crash after the handoff,
+    leaving X's lease held for its TTL (found by a review)."""
+    url = f"sqlite:///{tmp_path}/owner.db"
+    assert run_cli(["migrate", "--url", url], tmp_path).returncode == 0
+    for _ in range(2):  # the second run finds the key free: the first let it go
+        done = run_cli(
+            ["exec", "jobkey", "--url", url, "--owner", "worker-1", "--wait", "--timeout", "10s", "--", "echo", "ran"],
+            tmp_path,
+        )
+        assert done.returncode == 0 and done.stdout.strip() == "ran", done.stderr
+    assert run_cli(["status", "jobkey", "--url", url], tmp_path).returncode == 1  # free
+
+
 @pytest.mark.slow
 def test_a_second_exec_with_the_same_owner_is_refused(tmp_path: Path) -> None:
     """Regression: two runs with the same --owner ran at once with the same fence."""

@@ -307,7 +307,7 @@ async def _acquire_and_run(provider: Any, opts: _ExecOptions, signals: Signals, 
             opts.owner,
             ttl_ms,
             wait=wait,
-            timeout_s=opts.timeout_s,
+            timeout_s=opts.timeout_s if wait else None,  # after a handoff: no wait
             on_lost="flag",
             data=opts.data,
             min_hold_ms=opts.min_hold_ms,
