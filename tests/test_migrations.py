@@ -939,3 +939,48 @@ async def test_0007_sqlite_slot_trigger_never_takes_a_live_plain_lease(tmp_path:
     async with SqlLeaseProvider(f"sqlite:///{path}") as provider:
         lease = await provider.get_lease("k")
         assert lease is not None and (lease.owner, lease.fence) == ("plain", granted.fence)
+
+
+@pytest.mark.mysql
+def test_an_applications_mariadb_engine_migrates_as_a_mysql_url_does() -> None:
+    """SQLAlchemy names the dialect of a ``mariadb+pymysql://`` engine "mariadb": its migrate commits
+    each revision and says what a refused one needs, as a ``mysql://`` URL's does (a review found it
+    took the other dialects' path)."""
+    import sqlalchemy as sa
+
+    from sql_lease import LeaseConfigError
+
+    with _mysql_migrator("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, CREATE TEMPORARY TABLES") as (
+        database,
+        user,
+        as_user,
+    ):
+        engine = sa.create_engine(as_user.replace("mysql://", "mariadb+pymysql://", 1))
+        try:
+            provider = SyncSqlLeaseProvider(engine, schema=database)
+            with pytest.raises(LeaseConfigError, match=r"CREATE ROUTINE.*resumes at revision 0009"):
+                provider.migrate()
+            mysql_execute(MYSQL_URL, f"GRANT CREATE ROUTINE, ALTER ROUTINE ON `{database}`.* TO '{user}'@'%'")
+            assert provider.migrate() == "0009"
+            provider.close()
+        finally:
+            engine.dispose()
+
+
+@pytest.mark.mysql
+def test_a_mysql_migration_lock_on_a_lost_connection_raises_the_loss() -> None:
+    """The connection lost inside the migration lock: the loss is raised, not SQLAlchemy's complaint
+    about releasing the lock on it (the server released it with the connection)."""
+    import sqlalchemy as sa
+
+    from sql_lease.sql.migrate import migration_lock
+
+    engine = sa.create_engine(MYSQL_URL.replace("mysql://", "mysql+pymysql://", 1))
+    try:
+        with engine.connect() as connection, pytest.raises(sa.exc.OperationalError), migration_lock(connection):
+            own = connection.execute(sa.text("SELECT CONNECTION_ID()")).scalar()
+            with engine.connect() as other:
+                other.execute(sa.text(f"KILL {own}"))
+            connection.execute(sa.text("SELECT 1"))
+    finally:
+        engine.dispose()

@@ -127,7 +127,7 @@ async def upgrade_engine_report(engine: AsyncEngine, names: LeaseTableNames) -> 
 
 async def _upgrade_engine(engine: AsyncEngine, names: LeaseTableNames) -> Upgrade:
     head = HEAD_REVISION
-    mysql = engine.dialect.name == "mysql"
+    mysql = engine.dialect.name in ("mysql", "mariadb")
     if engine.dialect.name == "sqlite":
         await asyncio.to_thread(_create_sqlite_file, engine.url)
     async with engine.connect() as conn:
@@ -362,7 +362,7 @@ def _upgrade_locked(connection: Connection, names: LeaseTableNames, head: str) -
     if table_exists and versions == (head,):
         return Upgrade(True, versions, head)
     where = f"{names.schema}.{names.table}" if names.schema else names.table
-    mysql = connection.dialect.name == "mysql"
+    mysql = connection.dialect.name in ("mysql", "mariadb")
     # a first migrate that stopped within 0001 (MySQL commits each DDL): 0001 runs again, skipping what exists
     stopped_in_0001 = (
         mysql and versions == () and not connection.dialect.has_table(connection, names.fence_table, names.schema)
@@ -431,8 +431,9 @@ def migration_lock(connection: Connection) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(sa.exc.DBAPIError):  # a connection lost meanwhile released it
-            connection.execute(sa.text("SELECT RELEASE_LOCK('sql_lease migrate')"))
+        if not connection.invalidated:  # a connection lost meanwhile: the server released it
+            with contextlib.suppress(sa.exc.DBAPIError, sa.exc.InvalidRequestError):
+                connection.execute(sa.text("SELECT RELEASE_LOCK('sql_lease migrate')"))
 
 
 # The privilege a MySQL migration statement needs, by how the statement begins.
