@@ -313,9 +313,9 @@ def test_a_deadlock_runs_the_transaction_again_and_never_answers_falsely() -> No
 
 
 def test_a_sweep_that_meets_a_deadlock_runs_the_statement_again() -> None:
-    """The plan (no database): each of the sweep's deletes of the expired rows it read that met a
-    deadlock (1213: the server rolled that statement back) runs again, and the count is still every
-    lease deleted; past CONFLICT_RETRIES the error is raised."""
+    """The plan (no database): each of the sweep's transactions (the expired rows it read locked,
+    then deleted) whose delete met a deadlock (1213: the server rolled it back) runs again, and the
+    count is still every lease deleted; past CONFLICT_RETRIES the error is raised."""
     import pymysql
 
     from sql_lease.sql.operations import sweep
@@ -325,30 +325,35 @@ def test_a_sweep_that_meets_a_deadlock_runs_the_statement_again() -> None:
 
     s = MysqlStatements(LeaseTableNames(), lock_wait_s=5)
     deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
-    reads = {s.sweep: [("k",)], s.slots["slot_sweep_doomed"]: [("k", "o")]}  # the expired rows, read without a lock
+    reads = {  # the expired rows, read without a lock, then locked
+        s.sweep: [("k",)],
+        s.slots["slot_sweep_doomed"]: [("k", "o", 1)],
+        s.slots["slot_sweep_lock"]: [("k",)],
+    }
 
     def run(failures: int) -> tuple[int, object]:
         plan = sweep(s, 100)
-        sent, query, left = 0, next(plan), failures
+        deletes, query, left = 0, next(plan), failures
         try:
             while True:
-                sent += 1
-                if left and query.sql == s.steps["sweep_delete"]:
-                    left -= 1
-                    query = plan.throw(deadlock)
-                    continue
+                if query.sql == s.steps["sweep_delete"]:
+                    deletes += 1
+                    if left:
+                        left -= 1
+                        query = plan.throw(deadlock)
+                        continue
                 query = plan.send(reads.get(query.sql, [(3,)] if query.many else (3,)))
         except StopIteration as done:
-            return sent, done.value
+            return deletes, done.value
         except pymysql.err.OperationalError as exc:
-            return sent, exc
+            return deletes, exc
 
-    clean_sent, clean = run(0)
+    clean_deletes, clean = run(0)
     assert clean == 3 + 3  # leases (heads not counted), then slots
-    sent, result = run(2)
-    assert result == clean and sent == clean_sent + 2
-    sent, result = run(CONFLICT_RETRIES + 1)
-    assert result is deadlock and sent == 1 + CONFLICT_RETRIES + 1
+    deletes, result = run(2)
+    assert result == clean and deletes == clean_deletes + 2
+    deletes, result = run(CONFLICT_RETRIES + 1)
+    assert result is deadlock and deletes == CONFLICT_RETRIES + 1
 
 
 def test_a_large_sweep_deletes_its_keys_in_ascending_chunks() -> None:
@@ -369,6 +374,8 @@ def test_a_large_sweep_deletes_its_keys_in_ascending_chunks() -> None:
         while True:
             if query.sql == s.sweep:
                 answer: object = [(key,) for key in expired] if not query.params[2] else []
+            elif query.sql == s.slots["slot_sweep_lock"]:  # every row free to lock
+                answer = [(key,) for key in json.loads(query.params[0])]
             elif query.sql == s.steps["sweep_delete"]:
                 deletes.append(json.loads(query.params[0]))
                 answer = (len(deletes[-1]),)
@@ -615,7 +622,7 @@ def test_a_large_slot_sweep_locks_and_deletes_in_ascending_chunks() -> None:
 
     s = MysqlStatements(LeaseTableNames(), lock_wait_s=5)
     keys = [f"k{i:05}" for i in range(SWEEP_DELETE_KEYS + 3)][::-1]
-    expired = [(key, owner) for key in keys for owner in ("a", "b")]  # two slots of each key
+    expired = [(key, owner, 1) for key in keys for owner in ("a", "b")]  # two slots of each key, with its head
     plan, locks, deletes = sweep(s, len(expired)), [], []
     query = next(plan)
     try:
@@ -635,5 +642,5 @@ def test_a_large_slot_sweep_locks_and_deletes_in_ascending_chunks() -> None:
         assert done.value == len(expired)
     assert [len(chunk) for chunk in locks] == [SWEEP_DELETE_KEYS, 3]
     assert [key for chunk in locks for key in chunk] == sorted(keys)
-    assert sorted(tuple(slot) for chunk in deletes for slot in chunk) == sorted(expired)
+    assert sorted(tuple(slot) for chunk in deletes for slot in chunk) == sorted((k, o) for k, o, _ in expired)
     assert all({key for key, _ in chunk} == set(lock) for chunk, lock in zip(deletes, locks, strict=True))

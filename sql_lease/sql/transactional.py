@@ -301,16 +301,26 @@ def break_lease(s: LeaseStatements, key: str, fence: int | None) -> Plan[Any]:
 
 def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     """Delete expired leases and semaphores' expired heads, up to ``params[1]`` of each: read without a
-    lock, then deleted by key in key order if still expired (docs/statements.md, "Sweeping"); then the
-    fence table's rows but the newest. The number of leases deleted."""
+    lock, then locked in key order, skipping a row another transaction holds, and deleted if still
+    expired (docs/statements.md, "Sweeping"); then the fence table's rows but the newest. The number
+    of leases deleted."""
     count = 0
     for heads in (False, True):
         doomed = yield Query(s.sweep, (*params, heads), many=True)
         keys = sorted(row[0] for row in doomed)  # code point order: the stored keys' byte order
         for start in range(0, len(keys), SWEEP_DELETE_KEYS):
-            chunk = json.dumps(keys[start : start + SWEEP_DELETE_KEYS])
-            (deleted,) = yield from retried(s, Query(s.steps["sweep_delete"], (chunk, params[0], heads)))
-            count += 0 if heads else int(deleted)
+            chunk = keys[start : start + SWEEP_DELETE_KEYS]
+
+            def body(chunk: list[str] = chunk, heads: bool = heads) -> Plan[int]:
+                locked = yield Query(s.slots["slot_sweep_lock"], (json.dumps(chunk),), many=True)
+                free = sorted(row[0] for row in locked)  # a row another transaction holds is skipped
+                if not free:
+                    return 0
+                (deleted,) = yield Query(s.steps["sweep_delete"], (json.dumps(free), params[0], heads))
+                return int(deleted)
+
+            deleted = yield from _transaction(s, body, slots=True)
+            count += 0 if heads else deleted
     yield from retried(s, Query(s.steps["prune_fences"], ()))
     return count
 
@@ -321,18 +331,23 @@ def slot_sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     expired (docs/statements.md, "Sweeping slots"); the number deleted."""
     doomed = yield Query(s.slots["slot_sweep_doomed"], params, many=True)
     by_key: dict[str, list[str]] = {}
-    for key, owner in doomed:
+    headless: set[str] = set()
+    for key, owner, headed in doomed:
         by_key.setdefault(key, []).append(owner)
+        if not headed:
+            headless.add(key)
     ordered = sorted(by_key)  # code point order: the stored keys' byte order
     deleted = 0
     for start in range(0, len(ordered), SWEEP_DELETE_KEYS):  # a transaction per chunk: a batch may outgrow a packet
         chunk = ordered[start : start + SWEEP_DELETE_KEYS]
-        keys = json.dumps(chunk)
-        slots = json.dumps([[key, owner] for key in chunk for owner in by_key[key]])
 
-        def body(keys: str = keys, slots: str = slots) -> Plan[int]:
-            yield Query(s.slots["slot_sweep_lock"], (keys,), many=True)
-            rows = yield Query(s.slots["slot_sweep_delete"], (slots, params[0]), many=True)
+        def body(chunk: list[str] = chunk) -> Plan[int]:
+            locked = yield Query(s.slots["slot_sweep_lock"], (json.dumps(chunk),), many=True)
+            free = headless.union(row[0] for row in locked)  # a row held elsewhere: its slots wait
+            slots = [[key, owner] for key in chunk if key in free for owner in by_key[key]]
+            if not slots:
+                return 0
+            rows = yield Query(s.slots["slot_sweep_delete"], (json.dumps(slots), params[0]), many=True)
             return s.swept_count(rows)
 
         deleted += yield from _transaction(s, body, slots=True)

@@ -734,28 +734,29 @@ SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ex
  WHERE `key` = $1 AND expires_at > UTC_TIMESTAMP(6)
 ORDER BY acquired_at, fence"""
 
-# The slot sweep: the expired slots read (no lock), then in one transaction their keys' rows locked
-#   shared in key order (a grant holds its key's row while it judges its owner's slot live and extends
-#   it), then those slots deleted if they are still expired. A slot without a row has no grant in
-#   progress (a head never expires before a live slot).
+# The slot sweep: the expired slots read (no lock), then in one transaction their keys' rows locked in
+#   key order, skipping a row another transaction holds (a grant holds its key's row while it judges its
+#   owner's slot live and extends it; a guard shares it), then the slots of the keys locked, and of keys
+#   without a row (a head never expires before a live slot), deleted if they are still expired.
 
-# slot_sweep_doomed ($1 grace_us, $2 batch_size) -> rows (key, owner) of expired slots
+# slot_sweep_doomed ($1 grace_us, $2 batch_size) -> rows (key, owner, whether the key has a row) of expired slots
 SLOT_SWEEP_DOOMED = """
-SELECT `key`, owner FROM {slot_table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND
- ORDER BY expires_at LIMIT $2"""
+SELECT s.`key`, s.owner, EXISTS (SELECT 1 FROM {table} AS h WHERE h.`key` = s.`key`) FROM {slot_table} AS s
+ WHERE s.expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MICROSECOND
+ ORDER BY s.expires_at LIMIT $2"""
 
-# slot_sweep_lock ($1 JSON array of stored keys, ascending) -> rows (key,) locked shared, in that order
+# slot_sweep_lock ($1 JSON array of stored keys, ascending) -> rows (key,) locked, in that order; a row another
+#   transaction holds is skipped
 SLOT_SWEEP_LOCK = """
 SELECT h.`key` FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS d
   STRAIGHT_JOIN {table} AS h ON h.`key` = d.k
-  LOCK IN SHARE MODE"""
+  FOR UPDATE SKIP LOCKED"""
 
 # slot_sweep_delete ($1 JSON array of [stored key, owner], $2 grace_us) -> row count: those still expired
 SLOT_SWEEP_DELETE = """
-DELETE s FROM {slot_table} AS s
-  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
-                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]')) AS d
-    ON s.`key` = d.k AND s.owner = d.o
+DELETE s FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
+                                             o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]')) AS d
+  STRAIGHT_JOIN {slot_table} AS s ON s.`key` = d.k AND s.owner = d.o
  WHERE s.expires_at <= UTC_TIMESTAMP(6) - INTERVAL $2 MICROSECOND"""
 
 # check_slot (:key, :owner, :fence) -> (fence,) iff owner holds a slot of key with that fence, unexpired;

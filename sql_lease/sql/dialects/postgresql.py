@@ -857,8 +857,9 @@ SELECT owner, fence, expires_at, remaining, data, acquired_at, released FROM (
      WHERE key = $1 AND expires_at > now()
 ) AS holders ORDER BY acquired_at, fence"""
 
-# slot_sweep ($1 grace_ms, $2 batch_size) -> (rows deleted,) up to $2 expired slots, each key's row
-#   locked first (FOR SHARE: a grant holds it while it judges its owner's slot live and extends it);
+# slot_sweep ($1 grace_ms, $2 batch_size) -> (rows deleted,) up to $2 expired slots, each locked, and its
+#   key's row locked FOR SHARE, first; a slot or a row another transaction holds is skipped, never waited
+#   for (a grant holds the row while it judges its owner's slot live and extends it; a guard holds a slot);
 #   a slot without a row has no grant in progress (a head never expires before a live slot)
 SLOT_SWEEP = """
 WITH doomed AS MATERIALIZED (
@@ -867,8 +868,9 @@ WITH doomed AS MATERIALIZED (
      WHERE s.expires_at <= now() - $1::float8 * interval '1 millisecond'
      ORDER BY s.expires_at
      LIMIT $2
+       FOR UPDATE OF s SKIP LOCKED
 ), heads AS MATERIALIZED (
-    SELECT h.key FROM {table} AS h WHERE h.key IN (SELECT key FROM doomed) ORDER BY h.key FOR SHARE
+    SELECT h.key FROM {table} AS h WHERE h.key IN (SELECT key FROM doomed) ORDER BY h.key FOR SHARE SKIP LOCKED
 ), gone AS (
     DELETE FROM {slot_table} AS s USING doomed
      WHERE s.key = doomed.key AND s.owner = doomed.owner
