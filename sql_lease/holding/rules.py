@@ -85,6 +85,17 @@ ProviderT = TypeVar("ProviderT")
 OnLostT = TypeVar("OnLostT")
 
 
+_this_pid = os.getpid()  # kept current by the fork hook below: a held lease asks it at every renewal
+
+
+def _forked() -> None:
+    global _this_pid
+    _this_pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def new_owner_id() -> str:
     """A unique owner id: ``host:pid:random``, readable in ``get_lease_owner`` output."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -746,7 +757,7 @@ class HoldRules(Generic[ProviderT, OnLostT]):
     def _in_child(self) -> bool:
         """True in a process forked while the lease was held: it never held it (no renewal, no
         release)."""
-        return os.getpid() != self._pid
+        return _this_pid != self._pid
 
     def _renewed(self, renewed: LeaseInfo | bool, sent: float) -> None:
         """A renewal sent at ``sent`` succeeded (``renewed``: its ``LeaseInfo``, or True): the
