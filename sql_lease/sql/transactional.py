@@ -307,28 +307,25 @@ def sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     count = 0
     for heads in (False, True):
         doomed = yield Query(s.sweep, (*params, heads), many=True)
-        keys = sorted(row[0] for row in doomed)  # code point order: the stored keys' byte order
-        for start in range(0, len(keys), SWEEP_DELETE_KEYS):
-            chunk = keys[start : start + SWEEP_DELETE_KEYS]
 
-            def body(chunk: list[str] = chunk, heads: bool = heads) -> Plan[int]:
-                locked = yield Query(s.slots["slot_sweep_lock"], (json.dumps(chunk),), many=True)
-                free = sorted(row[0] for row in locked)  # a row another transaction holds is skipped
-                if not free:
-                    return 0
-                (deleted,) = yield Query(s.steps["sweep_delete"], (json.dumps(free), params[0], heads))
-                return int(deleted)
+        def delete(chunk: list[str], locked: set[str], heads: bool = heads) -> Plan[int]:
+            free = [key for key in chunk if key in locked]
+            if not free:
+                return 0
+            (deleted,) = yield Query(s.steps["sweep_delete"], (json.dumps(free), params[0], heads))
+            return int(deleted)
 
-            deleted = yield from _transaction(s, body, slots=True)
-            count += 0 if heads else deleted
+        deleted = yield from _in_locked_chunks(s, [row[0] for row in doomed], delete)
+        count += 0 if heads else deleted
     yield from retried(s, Query(s.steps["prune_fences"], ()))
     return count
 
 
 def slot_sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
-    """Delete up to ``params[1]`` slots expired ``params[0]`` ago (MySQL): read without a lock, then in
-    one transaction their keys' rows locked shared in key order and those slots deleted if still
-    expired (docs/statements.md, "Sweeping slots"); the number deleted."""
+    """Delete up to ``params[1]`` slots expired ``params[0]`` ago (MySQL): read without a lock, then
+    their keys' rows locked in key order, skipping any another transaction holds, and the slots of
+    the rows locked (and of keys without one) deleted if still expired (docs/statements.md,
+    "Semaphores"); the number deleted."""
     doomed = yield Query(s.slots["slot_sweep_doomed"], params, many=True)
     by_key: dict[str, list[str]] = {}
     headless: set[str] = set()
@@ -336,22 +333,33 @@ def slot_sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
         by_key.setdefault(key, []).append(owner)
         if not headed:
             headless.add(key)
-    ordered = sorted(by_key)  # code point order: the stored keys' byte order
-    deleted = 0
-    for start in range(0, len(ordered), SWEEP_DELETE_KEYS):  # a transaction per chunk: a batch may outgrow a packet
+
+    def delete(chunk: list[str], locked: set[str]) -> Plan[int]:
+        slots = [[key, owner] for key in chunk if key in locked or key in headless for owner in by_key[key]]
+        if not slots:
+            return 0
+        rows = yield Query(s.slots["slot_sweep_delete"], (json.dumps(slots), params[0]), many=True)
+        return s.swept_count(rows)
+
+    return (yield from _in_locked_chunks(s, list(by_key), delete))
+
+
+def _in_locked_chunks(
+    s: LeaseStatements, keys: list[str], delete: Callable[[list[str], set[str]], Plan[int]]
+) -> Plan[int]:
+    """MySQL's sweeps: ``keys`` in ascending order (code point order: the stored keys' byte order), at
+    most SWEEP_DELETE_KEYS a transaction (a batch may outgrow a packet), whose rows are first locked
+    skipping any another transaction holds; ``delete(chunk, locked keys)`` then; the sum of its answers."""
+    ordered, total = sorted(keys), 0
+    for start in range(0, len(ordered), SWEEP_DELETE_KEYS):
         chunk = ordered[start : start + SWEEP_DELETE_KEYS]
 
         def body(chunk: list[str] = chunk) -> Plan[int]:
             locked = yield Query(s.slots["slot_sweep_lock"], (json.dumps(chunk),), many=True)
-            free = headless.union(row[0] for row in locked)  # a row held elsewhere: its slots wait
-            slots = [[key, owner] for key in chunk if key in free for owner in by_key[key]]
-            if not slots:
-                return 0
-            rows = yield Query(s.slots["slot_sweep_delete"], (json.dumps(slots), params[0]), many=True)
-            return s.swept_count(rows)
+            return (yield from delete(chunk, {row[0] for row in locked}))
 
-        deleted += yield from _transaction(s, body, slots=True)
-    return deleted
+        total += yield from _transaction(s, body, slots=True)
+    return total
 
 
 # -- semaphores (every dialect): one transaction per operation, the head row locked first ----------
