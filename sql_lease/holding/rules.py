@@ -50,6 +50,7 @@ from ..errors import (
     ProviderClosedError,
     SchemaMissingError,
 )
+from ..sql import forks
 
 log = logging.getLogger("sql_lease")
 
@@ -83,17 +84,6 @@ R = TypeVar("R")
 T = TypeVar("T")
 ProviderT = TypeVar("ProviderT")
 OnLostT = TypeVar("OnLostT")
-
-
-_this_pid = os.getpid()  # kept current by the fork hook below: a held lease asks it at every renewal
-
-
-def _forked() -> None:
-    global _this_pid
-    _this_pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_forked)
 
 
 def new_owner_id() -> str:
@@ -609,6 +599,7 @@ class HoldRules(Generic[ProviderT, OnLostT]):
         self.handoff: Handoff | None = None  # set by a transfer to another owner, for its hold
         self._handoff: Handoff | None = None  # a transfer to this owner to adopt instead of acquiring
         self._pid = os.getpid()  # the process that holds it; a forked child never acts as the holder
+        self._generation = forks.generation  # asked at every renewal: no getpid() system call
         self._setup()
 
     def _accept_on_lost(self, on_lost: object) -> str:
@@ -757,7 +748,7 @@ class HoldRules(Generic[ProviderT, OnLostT]):
     def _in_child(self) -> bool:
         """True in a process forked while the lease was held: it never held it (no renewal, no
         release)."""
-        return _this_pid != self._pid
+        return forks.generation != self._generation
 
     def _renewed(self, renewed: LeaseInfo | bool, sent: float) -> None:
         """A renewal sent at ``sent`` succeeded (``renewed``: its ``LeaseInfo``, or True): the

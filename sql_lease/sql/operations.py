@@ -441,7 +441,7 @@ def _sweep(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[int]:
     else:
         rows = yield from transactional.retried(s, Query(s.sweep, params, many=True))
         count = s.swept_count(rows)
-    if s.slots["slot_sweep"] is None:  # MySQL: a transaction, each key's row locked first
+    if s.slots["slot_sweep"] is None:  # MySQL: transactions that lock the keys' rows first, skipping held ones
         return count + (yield from transactional.slot_sweep(s, params))
     slots = yield from transactional.retried(s, Query(s.slots["slot_sweep"], params, many=True))  # expired slots
     return count + s.swept_count(slots)
