@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from sql_lease import SchemaMissingError, SqlLeaseProvider
 from sql_lease.cli import cli
 from sql_lease.errors import LeaseBackendError
+from sql_lease.sql.migrate import HEAD_REVISION
 from sql_lease.sql.schema import DEFAULT_VERSION_TABLE, LeaseTableNames
 from tests.conftest import run_in_own_loop
 
@@ -63,7 +64,7 @@ async def test_migrate_leaves_no_lock_file_next_to_the_database_or_in_cwd(
     (tmp_path / "data").mkdir()
     for url in ("sqlite:///relative.db", f"sqlite:///{tmp_path}/data/absolute.db"):
         async with SqlLeaseProvider(url) as provider:
-            assert await provider.migrate() == "0009"
+            assert await provider.migrate() == HEAD_REVISION
             assert (await provider.acquire_lease("k", "o", 1000)).acquired
     assert sorted(os.listdir(tmp_path)) == ["data", "relative.db"]
     assert sorted(os.listdir(tmp_path / "data")) == ["absolute.db"]
@@ -83,11 +84,11 @@ async def test_migrating_an_up_to_date_database_does_not_run_alembic(
 
     monkeypatch.setattr(command, "upgrade", counting_upgrade)
     async with SqlLeaseProvider(target["url"], schema=target["schema"]) as provider:
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
     assert calls == ["upgrade"]
     for i in range(2):
         async with SqlLeaseProvider(target["url"], schema=target["schema"]) as provider:
-            assert await provider.migrate() == "0009"
+            assert await provider.migrate() == HEAD_REVISION
             assert (await provider.acquire_lease(f"k{i}", "o", 1000)).acquired
     assert calls == ["upgrade"]
 
@@ -206,8 +207,8 @@ async def test_the_longest_accepted_table_names_migrate(
     async with SqlLeaseProvider(
         target["url"], schema=target["schema"], table_name=table, version_table=version_table
     ) as provider:
-        assert await provider.migrate() == "0009"
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
+        assert await provider.migrate() == HEAD_REVISION
         assert (await provider.acquire_lease("k", "o", 1000)).acquired
 
         def indexes(connection: Any) -> set[str]:
@@ -224,9 +225,9 @@ async def test_a_table_migrated_under_the_shared_version_table_is_adopted(target
 
     async with SqlLeaseProvider(target["url"], schema=target["schema"], table_name="legacy") as provider:
         legacy = LeaseTableNames("legacy", target["schema"], DEFAULT_VERSION_TABLE)
-        assert await upgrade_engine(provider._base_engine, legacy) == "0009"
+        assert await upgrade_engine(provider._base_engine, legacy) == HEAD_REVISION
         assert (await provider.acquire_lease("k", "o", 60_000)).acquired
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
         assert (await provider.get_lease("k")) is not None  # the same table, not a new one
 
 
@@ -354,7 +355,7 @@ def test_migrate_command_output_masks_a_query_password(pg_url: str, fresh_pg_sch
     url = f"{pg_url}?password={SECRET}" if "?" not in pg_url else f"{pg_url}&password={SECRET}"
     done = invoke(["migrate", "--url", url, "--schema", fresh_pg_schema])
     assert done.exit_code == 0, done.output
-    assert "revision 0009" in done.output and SECRET not in done.output and "password=***" in done.output
+    assert f"revision {HEAD_REVISION}" in done.output and SECRET not in done.output and "password=***" in done.output
 
 
 # -- item 10: SQLite paths, busy timeout and pool -------------------------------------------
@@ -383,7 +384,7 @@ async def test_operations_on_a_missing_sqlite_file_do_not_create_it(tmp_path: Pa
             with pytest.raises(SchemaMissingError, match="sql-lease migrate"):
                 await call
         assert os.listdir(tmp_path) == []
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
         assert (await provider.acquire_lease("k", "o", 1000)).acquired
 
 

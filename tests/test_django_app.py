@@ -25,6 +25,7 @@ import pytest
 import sqlalchemy as sa
 
 from sql_lease import SyncSqlLeaseProvider
+from sql_lease.sql.migrate import HEAD_REVISION
 
 pytest.importorskip("django")
 
@@ -209,7 +210,7 @@ def test_sqlite_migrate_and_test(tmp_path: Path) -> None:
     assert not real.exists() or sqlite_schema(real) == []
     # sql-lease migrate first, then manage.py migrate: the Django migration finds it current
     with SyncSqlLeaseProvider(f"sqlite:///{real}") as leases:
-        assert leases.migrate() == "0009"
+        assert leases.migrate() == HEAD_REVISION
     alembic_made = sqlite_schema(real)
     manage(tmp_path, databases, "migrate", "-v", "0")
     assert sqlite_schema(real) == alembic_made
@@ -220,7 +221,7 @@ def test_sqlite_migrate_and_test(tmp_path: Path) -> None:
     assert sqlite_schema(other) == alembic_made
     # manage.py migrate first, then sql-lease migrate: nothing to do, and the table works
     with SyncSqlLeaseProvider(f"sqlite:///{other}") as leases:
-        assert leases.migrate() == "0009"
+        assert leases.migrate() == HEAD_REVISION
         assert leases.acquire_lease("k", "me", ttl_ms=10_000).fence >= 1
         assert leases.release_lease("k", "me")
     assert sqlite_schema(other) == alembic_made
@@ -319,11 +320,11 @@ def test_postgres_migrate_and_test(tmp_path: Path, pg_url: str, pg_databases: tu
     databases = postgres_databases(base, real, {"NAME": test_name})  # unique: parallel runs do not collide
     manage(tmp_path, databases, "migrate", "-v", "0")
     with SyncSqlLeaseProvider(base.set(database=ref)) as leases:
-        assert leases.migrate() == "0009"
+        assert leases.migrate() == HEAD_REVISION
     assert pg_schema_of(base.set(database=real)) == pg_schema_of(base.set(database=ref))  # the same DDL
     django_made = pg_schema_of(base.set(database=real))
     with SyncSqlLeaseProvider(base.set(database=real)) as leases:
-        assert leases.migrate() == "0009"  # current: sql-lease migrate has nothing to do
+        assert leases.migrate() == HEAD_REVISION  # current: sql-lease migrate has nothing to do
         assert leases.get_lease_owner("nobody") is None
     assert pg_schema_of(base.set(database=real)) == django_made
 

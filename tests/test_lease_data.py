@@ -27,6 +27,7 @@ from sql_lease import (
 )
 from sql_lease.contract import MAX_DATA_BYTES, MAX_DATA_DEPTH, AcquireResult, LeaseInfo, LeaseProvider
 from sql_lease.errors import SchemaMissingError
+from sql_lease.sql.migrate import HEAD_REVISION
 from sql_lease.sql.operations import Query
 
 # Every JSON type, nesting, non-ASCII and NUL text, an int beyond 64 bits and floats whose text
@@ -365,7 +366,7 @@ async def test_migrating_under_live_holders_loses_no_lease(old_schema: SqlLeaseP
             for i, key in enumerate(keys)
         ]
         await asyncio.sleep(0.2)
-        assert await old_schema.migrate() == "0009"
+        assert await old_schema.migrate() == HEAD_REVISION
         migrated = {lease.key: lease.expires_at for lease in held}
         await asyncio.sleep(0.6)  # four renewal intervals after the migration
         for lease in held:
@@ -527,6 +528,6 @@ async def test_a_semaphore_on_a_table_at_0006_says_the_table_is_older(old_schema
     with pytest.raises(SchemaMissingError, match=r"older than this sql_lease.*run `sql-lease migrate --url URL"):
         await old_schema.acquire_lease("sem", "o", 60_000, limit=2)
     assert await old_schema.get_lease_holders("sem") == []  # nothing written
-    assert await old_schema.migrate() == "0009"
+    assert await old_schema.migrate() == HEAD_REVISION
     assert (await old_schema.acquire_lease("sem", "o", 60_000, limit=2)).acquired
     assert [holder.owner for holder in await old_schema.get_lease_holders("sem")] == ["o"]

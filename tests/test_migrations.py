@@ -23,7 +23,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from sql_lease import SqlLeaseProvider, SyncSqlLeaseProvider
-from sql_lease.sql.migrate import offline_sql
+from sql_lease.sql.migrate import HEAD_REVISION, offline_sql
 from sql_lease.sql.schema import LeaseTableNames, lease_metadata
 from sql_lease.sql.statements import SQLITE_NOW_MS
 from tests.conftest import MYSQL_URL, mysql_connect, mysql_execute
@@ -78,8 +78,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
 @pytest.mark.parametrize("table_name", ["sql_leases", "Job_Leases2"])
 async def test_migrations_build_exactly_the_declared_schema(target: dict[str, Any], table_name: str) -> None:
     async with SqlLeaseProvider(target["url"], schema=target["schema"], table_name=table_name) as provider:
-        assert await provider.migrate() == "0009"
-        assert await provider.migrate() == "0009"  # idempotent
+        assert await provider.migrate() == HEAD_REVISION
+        assert await provider.migrate() == HEAD_REVISION  # idempotent
         facts = await _schema_facts(provider)
         names = provider.names
         assert facts["drift"] == []
@@ -109,7 +109,7 @@ async def test_custom_version_table(target: dict[str, Any]) -> None:
 async def test_concurrent_migrations_agree(target: dict[str, Any]) -> None:
     providers = [SqlLeaseProvider(target["url"], schema=target["schema"]) for _ in range(4)]
     try:
-        assert await asyncio.gather(*(p.migrate() for p in providers)) == ["0009"] * 4
+        assert await asyncio.gather(*(p.migrate() for p in providers)) == [HEAD_REVISION] * 4
     finally:
         for p in providers:
             await p.close()
@@ -162,13 +162,13 @@ async def test_0007_sqlite_slot_triggers_upgrade_and_downgrade(tmp_path: Path) -
         added = {names.slot_live_index, *names.slot_triggers()}
         await _alembic(provider, "upgrade", "0006")
         assert not added & objects()
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
         assert added <= objects()
         assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
         await _alembic(provider, "downgrade", "0006")
         assert not added & objects()
         assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["a"]
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
         assert not (await provider.acquire_lease("sem", "plain", 60_000)).acquired  # the head still holds it
         assert await provider.release_lease("sem", "a")
         assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
@@ -191,7 +191,7 @@ async def test_0007_shortens_the_postgres_slot_functions_and_downgrade_restores_
     async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as provider:
         await _alembic(provider, "upgrade", "0006")
         old = await _function_sources(provider, fresh_pg_schema)
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
         new = await _function_sources(provider, fresh_pg_schema)
         assert len(new) == 2 and new != old and "FILTER" in new[0]  # the acquire reads its slot and the count at once
         assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
@@ -209,7 +209,7 @@ async def test_0008_quiets_the_postgres_semaphore_heads_and_downgrade_restores_0
         await _alembic(provider, "upgrade", "0007")
         old = await _function_sources(provider, fresh_pg_schema)
         assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
         new = await _function_sources(provider, fresh_pg_schema)
         assert len(new) == 2 and all(before != after for before, after in zip(old, new, strict=True))
         assert "IF head.expires_at < until_" in new[0] and "head_row" not in new[1]
@@ -220,6 +220,28 @@ async def test_0008_quiets_the_postgres_semaphore_heads_and_downgrade_restores_0
         assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["b"]
         assert await provider.release_lease("sem", "b")
         assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
+
+
+@pytest.mark.postgres
+async def test_0010_serialises_postgres_slot_grants_with_plain_acquires_and_downgrade_restores_0009(
+    pg_url: str, fresh_pg_schema: str
+) -> None:
+    async with SqlLeaseProvider(pg_url, schema=fresh_pg_schema) as provider:
+        await _alembic(provider, "upgrade", "0009")
+        old = await _function_sources(provider, fresh_pg_schema)
+        assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
+        assert await provider.migrate() == HEAD_REVISION
+        new = await _function_sources(provider, fresh_pg_schema)
+        assert new[1] == old[1] and "pg_advisory_xact_lock" not in old[0]
+        assert "PERFORM pg_advisory_xact_lock(" in new[0]
+        assert (await provider.acquire_lease("sem", "b", 60_000, limit=2)).acquired
+        assert not (await provider.acquire_lease("sem", "c", 60_000, limit=2)).acquired
+        assert await provider.release_lease("sem", "a")
+        await _alembic(provider, "downgrade", "0009")
+        assert await _function_sources(provider, fresh_pg_schema) == old
+        assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["b"]
+        assert await provider.migrate() == HEAD_REVISION
+        assert await _function_sources(provider, fresh_pg_schema) == new
 
 
 async def _mysql_procedures(provider: SqlLeaseProvider, schema: str) -> list[str]:
@@ -258,7 +280,7 @@ async def test_0009_mysql_slot_procedures_upgrade_and_downgrade_and_a_table_at_0
             missing = pytest.raises(SchemaMissingError, match=r"older than this sql_lease.*sql-lease migrate")
             with SyncSqlLeaseProvider(MYSQL_URL, schema=database) as sync_provider, missing:  # the other face
                 sync_provider.acquire_lease("sem", "a", 60_000, limit=2)
-            assert await provider.migrate() == "0009"
+            assert await provider.migrate() == HEAD_REVISION
             assert await _mysql_procedures(provider, database) == procedures
             assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
             assert (await provider.acquire_lease("sem", "b", 60_000, limit=2)).acquired
@@ -266,7 +288,7 @@ async def test_0009_mysql_slot_procedures_upgrade_and_downgrade_and_a_table_at_0
             await _alembic(provider, "downgrade", "0008")
             assert await _mysql_procedures(provider, database) == []
             assert [holder.owner for holder in await provider.get_lease_holders("sem")] == ["a"]
-            assert await provider.migrate() == "0009"
+            assert await provider.migrate() == HEAD_REVISION
             assert await provider.release_lease("sem", "a")
             assert (await provider.acquire_lease("sem", "plain", 60_000)).acquired
     finally:
@@ -289,7 +311,7 @@ async def test_a_mysql_user_without_create_routine_is_told_what_0009_needs_and_m
             assert (await provider.acquire_lease("plain", "a", 60_000)).acquired
         mysql_execute(MYSQL_URL, f"GRANT CREATE ROUTINE, ALTER ROUTINE ON `{database}`.* TO '{user}'@'%'")
         async with SqlLeaseProvider(as_user, schema=database) as provider:
-            assert await provider.migrate() == "0009"
+            assert await provider.migrate() == HEAD_REVISION
             assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
 
 
@@ -378,7 +400,7 @@ async def test_a_mysql_user_lacking_a_privilege_is_told_which_and_the_same_migra
     with _mysql_migrator(granted) as (database, user, as_user), contextlib.ExitStack() as cleanup:
         cleanup.callback(mysql_execute, MYSQL_URL, f"DROP DATABASE IF EXISTS `{reference}`")
         async with SqlLeaseProvider(MYSQL_URL, schema=reference) as admin:
-            assert await admin.migrate() == "0009"
+            assert await admin.migrate() == HEAD_REVISION
         async with SqlLeaseProvider(as_user, schema=database) as provider:
             with pytest.raises(LeaseConfigError) as raised:
                 await provider.migrate()
@@ -387,8 +409,8 @@ async def test_a_mysql_user_lacking_a_privilege_is_told_which_and_the_same_migra
             assert raised.value.__cause__ is not None and f"pw-{user}" not in message
         mysql_execute(MYSQL_URL, f"GRANT {withheld} ON `{database}`.* TO '{user}'@'%'")
         async with SqlLeaseProvider(as_user, schema=database) as provider:
-            assert await provider.migrate() == "0009"
-            assert await provider.migrate() == "0009"
+            assert await provider.migrate() == HEAD_REVISION
+            assert await provider.migrate() == HEAD_REVISION
             assert (await provider.acquire_lease("plain", "a", 60_000)).acquired
             assert (await provider.acquire_lease("sem", "a", 60_000, limit=2)).acquired
             assert (await provider.acquire_lease("sem", "b", 60_000, limit=2)).acquired
@@ -516,7 +538,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
                 ),
                 {"key": "old\x01key"},
             )
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
         assert await _stored_keys(provider) == ["old\x01\x02key"]
         lease = await provider.get_lease("old\x01key")
         assert lease is not None and (lease.key, lease.owner, lease.fence) == ("old\x01key", "earlier", 7)
@@ -526,7 +548,7 @@ async def test_0005_stores_earlier_keys_escaped_and_downgrades_to_what_0004_can_
 
         await _alembic(provider, "downgrade", "0004")  # the keys 0004 cannot name go with their leases
         assert await _stored_keys(provider) == ["new\x01key", "old\x01key"]
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
         assert [lease.key for lease in await provider.list_leases()] == ["new\x01key", "old\x01key"]
 
 
@@ -549,7 +571,7 @@ async def test_0005_rewrites_keys_whose_new_forms_are_other_rows_old_keys(any_ta
                     ),
                     {"key": key},
                 )
-        assert await provider.migrate() == "0009"
+        assert await provider.migrate() == HEAD_REVISION
         for fence, key in enumerate(keys, 1):
             lease = await provider.get_lease(key)
             assert lease is not None and (lease.key, lease.fence) == (key, fence)
@@ -595,7 +617,7 @@ def test_concurrent_migrations_of_a_new_sqlite_file_in_separate_processes(tmp_pa
     ]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "0009", err
+        assert proc.returncode == 0 and out.strip() == HEAD_REVISION, err
     assert {p.name for p in tmp_path.iterdir()} <= {"race.db", "race.db-wal", "race.db-shm"}
 
 
@@ -633,12 +655,12 @@ def test_concurrent_migrations_in_separate_processes_agree_on_mysql(fresh_mysql_
         ]
         for proc in procs:
             out, err = proc.communicate(timeout=120)
-            assert proc.returncode == 0 and out.strip() == "0009", err[-2000:]
+            assert proc.returncode == 0 and out.strip() == HEAD_REVISION, err[-2000:]
         conn = mysql_connect(url)
         try:
             with conn.cursor() as cursor:
                 cursor.execute(f"SELECT version_num FROM `{database}`.`{table}_alembic_version`")
-                assert cursor.fetchall() == (("0009",),)
+                assert cursor.fetchall() == ((HEAD_REVISION,),)
         finally:
             conn.close()
 
@@ -712,7 +734,7 @@ def test_alembic_upgrade_head_from_a_checkout(any_target: dict[str, Any]) -> Non
     done = _run([alembic, *x_args, "upgrade", "head"], REPO)
     assert done.returncode == 0, done.stderr
     done = _run([alembic, *x_args, "current"], REPO)
-    assert "0009 (head)" in done.stdout, done.stdout + done.stderr
+    assert f"{HEAD_REVISION} (head)" in done.stdout, done.stdout + done.stderr
 
 
 @pytest.mark.mysql
@@ -739,7 +761,7 @@ def test_alembic_upgrade_head_from_a_checkout_that_stops_partway_on_mysql_resume
         mysql_execute(MYSQL_URL, f"GRANT {withheld} ON `{database}`.* TO '{user}'@'%'")
         done = _run([alembic, *x_args, "upgrade", "head"], REPO)
         assert done.returncode == 0, done.stderr[-2000:]
-        assert _mysql_facts(database)["versions"] == (("0009",),)
+        assert _mysql_facts(database)["versions"] == ((HEAD_REVISION,),)
     finally:
         mysql_execute(MYSQL_URL, f"DROP USER IF EXISTS '{user}'@'%'", f"DROP DATABASE IF EXISTS `{database}`")
 
@@ -774,7 +796,7 @@ def test_wheel_carries_the_migrations_and_migrate_works_installed(tmp_path: Path
     db = tmp_path / "installed.db"
     done = _run([sys.executable, "-m", "sql_lease", "migrate", "--url", f"sqlite:///{db}"], tmp_path, env)
     assert done.returncode == 0, done.stderr
-    assert "revision 0009" in done.stdout
+    assert f"revision {HEAD_REVISION}" in done.stdout
 
 
 @pytest.mark.postgres
@@ -810,7 +832,7 @@ async def test_a_cancelled_migration_never_keeps_the_process_lock(tmp_path: Path
             migrate._PROCESS_LOCK.release()
         await asyncio.sleep(0.2)
         assert not migrate._PROCESS_LOCK.locked()
-        assert await asyncio.wait_for(provider.migrate(), 10) == "0009"
+        assert await asyncio.wait_for(provider.migrate(), 10) == HEAD_REVISION
 
 
 # -- configuration errors are configuration errors, on both faces (issue 21, item 3) -------------------
@@ -961,7 +983,7 @@ def test_an_applications_mariadb_engine_migrates_as_a_mysql_url_does() -> None:
             with pytest.raises(LeaseConfigError, match=r"CREATE ROUTINE.*resumes at revision 0009"):
                 provider.migrate()
             mysql_execute(MYSQL_URL, f"GRANT CREATE ROUTINE, ALTER ROUTINE ON `{database}`.* TO '{user}'@'%'")
-            assert provider.migrate() == "0009"
+            assert provider.migrate() == HEAD_REVISION
             provider.close()
         finally:
             engine.dispose()

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from sql_lease import LeaseConfigError, LeaseError, MissingDriverError, SqlLeaseProvider, SyncSqlLeaseProvider
+from sql_lease.sql.migrate import HEAD_REVISION
 from sql_lease.sql.urls import to_async_url, to_sync_url
 from tests.conftest import MYSQL_URL, mysql_connect, mysql_execute
 
@@ -138,9 +139,9 @@ def test_cli_migrates_checks_and_runs_a_job(fresh_mysql_db: str) -> None:
     offline = run_cli("migrate", "--url", url, "--sql")
     assert offline.returncode == 0 and "VARBINARY(2048)" in offline.stdout and "DATETIME(6)" in offline.stdout
     first = run_cli("migrate", "--url", url)
-    assert first.returncode == 0 and "created sql_leases at revision 0009" in first.stdout, first
+    assert first.returncode == 0 and f"created sql_leases at revision {HEAD_REVISION}" in first.stdout, first
     again = run_cli("migrate", "--url", url)
-    assert again.returncode == 0 and "already at revision 0009" in again.stdout, again
+    assert again.returncode == 0 and f"already at revision {HEAD_REVISION}" in again.stdout, again
     check = run_cli("check", "--url", url)
     assert check.returncode == 0 and ("MariaDB" in check.stdout or "MySQL" in check.stdout), check
     job = run_cli("exec", "--url", url, "nightly", "--", sys.executable, "-c", "print('ran')")

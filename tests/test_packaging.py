@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sql_lease.sql.migrate import HEAD_REVISION
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -53,7 +55,7 @@ def test_the_wheel_built_from_the_sdist_runs_the_quick_start_in_a_fresh_venv(tmp
     work.mkdir()
     migrated = _run([cli, "migrate"], work, env=env)
     assert migrated.returncode == 0, migrated.stderr
-    assert "created sql_leases at revision 0009" in migrated.stdout
+    assert f"created sql_leases at revision {HEAD_REVISION}" in migrated.stdout
     assert str(work / "sql_lease.db") in migrated.stderr  # the local default is said
     # the quick start: one exec runs, a second one at the same time is refused with 75
     go = work / "go"

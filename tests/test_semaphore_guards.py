@@ -3,7 +3,8 @@
 - a slot holder's ``check_held`` guard keeps a new holder out until its transaction ends, as a plain
   holder's does, even when its slot expires meanwhile (PostgreSQL);
 - a plain acquire racing a slot grant never gets a smaller fence than the grant, nor does a plain or
-  all-or-nothing acquire when the head is deleted while it waits (PostgreSQL);
+  all-or-nothing acquire when the head is deleted while it waits, nor when the head was made after
+  its snapshot; a slot transfer draws its fence after a plain acquire of its key (PostgreSQL);
 - a lost holder's renewal answers at once beside the new holder's guard, and does not stall the
   batch it is in (PostgreSQL);
 - a slot acquire that meets a guard's lock answers "not acquired", as a plain acquire does (MariaDB).
@@ -127,14 +128,17 @@ def test_a_plain_acquire_racing_a_slot_grant_never_gets_a_smaller_fence(pg: Any)
     time.sleep(0.05)
     with engine.connect() as slot_side:
         slot_side.execute(sa.text(f"SET search_path TO {schema}"))
-        slot_side.execute(sa.text("SELECT 1 FROM sql_leases WHERE key = :k FOR NO KEY UPDATE"), {"k": key})
+        started = slot_side.execute(  # a grant in progress: it holds the key's locks (advisory, head row)
+            sa.text("SELECT * FROM sql_leases_slot_acquire(:k, 'A', 200, NULL, 2, false, NULL)"), {"k": key}
+        ).one()
+        assert started[0], started
         thread, out = in_thread(lambda: provider.acquire_lease(key, "P", 30_000))
-        time.sleep(1.0)  # P has read the key free and waits for the row (its fence drawn before, in the old code)
+        wait_for_a_lock_wait(slot_side, schema)  # P read the key free and waits (its fence drawn first, before f42fafd)
         granted = slot_side.execute(
             sa.text("SELECT * FROM sql_leases_slot_acquire(:k, 'B', 200, NULL, 2, false, NULL)"), {"k": key}
         ).one()
         assert granted[0], granted
-        time.sleep(0.5)  # B's slot lapses before P rechecks the row
+        time.sleep(0.8)  # B's slot, and the head one TTL beyond it, lapse before P rechecks the row
         slot_side.commit()
     thread.join(20)
     (plain,) = out
@@ -142,7 +146,7 @@ def test_a_plain_acquire_racing_a_slot_grant_never_gets_a_smaller_fence(pg: Any)
 
 
 def wait_for_a_lock_wait(conn: sa.Connection, schema: str) -> None:
-    """Return once a statement on the schema's tables waits for a lock (a row lock: the head's)."""
+    """Return once a statement on the schema's tables waits for a lock (a row's, a transaction's, an advisory one)."""
     for _ in range(2_000):
         conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))  # a transaction keeps its first reading
         waiting = conn.execute(
@@ -155,33 +159,44 @@ def wait_for_a_lock_wait(conn: sa.Connection, schema: str) -> None:
         if waiting:
             return
         time.sleep(0.01)
-    raise AssertionError("no statement waited for the head's row lock")
+    raise AssertionError("no statement waited for a lock")
 
 
-@pytest.mark.parametrize("call", ["acquire_leases", "acquire_lease", "waiter"])
-def test_an_acquire_racing_a_slot_grant_and_a_break_never_gets_a_smaller_fence(pg: Any, call: str) -> None:
-    """An acquire drew its fence before it waited for the key's row: a slot grant drew a larger one
-    meanwhile, the head was then deleted, and the acquire inserted its older fence as a later tenure
-    (found by a hostile tester's audit triggers). Each acquire statement draws after the row's lock."""
-    provider, engine, schema = pg
-    key = "f:" + os.urandom(4).hex()
-    provider.acquire_lease(key, "old", 1, limit=2)  # an expired head
-    time.sleep(0.05)
+def plain_acquire_by(provider: SyncSqlLeaseProvider, key: str, call: str) -> tuple[Any, Any]:
+    """(a release waiter of ``key``, to close, and a call acquiring ``key`` for P by one of the plain statements)."""
     waiter = provider.release_waiter(key)
     assert waiter is not None
     calls = {
-        "acquire_leases": lambda: provider.acquire_leases([key, "f:other"], "P", 30_000)[0],  # ACQUIRE_KEYS
+        "acquire_leases": lambda: provider.acquire_leases([key, key + ":other"], "P", 30_000)[0],  # ACQUIRE_KEYS
         "acquire_lease": lambda: provider.acquire_lease(key, "P", 30_000),  # ACQUIRE
         "waiter": lambda: waiter.acquire("P", 30_000, 20),  # ACQUIRE_WAITING
     }
+    return waiter, calls[call]
+
+
+@pytest.mark.parametrize("head", ["expired", "made_after_the_snapshot"])
+@pytest.mark.parametrize("call", ["acquire_leases", "acquire_lease", "waiter"])
+def test_an_acquire_racing_slot_grants_and_a_break_never_gets_a_smaller_fence(pg: Any, call: str, head: str) -> None:
+    """A plain acquire drew its fence, then waited for the key's head: a slot grant drew a larger one
+    meanwhile, the head was deleted, and the acquire inserted its older fence as a later tenure (found
+    by a hostile tester's audit triggers). Each acquire now locks the key's row before it draws, and
+    (for a head made after its snapshot, which that lock misses) slot grants take the key's advisory
+    lock, as plain acquires do. One session's steps stand for grants and a break that commit before
+    the acquire wakes."""
+    provider, engine, schema = pg
+    key = "f:" + os.urandom(4).hex()
+    if head == "expired":
+        provider.acquire_lease(key, "old", 1, limit=2)
+        time.sleep(0.05)
+    waiter, acquire = plain_acquire_by(provider, key, call)
+    grant = sa.text("SELECT * FROM sql_leases_slot_acquire(:k, :o, 60000, NULL, 2, false, NULL)")
     with waiter, engine.connect() as slot_side:
         slot_side.execute(sa.text(f"SET search_path TO {schema}"))
-        slot_side.execute(sa.text("SELECT 1 FROM sql_leases WHERE key = :k FOR NO KEY UPDATE"), {"k": key})
-        thread, out = in_thread(calls[call])
-        wait_for_a_lock_wait(slot_side, schema)  # P read the key free and waits for its row
-        granted = slot_side.execute(
-            sa.text("SELECT * FROM sql_leases_slot_acquire(:k, 'B', 60000, NULL, 2, false, NULL)"), {"k": key}
-        ).one()
+        started = slot_side.execute(grant, {"k": key, "o": "A"}).one()  # a grant in progress holds the key
+        assert started[0], started
+        thread, out = in_thread(acquire)
+        wait_for_a_lock_wait(slot_side, schema)  # P read the key free and waits
+        granted = slot_side.execute(grant, {"k": key, "o": "B"}).one()
         assert granted[0], granted
         slot_side.execute(  # the head goes, as a break of the semaphore deletes it (SLOT_DELETE_ALL)
             sa.text("WITH s AS (DELETE FROM sql_leases_slots WHERE key = :k) DELETE FROM sql_leases WHERE key = :k"),
@@ -191,6 +206,28 @@ def test_an_acquire_racing_a_slot_grant_and_a_break_never_gets_a_smaller_fence(p
         thread.join(20)
     (taken,) = out
     assert taken.acquired and taken.fence > granted[2], (taken, granted)
+
+
+def test_a_slot_transfer_draws_its_fence_after_a_plain_acquire_of_its_key(pg: Any) -> None:
+    """A transfer draws a new fence: it waits for the key's advisory lock, as acquires do, so a plain
+    acquire that drew its fence first cannot insert it after the transfer's larger one."""
+    provider, engine, schema = pg
+    key = "t:" + os.urandom(4).hex()
+    a = provider.acquire_lease(key, "A", 60_000, limit=2)
+    with engine.connect() as plain_side:
+        plain_side.execute(sa.text(f"SET search_path TO {schema}"))
+        plain_side.execute(  # a plain acquire's step (ACQUIRE's serialised), its transaction open
+            sa.text("SELECT pg_advisory_xact_lock('sql_leases'::regclass::oid::int4, hashtext(:k))"), {"k": key}
+        )
+        thread, out = in_thread(lambda: provider.transfer_lease(key, "A", "B", 60_000))
+        wait_for_a_lock_wait(plain_side, schema)
+        assert thread.is_alive() and out == []
+        drawn = plain_side.execute(sa.text(f"SELECT nextval('{schema}.sql_leases_fence_seq')")).scalar_one()
+        plain_side.commit()
+        thread.join(20)
+    assert out == [True]
+    (b,) = provider.get_lease_holders(key)
+    assert b.owner == "B" and b.fence > drawn > a.fence, (b, drawn, a)
 
 
 async def test_a_lost_holders_renewal_answers_beside_the_new_holders_guard(pg: Any) -> None:

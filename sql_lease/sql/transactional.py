@@ -601,6 +601,8 @@ def slot_transfer(
     slots = s.slots
 
     def body() -> Plan[bool]:
+        if slots["slot_serialise"] is not None:
+            yield Query(slots["slot_serialise"], (key,))
         head = yield from _head(s, key, create=False)
         if head is None or head[0] != "":
             return False

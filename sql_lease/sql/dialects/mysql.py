@@ -781,6 +781,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_commit": COMMIT,
         "slot_rollback": ROLLBACK,
         "slot_pin": None,
+        "slot_serialise": None,  # plain acquires lock the key's row before they draw
         "slot_lock_head": SLOT_LOCK_HEAD,
         "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
         "slot_is_head": SLOT_IS_HEAD,

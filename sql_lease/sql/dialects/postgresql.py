@@ -747,7 +747,8 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
 
 # -- semaphores: the slot table {slot_table}, each operation a transaction that locks the head first --
 # A key held as a semaphore has a head row in {table} (owner ''). Acquire and release call the
-# PL/pgSQL functions of migration 0006 (one round trip each); renew, transfer and break run BEGIN,
+# PL/pgSQL functions of migration 0006 (one round trip each; since 0010 the acquire takes the key's
+# advisory lock first, as ACQUIRE does); renew, transfer and break run BEGIN,
 # SLOT_LOCK_ONLY_HEAD, then statements of their own snapshots (READ COMMITTED: each sees every commit
 # before it, the head lock orders them), then COMMIT. Times are statement_timestamp() (the
 # functions: clock_timestamp()): now() would be the time of BEGIN, before the lock wait.
@@ -770,6 +771,10 @@ SELECT * FROM {slot_acquire_function}($1::varchar, $2::varchar, $3::float8, $4::
 # slot_pin () -> synchronous_commit raised to 'on' for the transaction (on connections without SESSION_SETUP)
 SLOT_PIN = """SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
 WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)"""
+
+# slot_serialise ($1 key) -> the key's advisory lock to COMMIT (ACQUIRE's serialised step): a transfer, which
+#   draws a fence, waits for plain acquires of the key, as the acquire function of migration 0010 does
+SLOT_SERIALISE = "SELECT pg_advisory_xact_lock({table_literal}::regclass::oid::int4, hashtext($1::varchar))"
 
 # slot_lock_only_head ($1 key) -> (owner, fence, expires_at, remaining_ms, data, acquired_at, live, released,
 #   has_waiters) if the key's row is a semaphore's head (owner ''), locked to COMMIT (NO KEY UPDATE: a slot
@@ -900,6 +905,7 @@ SLOT_STEP_NAMES = (
     "slot_commit",
     "slot_rollback",
     "slot_pin",
+    "slot_serialise",
     "slot_lock_head",
     "slot_lock_only_head",
     "slot_is_head",
@@ -950,6 +956,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_commit": SLOT_COMMIT,
         "slot_rollback": SLOT_ROLLBACK,
         "slot_pin": None if durable_session else SLOT_PIN,
+        "slot_serialise": SLOT_SERIALISE,
         "slot_lock_head": None,  # the acquire function locks the key's row itself
         "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
         "slot_is_head": None,  # the plain statements answer a head themselves

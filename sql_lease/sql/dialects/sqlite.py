@@ -474,6 +474,7 @@ def slot_steps(*, durable_session: bool, durable_release: bool = False) -> dict[
         "slot_commit": SLOT_COMMIT,
         "slot_rollback": SLOT_ROLLBACK,
         "slot_pin": None,
+        "slot_serialise": None,  # one writer at a time
         "slot_lock_head": SLOT_LOCK_HEAD,
         "slot_lock_only_head": SLOT_LOCK_ONLY_HEAD,
         "slot_is_head": SLOT_IS_HEAD,
