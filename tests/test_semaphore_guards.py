@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from sql_lease import SqlLeaseProvider, SyncSqlLeaseProvider
+from sql_lease import LeaseLostError, SqlLeaseProvider, SyncSqlLeaseProvider
 from tests.conftest import MYSQL_URL
 
 POSTGRES_URL = os.environ.get("SQL_LEASE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -206,6 +206,109 @@ def test_an_acquire_racing_slot_grants_and_a_break_never_gets_a_smaller_fence(pg
         thread.join(20)
     (taken,) = out
     assert taken.acquired and taken.fence > granted[2], (taken, granted)
+
+
+class HeldAfterHeadLock:
+    """An ``on_statement`` hook: the slot transaction of ``thread`` stops at SLOT_STATE (its head
+    locked by then) until ``go`` is set."""
+
+    def __init__(self, provider: SyncSqlLeaseProvider) -> None:
+        self.slot_state = provider.statements.slots["slot_state"]
+        self.locked, self.go = threading.Event(), threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __call__(self, sql: str, params: Any) -> None:
+        if sql == self.slot_state and threading.current_thread() is self.thread and not self.locked.is_set():
+            self.locked.set()
+            assert self.go.wait(20)
+
+
+def lock_waits(engine: sa.Engine, schema: str) -> int:
+    """How many statements on the schema's tables wait for a lock now."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND position(:schema IN query) > 0"
+                ),
+                {"schema": schema},
+            ).scalar_one()
+        )
+
+
+def until_lock_waits(engine: sa.Engine, schema: str, n: int) -> None:
+    for _ in range(2_000):
+        if lock_waits(engine, schema) >= n:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"fewer than {n} statements waited for a lock")
+
+
+def outcome(call: Any) -> tuple[threading.Thread, list[Any]]:
+    """``call`` in a thread; its list gets ("ok", result) or ("error", exception)."""
+    out: list[Any] = []
+
+    def body() -> None:
+        try:
+            out.append(("ok", call()))
+        except Exception as exc:
+            out.append(("error", exc))
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.parametrize("op", ["renew", "transfer", "release_beside"])
+def test_a_slot_guard_beside_the_keys_slot_operations_waits_and_never_deadlocks(pg: Any, op: str) -> None:
+    """A slot holder's guard (CHECK_SLOT) locked its slot row, then the head; renewals, transfers
+    and releases lock the head, then the slot row: the server broke the cycle with a deadlock, in
+    the application's ``check_held`` or in a release queued on the head (found by a hostile test's
+    audit). The guard now locks the head first; each waits for the other (a guard that waited for a
+    transfer of its slot finds it lost)."""
+    provider, engine, schema = pg
+    key = "d:" + os.urandom(4).hex()
+    a = provider.acquire_lease(key, "A", 60_000, limit=2)
+    assert provider.acquire_lease(key, "B", 60_000, limit=2).acquired
+    hook = HeldAfterHeadLock(provider)
+    remove = provider.on_statement(hook)
+    calls = {
+        "renew": lambda: provider.renew_lease(key, "A", 60_000),
+        "transfer": lambda: provider.transfer_lease(key, "A", "A2", 60_000),
+        "release_beside": lambda: provider.renew_lease(key, "A", 60_000),
+    }
+    guard: Guard | None = None
+    try:
+        first, first_out = outcome(calls[op])
+        hook.thread = first
+        assert hook.locked.wait(20)  # it holds the head, about to read and write A's slot
+        waiting = 0
+        if op == "release_beside":
+            releasing, released = outcome(lambda: provider.release_lease(key, "B"))
+            waiting = 1
+            until_lock_waits(engine, schema, waiting)  # B's release queues on the head first
+        guard_thread, guard_out = outcome(lambda: Guard(provider, engine, key, "A", a.fence, schema))
+        until_lock_waits(engine, schema, waiting + 1)  # A's guard waits too
+        hook.go.set()
+        first.join(1.0)  # the operation goes on: it waits for the guard, or (before) closed a cycle
+        guard_thread.join(20)
+        assert guard_out and guard_out[0][0] == "ok", guard_out
+        guard = guard_out[0][1]
+        lost = [type(error) for error in guard.errors] == [LeaseLostError]  # A's slot went to A2 first
+        assert lost if op == "transfer" else not guard.errors, guard.errors  # was: DeadlockDetected
+        if lost:
+            guard.errors.clear()
+    finally:
+        hook.go.set()
+        if guard is not None:
+            guard.end()
+        remove()
+    first.join(20)
+    assert first_out and first_out[0][0] == "ok", first_out
+    if op == "release_beside":
+        releasing.join(20)
+        assert released == [("ok", True)], released
 
 
 def test_a_slot_transfer_draws_its_fence_after_a_plain_acquire_of_its_key(pg: Any) -> None:

@@ -886,12 +886,14 @@ WITH doomed AS MATERIALIZED (
 SELECT count(*) FROM gone"""
 
 # check_slot (:key, :owner, :fence) -> (fence,) iff owner holds a slot of key with that fence, unexpired;
-#   locks the slot row (check_held of a semaphore's holder)
+#   locks the key's head, then the slot row, FOR SHARE (check_held of a semaphore's holder): the order of
+#   every slot operation, which locks the head before it writes a slot (the other order deadlocked)
 CHECK_SLOT = """
-SELECT s.fence FROM {slot_table} AS s JOIN {table} AS h ON h.key = s.key AND h.owner = ''
- WHERE s.key = :key AND s.owner = :owner AND s.fence = :fence AND s.expires_at > statement_timestamp()
-   AND NOT s.released
-   FOR SHARE OF s, h"""
+WITH head AS MATERIALIZED (SELECT key FROM {table} WHERE key = :key AND owner = '' FOR SHARE)
+SELECT s.fence FROM {slot_table} AS s
+ WHERE s.key = (SELECT key FROM head) AND s.owner = :owner AND s.fence = :fence
+   AND s.expires_at > statement_timestamp() AND NOT s.released
+   FOR SHARE OF s"""
 
 
 SLOT_STEP_NAMES = (
