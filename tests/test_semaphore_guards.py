@@ -491,3 +491,30 @@ def test_a_postgres_slot_grant_that_meets_a_deadlock_runs_again() -> None:
     with pytest.raises(StopIteration) as done:
         plan.send((True, "o", 7, now, 1000.0, False))
     assert done.value.value.acquired and done.value.value.fence == 7
+
+
+@pytest.mark.parametrize(("remembered", "min_hold_ms"), [(False, None), (False, 5_000.0), (True, None)])
+def test_a_postgres_release_that_meets_a_deadlock_runs_again(remembered: bool, min_hold_ms: float | None) -> None:
+    """The plan (no database): each PostgreSQL release statement (the plain one, which releases a
+    slot through the release function, the minimum hold's, and a remembered semaphore key's slot
+    release) is one statement in autocommit; a deadlock rolled all of it back, so it runs again, as
+    the slot grant does, instead of reaching the caller (a hostile test's audit saw 8 in four runs)."""
+    import asyncpg
+
+    from sql_lease.sql import operations
+    from sql_lease.sql.schema import LeaseTableNames
+    from sql_lease.sql.statements import statements_for
+
+    s = statements_for("postgresql", LeaseTableNames(), durable_session=True)
+    if remembered:
+        s.semaphore_keys.remember("k")
+    deadlock = asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+    plan = operations.release(s, "k", "o", None, min_hold_ms)
+    query = next(plan)
+    first = query.sql
+    for _ in range(2):
+        query = plan.throw(deadlock)
+        assert query.sql == first
+    with pytest.raises(StopIteration) as done:
+        plan.send((True,) if remembered or min_hold_ms is None else (7,))
+    assert done.value.value is True

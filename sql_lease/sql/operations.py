@@ -325,7 +325,7 @@ def _slot_first(s: LeaseStatements, params: tuple[Any, ...], plain: Plan[bool]) 
     # release first; the whole plain path only if it released nothing, so a wrong hint changes no answer.
     first = s.slots["slot_release_first"]
     if first is not None:  # PostgreSQL: the release function, if the key's row is a head
-        row = yield Query(first, params)
+        row = yield from transactional.retried(s, Query(first, params))
         if row is not None:
             return bool(row[0])
         s.semaphore_keys.forget(params[0])
@@ -349,7 +349,7 @@ def _or_slot(plain: Plan[Any], slot: Callable[[], Plan[T]]) -> Plan[T]:
 
 
 def _release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
-    return transactional.release_kept_or_deleted(s.release_keeping, s.release, params)
+    return transactional.release_kept_or_deleted(s, s.release_keeping, s.release, params)
 
 
 def renew(s: LeaseStatements, key: str, owner: str, ttl_ms: object, fence: object = None) -> Plan[LeaseInfo | None]:

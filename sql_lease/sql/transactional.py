@@ -212,15 +212,16 @@ def renewed_or_head(s: LeaseStatements, key: str, row: Any) -> Any:
     return None if row is None else HEAD if row[0] == "" else s.lease_info(key, row)
 
 
-def release_kept_or_deleted(keeping: str, deleting: str, params: tuple[Any, ...]) -> Plan[bool]:
+def release_kept_or_deleted(s: LeaseStatements, keeping: str, deleting: str, params: tuple[Any, ...]) -> Plan[bool]:
     """Release as ``params`` (key, owner, fence, min_hold) say with one statement each, as RELEASE_KEEPING
     and RELEASE do: kept, or else deleted (the delete refuses a row still to be kept, so a tenure
-    that began between the two statements is left alone: docs/statements.md, "A minimum hold")."""
+    that began between the two statements is left alone: docs/statements.md, "A minimum hold").
+    Each runs again after a deadlock that rolled it back."""
     if params[3] is not None:
-        kept = yield Query(keeping, params)
+        kept = yield from retried(s, Query(keeping, params))
         if kept is not None:
             return True
-    row = yield Query(deleting, params)
+    row = yield from retried(s, Query(deleting, params))
     return False if row is None else bool(row[0])
 
 
@@ -565,7 +566,7 @@ def slot_release(s: LeaseStatements, params: tuple[Any, ...]) -> Plan[bool]:
     slots = s.slots
     if slots["slot_release_one"] is not None:  # one statement (SQLite, migration 0007's triggers)
         try:
-            return (yield from release_kept_or_deleted(slots["slot_keep_one"], slots["slot_release_one"], params))
+            return (yield from release_kept_or_deleted(s, slots["slot_keep_one"], slots["slot_release_one"], params))
         except Exception as exc:  # a table at 0006 (no slot index): a plain "no" stays one unless a head
             if not schema_behind(exc) or (yield Query(slots["slot_is_head"], (key,))) is not None:
                 raise
