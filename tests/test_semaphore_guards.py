@@ -518,3 +518,43 @@ def test_a_postgres_release_that_meets_a_deadlock_runs_again(remembered: bool, m
     with pytest.raises(StopIteration) as done:
         plan.send((True,) if remembered or min_hold_ms is None else (7,))
     assert done.value.value is True
+
+
+@pytest.mark.parametrize("server", ["postgres", "mysql", "sqlite"])
+def test_holders_are_read_at_no_earlier_time_than_the_newest_tenure_they_see(
+    server: str, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    """A listing took its clock when its statement began and read tenures committed after that: a
+    slot granted once A's had expired was listed beside A's, one holder more than the limit (a
+    hostile test saw it on MariaDB). A tenure the listing sees began no later than the listing read
+    it, so holders are judged at the newest start among them if that is later than the clock. Here
+    B's tenure is made to begin after A's slot expires, as the grant that took A's place did."""
+    if server == "sqlite":
+        provider = SyncSqlLeaseProvider(f"sqlite:///{tmp_path / 'h.db'}")
+        provider.migrate()
+        engine, table = sa.create_engine(f"sqlite:///{tmp_path / 'h.db'}"), "sql_leases"
+        later = {"soon": "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + {ms}"}
+    else:
+        provider, engine, name = request.getfixturevalue("pg" if server == "postgres" else "my")
+        table = f"{name}.sql_leases" if server == "postgres" else f"`{name}`"
+        later = {
+            "soon": "now() + {ms} * interval '1 millisecond'"
+            if server == "postgres"
+            else "UTC_TIMESTAMP(6) + INTERVAL {ms} * 1000 MICROSECOND"
+        }
+    slots = table[:-1] + "_slots`" if server == "mysql" else table + "_slots"
+    key = "r:" + os.urandom(4).hex()
+    try:
+        assert provider.acquire_lease(key, "A", 60_000, limit=2).acquired
+        assert provider.acquire_lease(key, "B", 60_000, limit=2).acquired
+        soon = later["soon"]
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"UPDATE {slots} SET expires_at = {soon.format(ms=30_000)} WHERE owner = 'A'"))
+            conn.execute(sa.text(f"UPDATE {slots} SET acquired_at = {soon.format(ms=40_000)} WHERE owner = 'B'"))
+        assert [holder.owner for holder in provider.get_lease_holders(key)] == ["B"]
+        assert provider.get_lease_owner(key) == "B"
+        assert not provider.acquire_lease(key, "C", 60_000).acquired  # B holds it
+    finally:
+        if server == "sqlite":
+            provider.close()
+            engine.dispose()

@@ -850,17 +850,20 @@ WITH woken AS (UPDATE {table} SET has_waiters = false WHERE key = $1 AND has_wai
 SELECT pg_notify('sql_lease_' || {table_literal}::regclass::oid, key) FROM woken"""
 
 # holders ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of every
-#   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence
+#   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence; judged
+#   at now(), or at the newest tenure start the statement sees if later (it read a row committed since)
 HOLDERS = """
-SELECT owner, fence, expires_at, remaining, data, acquired_at, released FROM (
-    SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS remaining,
-           data::text AS data, acquired_at, released FROM {table}
-     WHERE key = $1 AND owner <> '' AND expires_at + interval '0' > now()
-    UNION ALL
-    SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - now()) * 1000)::float8, data::text,
-           acquired_at, released FROM {slot_table}
-     WHERE key = $1 AND expires_at > now()
-) AS holders ORDER BY acquired_at, fence"""
+SELECT owner, fence, expires_at, (extract(epoch FROM expires_at - read_at) * 1000)::float8, data, acquired_at,
+       released FROM (
+    SELECT tenures.*, greatest(now(), max(acquired_at) OVER ()) AS read_at FROM (
+        SELECT owner, fence, expires_at, data::text AS data, acquired_at, released FROM {table}
+         WHERE key = $1 AND owner <> ''
+        UNION ALL
+        SELECT owner, fence, expires_at, data::text, acquired_at, released FROM {slot_table} WHERE key = $1
+    ) AS tenures
+) AS seen
+ WHERE expires_at > read_at
+ ORDER BY acquired_at, fence"""
 
 # slot_sweep ($1 grace_ms, $2 batch_size) -> (rows deleted,) up to $2 expired slots, each locked, and its
 #   key's row locked FOR SHARE, first; a slot or a row another transaction holds is skipped, never waited

@@ -431,17 +431,19 @@ SLOT_DELETE_HEAD = """
 DELETE FROM {table} WHERE key = ?1 AND owner = ''"""
 
 # holders (?1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of every
-#   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence
+#   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence; judged
+#   at now, or at the newest tenure start the statement sees if later (as PostgreSQL's and MySQL's)
 HOLDERS = """
-SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
-       acquired_at, released
-  FROM {table}
- WHERE key = ?1 AND owner <> '' AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-UNION ALL
-SELECT owner, fence, expires_at, expires_at - CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), data,
-       acquired_at, released
-  FROM {slot_table} WHERE key = ?1 AND expires_at > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-ORDER BY 6, 2"""
+SELECT owner, fence, expires_at, expires_at - read_at, data, acquired_at, released FROM (
+    SELECT tenures.*, max(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
+                          coalesce(max(acquired_at) OVER (), 0)) AS read_at FROM (
+        SELECT owner, fence, expires_at, data, acquired_at, released FROM {table} WHERE key = ?1 AND owner <> ''
+        UNION ALL
+        SELECT owner, fence, expires_at, data, acquired_at, released FROM {slot_table} WHERE key = ?1
+    ) AS tenures
+)
+ WHERE expires_at > read_at
+ ORDER BY 6, 2"""
 
 # slot_sweep (?1 grace_ms, ?2 batch_size) -> one row per expired slot deleted
 SLOT_SWEEP = """
