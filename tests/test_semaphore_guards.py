@@ -209,16 +209,16 @@ def test_an_acquire_racing_slot_grants_and_a_break_never_gets_a_smaller_fence(pg
 
 
 class HeldAfterHeadLock:
-    """An ``on_statement`` hook: the slot transaction of ``thread`` stops at SLOT_STATE (its head
-    locked by then) until ``go`` is set."""
+    """An ``on_statement`` hook: the first slot transaction to reach SLOT_STATE (its head locked by
+    then) stops there until ``go`` is set."""
 
     def __init__(self, provider: SyncSqlLeaseProvider) -> None:
         self.slot_state = provider.statements.slots["slot_state"]
         self.locked, self.go = threading.Event(), threading.Event()
-        self.thread: threading.Thread | None = None
+        self._first = threading.Lock()
 
     def __call__(self, sql: str, params: Any) -> None:
-        if sql == self.slot_state and threading.current_thread() is self.thread and not self.locked.is_set():
+        if sql == self.slot_state and self._first.acquire(blocking=False):
             self.locked.set()
             assert self.go.wait(20)
 
@@ -281,7 +281,6 @@ def test_a_slot_guard_beside_the_keys_slot_operations_waits_and_never_deadlocks(
     guard: Guard | None = None
     try:
         first, first_out = outcome(calls[op])
-        hook.thread = first
         assert hook.locked.wait(20)  # it holds the head, about to read and write A's slot
         waiting = 0
         if op == "release_beside":

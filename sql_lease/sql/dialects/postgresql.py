@@ -748,7 +748,7 @@ def texts(*, durable_session: bool, durable_release: bool) -> dict[str, str | No
 # -- semaphores: the slot table {slot_table}, each operation a transaction that locks the head first --
 # A key held as a semaphore has a head row in {table} (owner ''). Acquire and release call the
 # PL/pgSQL functions of migration 0006 (one round trip each; since 0010 the acquire takes the key's
-# advisory lock first, as ACQUIRE does); renew, transfer and break run BEGIN,
+# advisory lock first, as ACQUIRE does); renew, transfer and break run BEGIN, (a transfer: SLOT_SERIALISE,)
 # SLOT_LOCK_ONLY_HEAD, then statements of their own snapshots (READ COMMITTED: each sees every commit
 # before it, the head lock orders them), then COMMIT. Times are statement_timestamp() (the
 # functions: clock_timestamp()): now() would be the time of BEGIN, before the lock wait.
