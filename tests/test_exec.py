@@ -152,6 +152,36 @@ def test_command_dies_with_a_killed_supervisor(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_commands_whole_group_dies_with_a_killed_supervisor(tmp_path: Path) -> None:
+    """Regression (a new user's trial of ``exec --limit 3 -- ./render.sh``): after `kill -9` of exec
+    the script died (the parent-death signal) but the work it had started ran on, orphaned, beside
+    the next holder's: four renders under a limit of three. A watchdog that outlives exec kills
+    what is left of the command's process group."""
+    script = f"sleep 60 & echo $! > {tmp_path}/worker; wait"
+    proc = start_cli(["exec", "render", "--limit", "3", "--ttl", "5s", "--", "sh", "-c", script], tmp_path)
+    wait_for(tmp_path / "worker")
+    wait_until(lambda: (tmp_path / "worker").read_text().strip() != "", 5, "the worker's pid to be written")
+    worker = int((tmp_path / "worker").read_text())
+    try:
+        proc.kill()
+        proc.wait(timeout=10)
+        wait_until(lambda: not process_alive(worker), 5, "the command's worker to die with its supervisor")
+        proc.communicate(timeout=10)
+    finally:
+        kill_quietly(worker)
+
+
+@pytest.mark.slow
+def test_a_supervisor_that_finishes_leaves_no_watchdog_behind(tmp_path: Path) -> None:
+    """The watchdog ends with exec: nothing of it is left once exec has exited normally."""
+    done = run_cli(["exec", "tidy", "--ttl", "5s", "--", "sh", "-c", "echo $$ > group; sleep 0.3"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    group = int((tmp_path / "group").read_text())
+    left = subprocess.run(["pgrep", "-f", f"sql-lease-watchdog {group}$"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
+
+
+@pytest.mark.slow
 def test_sigterm_between_acquire_and_start_releases_and_exits_143(tmp_path: Path) -> None:
     """Regression: a SIGTERM after the acquire but before the command started killed exec by the
     default action and left the lease held for its TTL. The private hook makes exec pause right

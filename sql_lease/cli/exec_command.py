@@ -64,12 +64,12 @@ _EXEC_HELP = """Run COMMAND while holding the lease KEY: flock(1) for a fleet.
     process that calls setsid() or setpgid() leaves the group and escapes both.
 
     \b
-    On Linux COMMAND gets SIGKILL if exec itself dies (kill -9): the parent-death signal.
-    Its own children do not; elsewhere COMMAND runs on after exec dies, and the lease
-    expires after the TTL. When stdin is the terminal and exec runs in its foreground,
-    COMMAND gets the terminal's foreground (it can read it; Ctrl-C and Ctrl-Z reach it
-    directly); exec takes it back afterwards. COMMAND stopped (SIGSTOP, Ctrl-Z) for a whole
-    TTL is terminated and exec exits 76: a stopped command's lease is not renewed forever.
+    If exec itself dies (kill -9), a watchdog SIGKILLs COMMAND's process group (and on
+    Linux the parent-death signal kills COMMAND too); the lease expires after the TTL.
+    When stdin is the terminal and exec runs in its foreground, COMMAND gets the
+    terminal's foreground (it can read it; Ctrl-C and Ctrl-Z reach it directly); exec
+    takes it back afterwards. COMMAND stopped (SIGSTOP, Ctrl-Z) for a whole TTL is
+    terminated and exec exits 76: a stopped command's lease is not renewed forever.
 
     \b
     An owner id names one holder: with --owner, exec refuses (exit 75) to run while that

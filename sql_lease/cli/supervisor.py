@@ -198,6 +198,7 @@ async def run_in_group(
     signals.group = proc.pid
     if signals.received is not None:  # arrived while the command was being started
         _signal_group(proc.pid, signals.received)
+    watchdog = await Watchdog.start(proc.pid)
     # With the terminal given away, exec is in the background: it must not stop writing to it.
     previous_ttou = signal.signal(signal.SIGTTOU, signal.SIG_IGN) if terminal is not None else None
     try:
@@ -206,6 +207,56 @@ async def run_in_group(
         if terminal is not None:
             _take_terminal_back(terminal)
             signal.signal(signal.SIGTTOU, signal.SIG_DFL if previous_ttou is None else previous_ttou)
+        await watchdog.close(group_empty=not _group_alive(proc.pid))
+
+
+# The watchdog: reads one line from exec; "done" (exec is finished with the group) ends it, anything
+# else, or end of file (exec died: kill -9, the OOM killer), SIGKILLs the command's process group.
+_WATCHDOG = 'read -r said; [ "$said" = done ] || kill -s KILL -- "-$1" 2>/dev/null'
+
+
+class Watchdog:
+    """A process outliving exec that kills the command's whole process group if exec dies: the
+    parent-death signal reaches the command alone, not the processes it started. It runs in a
+    session of its own (no terminal signal reaches it) and holds only the read end of a pipe whose
+    write end exec alone keeps (not inherited by the command, started before the pipe exists)."""
+
+    def __init__(self, process: asyncio.subprocess.Process | None, write_end: int | None) -> None:
+        self._process, self._write_end = process, write_end
+
+    @classmethod
+    async def start(cls, group: int) -> Watchdog:
+        """The watchdog of ``group``; a warning on stderr and none if it cannot be started."""
+        read_end, write_end = os.pipe()  # non-inheritable: only the watchdog's stdin gets read_end
+        try:
+            process = await asyncio.create_subprocess_exec(
+                "/bin/sh", "-c", _WATCHDOG, "sql-lease-watchdog", str(group),
+                stdin=read_end, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            os.close(write_end)
+            click.echo(
+                f"sql-lease: no watchdog for the command's group ({exc.strerror or exc}): if exec dies, "
+                "processes the command started run on",
+                err=True,
+            )
+            return cls(None, None)
+        finally:
+            os.close(read_end)
+        return cls(process, write_end)
+
+    async def close(self, *, group_empty: bool) -> None:
+        """Let the watchdog go: it exits, and kills what is left of the group unless ``group_empty``."""
+        if self._write_end is None or self._process is None:
+            return
+        with contextlib.suppress(OSError):
+            if group_empty:
+                os.write(self._write_end, b"done\n")
+        os.close(self._write_end)
+        self._write_end = None
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._process.wait(), 5)
 
 
 async def _supervise(
