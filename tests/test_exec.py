@@ -133,22 +133,28 @@ def test_on_exit_choice_is_validated_and_documented(tmp_path: Path) -> None:
 # 2. The supervisor's death, and signals before the command starts ------------------------------------
 
 
+def assert_dies_with_a_killed_supervisor(tmp_path: Path, exec_args: list[str], script: str, what: str) -> None:
+    """Run ``sql-lease exec EXEC_ARGS -- sh -c SCRIPT`` (SCRIPT writes a pid to ./pid), `kill -9`
+    exec, and require that process to die within a few seconds."""
+    proc = start_cli(["exec", *exec_args, "--", "sh", "-c", script], tmp_path)
+    wait_for(tmp_path / "pid")
+    wait_until(lambda: (tmp_path / "pid").read_text().strip() != "", 5, "the pid file to be written")
+    pid = int((tmp_path / "pid").read_text())
+    try:
+        proc.kill()
+        proc.wait(timeout=10)  # not communicate(): a surviving process would keep the pipes open
+        wait_until(lambda: not process_alive(pid), 5, f"{what} to die with its supervisor")
+        proc.communicate(timeout=10)
+    finally:
+        kill_quietly(pid)
+
+
 @pytest.mark.slow
 def test_command_dies_with_a_killed_supervisor(tmp_path: Path) -> None:
     """Regression: after `kill -9` of exec the command kept running with no lease."""
-    proc = start_cli(
-        ["exec", "orphan", "--ttl", "5s", "--", "sh", "-c", f"echo $$ > {tmp_path}/pid; exec sleep 60"], tmp_path
+    assert_dies_with_a_killed_supervisor(
+        tmp_path, ["orphan", "--ttl", "5s"], f"echo $$ > {tmp_path}/pid; exec sleep 60", "the command"
     )
-    wait_for(tmp_path / "pid")
-    wait_until(lambda: (tmp_path / "pid").read_text().strip() != "", 5, "the pid file to be written")
-    command = int((tmp_path / "pid").read_text())
-    try:
-        proc.kill()
-        proc.wait(timeout=10)  # not communicate(): a surviving command would keep the pipes open
-        wait_until(lambda: not process_alive(command), 2, "the command to die with its supervisor")
-        proc.communicate(timeout=10)
-    finally:
-        kill_quietly(command)
 
 
 @pytest.mark.slow
@@ -157,18 +163,9 @@ def test_the_commands_whole_group_dies_with_a_killed_supervisor(tmp_path: Path) 
     the script died (the parent-death signal) but the work it had started ran on, orphaned, beside
     the next holder's: four renders under a limit of three. A watchdog that outlives exec kills
     what is left of the command's process group."""
-    script = f"sleep 60 & echo $! > {tmp_path}/worker; wait"
-    proc = start_cli(["exec", "render", "--limit", "3", "--ttl", "5s", "--", "sh", "-c", script], tmp_path)
-    wait_for(tmp_path / "worker")
-    wait_until(lambda: (tmp_path / "worker").read_text().strip() != "", 5, "the worker's pid to be written")
-    worker = int((tmp_path / "worker").read_text())
-    try:
-        proc.kill()
-        proc.wait(timeout=10)
-        wait_until(lambda: not process_alive(worker), 5, "the command's worker to die with its supervisor")
-        proc.communicate(timeout=10)
-    finally:
-        kill_quietly(worker)
+    assert_dies_with_a_killed_supervisor(
+        tmp_path, ["render", "--limit", "3", "--ttl", "5s"], f"sleep 60 & echo $! > {tmp_path}/pid; wait", "its worker"
+    )
 
 
 @pytest.mark.slow
