@@ -725,19 +725,25 @@ DELETE FROM {table} WHERE `key` = $1 AND owner = ''"""
 # holders ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of every
 #   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence; judged
 #   at UTC_TIMESTAMP(6) (the statement's start), or at the newest tenure start the statement sees if later (it
-#   read a row committed since)
-HOLDERS = """
-SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, read_at, expires_at) / 1000, data, acquired_at, released
-  FROM (
-    SELECT tenures.*, GREATEST(UTC_TIMESTAMP(6), COALESCE(MAX(acquired_at) OVER (), UTC_TIMESTAMP(6))) AS read_at
-      FROM (
-        SELECT owner, fence, expires_at, data, acquired_at, released FROM {table} WHERE `key` = $1 AND owner <> ''
-        UNION ALL
-        SELECT owner, fence, expires_at, data, acquired_at, released FROM {slot_table} WHERE `key` = $1
-      ) AS tenures
-  ) AS seen
- WHERE expires_at > read_at
- ORDER BY acquired_at, fence"""
+#   read a row committed since). Scalar subqueries, not a window over a derived table: MariaDB 10.11.19
+#   crashed (signal 11 in ha_maria::drop_table) running that form beside busy semaphores
+def _holders(read_at: str) -> str:
+    return f"""
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, {read_at}, expires_at) / 1000 AS remaining,
+       data, acquired_at, released FROM {{table}}
+ WHERE `key` = $1 AND owner <> '' AND expires_at > {read_at}
+UNION ALL
+SELECT owner, fence, expires_at, TIMESTAMPDIFF(MICROSECOND, {read_at}, expires_at) / 1000, data,
+       acquired_at, released FROM {{slot_table}}
+ WHERE `key` = $1 AND expires_at > {read_at}
+ORDER BY acquired_at, fence"""
+
+
+HOLDERS = _holders(
+    "GREATEST(UTC_TIMESTAMP(6), "
+    "COALESCE((SELECT MAX(acquired_at) FROM {table} WHERE `key` = $1 AND owner <> ''), UTC_TIMESTAMP(6)), "
+    "COALESCE((SELECT MAX(acquired_at) FROM {slot_table} WHERE `key` = $1), UTC_TIMESTAMP(6)))"
+)
 
 # The slot sweep: the expired slots read (no lock), then in one transaction their keys' rows locked in
 #   key order, skipping a row another transaction holds (a grant holds its key's row while it judges its
