@@ -557,3 +557,33 @@ def test_holders_are_read_at_no_earlier_time_than_the_newest_tenure_they_see(
         if server == "sqlite":
             provider.close()
             engine.dispose()
+
+
+@pytest.mark.parametrize("guarded_limit", [1, 2])
+@pytest.mark.parametrize("call", ["renew_leases", "acquire_leases", "release_leases", "sweep"])
+def test_a_mysql_statement_on_several_keys_waits_for_no_guard_on_another_key(
+    my: Any, call: str, guarded_limit: int
+) -> None:
+    """On a small table MariaDB planned the several-keys statements with the lease table first (a
+    scan), so they locked, or waited for, every row: an application's guard on an unrelated key held
+    up renew_leases of other keys until the lock wait ran out (found by a hostile test). The keys
+    drive the join (STRAIGHT_JOIN) and reach their rows by the primary key (FORCE INDEX)."""
+    provider, engine, _ = my
+    g = provider.acquire_lease("G", "A", 60_000, limit=guarded_limit)
+    for key in ("R1", "R2"):
+        assert provider.acquire_lease(key, "R", 60_000).acquired
+    provider.acquire_lease("X", "old", 1)  # an expired lease for the sweep
+    time.sleep(0.05)
+    guard = Guard(provider, engine, "G", "A", g.fence, None)
+    try:
+        if call == "renew_leases":
+            assert provider.renew_leases(["R1", "R2"], "R", 60_000) == [True, True]
+        elif call == "acquire_leases":
+            assert [r.acquired for r in provider.acquire_leases(["R1", "R2", "N"], "R", 60_000)] == [True] * 3
+        elif call == "release_leases":
+            assert provider.release_leases(["R1", "R2"], "R") == 2
+        else:
+            assert provider.sweep_expired(grace_ms=0) == 1
+        assert guard.thread.is_alive()  # answered while the guard on G was still open
+    finally:
+        guard.end()

@@ -150,12 +150,11 @@ UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND
 # renew_many ($1 JSON array of [stored key (up to 1024 characters), owner, ttl_us] or [..., fence]) -> row
 #   count: the owners' unexpired leases (of that fence, if given) renewed
 RENEW_MANY = """
-UPDATE {table} AS held
-  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
-                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
-                                      ttl BIGINT PATH '$[2]',
-                                      f BIGINT PATH '$[3]')) AS r
-    ON held.`key` = r.k AND held.owner = r.o
+UPDATE JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
+                                    o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
+                                    ttl BIGINT PATH '$[2]',
+                                    f BIGINT PATH '$[3]')) AS r
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k AND held.owner = r.o
    SET held.expires_at = UTC_TIMESTAMP(6) + INTERVAL r.ttl MICROSECOND
  WHERE held.expires_at > UTC_TIMESTAMP(6) AND NOT held.released AND (r.f IS NULL OR held.fence = r.f)"""
 
@@ -257,12 +256,11 @@ COMMIT"""
 #   of the owners' unexpired leases (of that fence, if given), renewed and read back in one transaction
 RENEW_MANY_PACKET = """
 START TRANSACTION;
-UPDATE {table} AS held
-  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
-                                      o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
-                                      ttl BIGINT PATH '$[2]',
-                                      f BIGINT PATH '$[3]')) AS r
-    ON held.`key` = r.k AND held.owner = r.o
+UPDATE JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
+                                    o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]',
+                                    ttl BIGINT PATH '$[2]',
+                                    f BIGINT PATH '$[3]')) AS r
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k AND held.owner = r.o
    SET held.expires_at = UTC_TIMESTAMP(6) + INTERVAL r.ttl MICROSECOND
  WHERE held.expires_at > UTC_TIMESTAMP(6) AND NOT held.released AND (r.f IS NULL OR held.fence = r.f);
 SELECT held.`key`, held.owner, held.fence, held.expires_at,
@@ -315,7 +313,7 @@ SELECT `key` FROM {table} WHERE expires_at <= UTC_TIMESTAMP(6) - INTERVAL $1 MIC
 #   expired deleted (heads not counted: a head expires with its last slot)
 SWEEP_DELETE = """
 DELETE h FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS d
-  STRAIGHT_JOIN {table} AS h ON h.`key` = d.k
+  STRAIGHT_JOIN {table} AS h FORCE INDEX (PRIMARY) ON h.`key` = d.k
  WHERE h.expires_at <= UTC_TIMESTAMP(6) - INTERVAL $2 MICROSECOND AND (h.owner = '') = $3"""
 
 # -- fenced writes, on the caller's connection in the caller's transaction ------------------------
@@ -359,7 +357,7 @@ RELEASE_KEYS = """
 DELETE held
   FROM JSON_TABLE($1, '$[*]' COLUMNS (i FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
   LEFT JOIN JSON_TABLE(COALESCE($3, '[]'), '$[*]' COLUMNS (i FOR ORDINALITY, f BIGINT PATH '$')) AS f ON f.i = r.i
-  STRAIGHT_JOIN {table} AS held ON held.`key` = r.k
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k
  WHERE held.owner = $2 AND NOT held.released AND held.expires_at > UTC_TIMESTAMP(6)
    AND ($3 IS NULL OR held.fence = f.f)"""
 
@@ -370,7 +368,7 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
        held.expires_at > UTC_TIMESTAMP(6), held.released
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-  JOIN {table} AS held ON held.`key` = r.k
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k
  ORDER BY held.`key` FOR UPDATE"""
 
 # lock_rows_nowait ($1 as LOCK_ROWS) -> as LOCK_ROWS; fails at once (1205 on MariaDB, 3572 on MySQL) if another
@@ -380,7 +378,7 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
        held.expires_at > UTC_TIMESTAMP(6), held.released
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-  JOIN {table} AS held ON held.`key` = r.k
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k
  ORDER BY held.`key` FOR UPDATE NOWAIT"""
 
 # grant_new_keys ($1 JSON array of stored keys without a row, in byte order, $2 owner, $3 ttl_us, $4 data JSON
@@ -393,8 +391,8 @@ SELECT r.k, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP
 # extend_keys ($1 JSON array of stored keys the owner holds, rows locked, $2 ttl_us, $3 data | NULL: keep)
 #   -> nothing; their tenures go on
 EXTEND_KEYS = """
-UPDATE {table} AS held
-  JOIN JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r ON held.`key` = r.k
+UPDATE JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k
    SET held.expires_at = UTC_TIMESTAMP(6) + INTERVAL $2 MICROSECOND, held.data = COALESCE($3, held.data)"""
 
 # granted_keys ($1 JSON array of stored keys) -> rows (key, owner, fence, expires_at, remaining_ms) read back
@@ -403,7 +401,7 @@ GRANTED_KEYS = """
 SELECT held.`key`, held.owner, held.fence, held.expires_at,
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-  JOIN {table} AS held ON held.`key` = r.k"""
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k"""
 
 # -- several keys at once, in packets on the provider's own connections (multi-statement packets) ---
 
@@ -425,7 +423,7 @@ SELECT COUNT(*) = 0, COUNT(*) = 0 AND @@innodb_autoinc_lock_mode < 2 AND @@auto_
                      AND @@group_concat_max_len >= 1024
   INTO @sl_free, @sl_bulk
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-  JOIN {table} AS held ON held.`key` = r.k
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k
  WHERE held.expires_at > UTC_TIMESTAMP(6) AND (held.owner <> $2 OR held.released);
 START TRANSACTION;
 SELECT @sl_bulk AND COUNT(CASE WHEN held.expires_at > UTC_TIMESTAMP(6) AND (held.owner <> $2 OR held.released)
@@ -435,7 +433,7 @@ SELECT @sl_bulk AND COUNT(CASE WHEN held.expires_at > UTC_TIMESTAMP(6) AND (held
   INTO @sl_granted, @sl_missing, @sl_new
   FROM JSON_TABLE(IF(@sl_bulk, $1, '[]'),
                   '$[*]' COLUMNS (n FOR ORDINALITY, k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-  LEFT JOIN {table} AS held ON held.`key` = r.k
+  LEFT JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k
    FOR UPDATE;
 INSERT INTO {table} (`key`, owner, fence, expires_at, data, acquired_at, has_waiters)
 SELECT r.k, $2, 0, UTC_TIMESTAMP(6) + INTERVAL $3 MICROSECOND, $4, UTC_TIMESTAMP(6), FALSE
@@ -459,7 +457,7 @@ SELECT r.k, held.owner, held.fence, held.expires_at,
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
        held.released, held.expires_at > UTC_TIMESTAMP(6), @sl_free, @sl_bulk, @sl_granted
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-  LEFT JOIN {table} AS held ON held.`key` = r.k;
+  LEFT JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k;
 COMMIT"""
 
 # Where acquire_keys_packet cannot draw its fences in bulk (innodb_autoinc_lock_mode 2, MySQL 8's default, or
@@ -472,7 +470,7 @@ SELECT held.`key`, held.owner, held.fence, held.expires_at,
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000, held.data, held.acquired_at,
        held.expires_at > UTC_TIMESTAMP(6), held.released
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-  JOIN {table} AS held ON held.`key` = r.k
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k
  ORDER BY held.`key` FOR UPDATE"""
 
 # fence_new_packet ($1 key) -> row count; NEXT_FENCE then SET_FENCE of a row GRANT_NEW_KEYS inserted (locked)
@@ -494,7 +492,7 @@ GRANTED_KEYS_PACKET = """
 SELECT held.`key`, held.owner, held.fence, held.expires_at,
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), held.expires_at) / 1000
   FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS r
-  JOIN {table} AS held ON held.`key` = r.k;
+  STRAIGHT_JOIN {table} AS held FORCE INDEX (PRIMARY) ON held.`key` = r.k;
 COMMIT"""
 
 # -- one statement per semaphore slot grant or release, on the provider's own connections ------------
@@ -760,14 +758,14 @@ SELECT s.`key`, s.owner, EXISTS (SELECT 1 FROM {table} AS h WHERE h.`key` = s.`k
 #   transaction holds is skipped
 SLOT_SWEEP_LOCK = """
 SELECT h.`key` FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$')) AS d
-  STRAIGHT_JOIN {table} AS h ON h.`key` = d.k
+  STRAIGHT_JOIN {table} AS h FORCE INDEX (PRIMARY) ON h.`key` = d.k
   FOR UPDATE SKIP LOCKED"""
 
 # slot_sweep_delete ($1 JSON array of [stored key, owner], $2 grace_us) -> row count: those still expired
 SLOT_SWEEP_DELETE = """
 DELETE s FROM JSON_TABLE($1, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET utf8mb4 PATH '$[0]',
                                              o VARCHAR(512) CHARACTER SET utf8mb4 PATH '$[1]')) AS d
-  STRAIGHT_JOIN {slot_table} AS s ON s.`key` = d.k AND s.owner = d.o
+  STRAIGHT_JOIN {slot_table} AS s FORCE INDEX (PRIMARY) ON s.`key` = d.k AND s.owner = d.o
  WHERE s.expires_at <= UTC_TIMESTAMP(6) - INTERVAL $2 MICROSECOND"""
 
 # check_slot (:key, :owner, :fence) -> (fence,) iff owner holds a slot of key with that fence, unexpired;
