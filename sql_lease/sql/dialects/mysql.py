@@ -720,6 +720,7 @@ DELETE FROM {slot_table} WHERE `key` = $1"""
 SLOT_DELETE_HEAD = """
 DELETE FROM {table} WHERE `key` = $1 AND owner = ''"""
 
+
 # holders ($1 key) -> rows (owner, fence, expires_at, remaining_ms, data, acquired_at, released) of every
 #   unexpired holder: the plain lease, or each slot of a semaphore, oldest tenure first, then fence; judged
 #   at UTC_TIMESTAMP(6) (the statement's start), or at the newest tenure start the statement sees if later (it
