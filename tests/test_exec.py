@@ -169,13 +169,18 @@ def test_the_commands_whole_group_dies_with_a_killed_supervisor(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_a_supervisor_that_finishes_leaves_no_watchdog_behind(tmp_path: Path) -> None:
-    """The watchdog ends with exec: nothing of it is left once exec has exited normally."""
-    done = run_cli(["exec", "tidy", "--ttl", "5s", "--", "sh", "-c", "echo $$ > group; sleep 0.3"], tmp_path)
-    assert done.returncode == 0, done.stderr
-    group = int((tmp_path / "group").read_text())
-    left = subprocess.run(["pgrep", "-f", f"sql-lease-watchdog {group}$"], capture_output=True, text=True)
-    assert left.stdout == "", left.stdout
+def test_a_supervisor_runs_one_watchdog_and_leaves_none_behind(tmp_path: Path) -> None:
+    """While the command runs, exec has one watchdog child; once exec has exited normally, it is gone."""
+    proc = start_cli(["exec", "tidy", "--ttl", "5s", "--", "sh", "-c", "echo $PPID > ppid; sleep 1"], tmp_path)
+    wait_for(tmp_path / "ppid")
+    wait_until(lambda: (tmp_path / "ppid").read_text().strip() != "", 5, "the ppid file to be written")
+    exec_pid = int((tmp_path / "ppid").read_text())
+    found = subprocess.run(["pgrep", "-P", str(exec_pid), "-f", "sql-lease-watchdog"], capture_output=True, text=True)
+    watchdogs = [int(pid) for pid in found.stdout.split()]
+    assert len(watchdogs) == 1, found
+    _out, err = finish(proc, 20)
+    assert proc.returncode == 0, err
+    wait_until(lambda: not process_alive(watchdogs[0]), 5, "the watchdog to exit")
 
 
 @pytest.mark.slow

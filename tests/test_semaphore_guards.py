@@ -15,6 +15,7 @@ blocked, or already answered, while the guard is open), never a duration.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -587,3 +588,23 @@ def test_a_mysql_statement_on_several_keys_waits_for_no_guard_on_another_key(
         assert guard.thread.is_alive()  # answered while the guard on G was still open
     finally:
         guard.end()
+
+
+def test_a_mysql_batch_renewal_locks_its_rows_in_key_order(my: Any) -> None:
+    """The keys drive a batch renewal's join (STRAIGHT_JOIN), so its rows are locked in the order the
+    keys are sent: sent as given, two overlapping batches (or a batch and an all-or-nothing acquire,
+    which sorts its keys) could lock in opposite orders and deadlock (found by a review). They are
+    sent in ascending key order, as every other statement on several keys sends them."""
+    provider, _, _ = my
+    keys = ["k3", "k1", "k2"]
+    for key in keys:
+        assert provider.acquire_lease(key, "R", 60_000).acquired
+    sent: list[Any] = []
+    remove = provider.on_statement(lambda sql, params: sent.append(params))
+    try:
+        assert provider.renew_leases(keys, "R", 60_000) == [True, True, True]  # in the order of keys
+    finally:
+        remove()
+    batches = [json.loads(p[0]) for p in sent if p and isinstance(p[0], str) and p[0].startswith("[[")]
+    assert batches, sent
+    assert [item[0] for item in batches[0]] == sorted(keys)

@@ -192,13 +192,15 @@ async def run_in_group(
     ``announce`` and terminate the group. The command's exit status (128+N for signal N; 126/127
     when it could not be started), or the :class:`Ending` that terminated it."""
     terminal = _foreground_terminal()
+    watchdog = await Watchdog.start()  # before the command: no moment in which exec's death spares its group
     proc = await _start(command, env, terminal)
     if isinstance(proc, int):
+        await watchdog.close(group_empty=True)
         return proc
+    watchdog.watch(proc.pid)
     signals.group = proc.pid
     if signals.received is not None:  # arrived while the command was being started
         _signal_group(proc.pid, signals.received)
-    watchdog = await Watchdog.start(proc.pid)
     # With the terminal given away, exec is in the background: it must not stop writing to it.
     previous_ttou = signal.signal(signal.SIGTTOU, signal.SIG_IGN) if terminal is not None else None
     try:
@@ -210,27 +212,29 @@ async def run_in_group(
         await watchdog.close(group_empty=not _group_alive(proc.pid))
 
 
-# The watchdog: reads one line from exec; "done" (exec is finished with the group) ends it, anything
-# else, or end of file (exec died: kill -9, the OOM killer), SIGKILLs the command's process group.
-_WATCHDOG = 'read -r said; [ "$said" = done ] || kill -s KILL -- "-$1" 2>/dev/null'
+# The watchdog: reads the command's process group from exec (none: the command never started), then
+# one line; "done" (exec is finished with the group) ends it, anything else, or end of file (exec died:
+# kill -9, the OOM killer), SIGKILLs the group.
+_WATCHDOG = 'read -r group || exit 0; read -r said; [ "$said" = done ] || kill -s KILL -- "-$group" 2>/dev/null'
 
 
 class Watchdog:
     """A process outliving exec that kills the command's whole process group if exec dies: the
     parent-death signal reaches the command alone, not the processes it started. It runs in a
     session of its own (no terminal signal reaches it) and holds only the read end of a pipe whose
-    write end exec alone keeps (not inherited by the command, started before the pipe exists)."""
+    write end exec alone keeps (non-inheritable: the command, started later, does not get it). It is
+    started before the command and told the command's group right after the command starts."""
 
     def __init__(self, process: asyncio.subprocess.Process | None, write_end: int | None) -> None:
         self._process, self._write_end = process, write_end
 
     @classmethod
-    async def start(cls, group: int) -> Watchdog:
-        """The watchdog of ``group``; a warning on stderr and none if it cannot be started."""
+    async def start(cls) -> Watchdog:
+        """A watchdog, told its group by :meth:`watch`; a warning on stderr and none if it cannot be started."""
         read_end, write_end = os.pipe()  # non-inheritable: only the watchdog's stdin gets read_end
         try:
             process = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", _WATCHDOG, "sql-lease-watchdog", str(group),
+                "/bin/sh", "-c", _WATCHDOG, "sql-lease-watchdog",
                 stdin=read_end, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
             )  # fmt: skip
@@ -245,6 +249,12 @@ class Watchdog:
         finally:
             os.close(read_end)
         return cls(process, write_end)
+
+    def watch(self, group: int) -> None:
+        """Tell the watchdog the command's process group (it leads one; pgid == its pid)."""
+        if self._write_end is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._write_end, f"{group}\n".encode())
 
     async def close(self, *, group_empty: bool) -> None:
         """Let the watchdog go: it exits, and kills what is left of the group unless ``group_empty``."""

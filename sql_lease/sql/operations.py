@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Sequence
+from operator import itemgetter
 from typing import Any, TypeVar, cast
 
 from ..contract import (
@@ -373,8 +374,10 @@ def renew_many(s: LeaseStatements, items: object) -> Plan[dict[str, LeaseInfo]]:
 
 
 def renew_checked(s: LeaseStatements, items: list[RenewItem]) -> Plan[dict[str, LeaseInfo]]:
-    """``renew_many`` for items :func:`validate_renew_items` returned (not checked again)."""
+    """``renew_many`` for items :func:`validate_renew_items` returned (not checked again), sent in
+    ascending key order, as every statement on several keys sends its keys (rows locked in one order)."""
     items = [(encode_key(key), owner, ttl, fence) for key, owner, ttl, fence in items]
+    items.sort(key=itemgetter(0))
     heads: set[str] | None = None  # stored keys that are semaphores' heads (None: not reported)
     if s.transactional:
         renewed = yield from transactional.renew_checked(s, items)
