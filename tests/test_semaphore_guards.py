@@ -146,8 +146,9 @@ def test_a_plain_acquire_racing_a_slot_grant_never_gets_a_smaller_fence(pg: Any)
     assert plain.acquired and plain.fence > granted[2], (plain, granted)
 
 
-def wait_for_a_lock_wait(conn: sa.Connection, schema: str) -> None:
-    """Return once a statement on the schema's tables waits for a lock (a row's, a transaction's, an advisory one)."""
+def wait_for_a_lock_wait(conn: sa.Connection, schema: str, at_least: int = 1) -> None:
+    """Return once ``at_least`` statements on the schema's tables wait for a lock (a row's, a
+    transaction's, an advisory one)."""
     for _ in range(2_000):
         conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))  # a transaction keeps its first reading
         waiting = conn.execute(
@@ -157,10 +158,10 @@ def wait_for_a_lock_wait(conn: sa.Connection, schema: str) -> None:
             ),
             {"schema": schema},
         ).scalar_one()
-        if waiting:
+        if waiting >= at_least:
             return
         time.sleep(0.01)
-    raise AssertionError("no statement waited for a lock")
+    raise AssertionError(f"fewer than {at_least} statements waited for a lock")
 
 
 def plain_acquire_by(provider: SyncSqlLeaseProvider, key: str, call: str) -> tuple[Any, Any]:
@@ -224,28 +225,6 @@ class HeldAfterHeadLock:
             assert self.go.wait(20)
 
 
-def lock_waits(engine: sa.Engine, schema: str) -> int:
-    """How many statements on the schema's tables wait for a lock now."""
-    with engine.connect() as conn:
-        return int(
-            conn.execute(
-                sa.text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND position(:schema IN query) > 0"
-                ),
-                {"schema": schema},
-            ).scalar_one()
-        )
-
-
-def until_lock_waits(engine: sa.Engine, schema: str, n: int) -> None:
-    for _ in range(2_000):
-        if lock_waits(engine, schema) >= n:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"fewer than {n} statements waited for a lock")
-
-
 def outcome(call: Any) -> tuple[threading.Thread, list[Any]]:
     """``call`` in a thread; its list gets ("ok", result) or ("error", exception)."""
     out: list[Any] = []
@@ -287,9 +266,11 @@ def test_a_slot_guard_beside_the_keys_slot_operations_waits_and_never_deadlocks(
         if op == "release_beside":
             releasing, released = outcome(lambda: provider.release_lease(key, "B"))
             waiting = 1
-            until_lock_waits(engine, schema, waiting)  # B's release queues on the head first
+            with engine.connect() as conn:
+                wait_for_a_lock_wait(conn, schema, waiting)  # B's release queues on the head first
         guard_thread, guard_out = outcome(lambda: Guard(provider, engine, key, "A", a.fence, schema))
-        until_lock_waits(engine, schema, waiting + 1)  # A's guard waits too
+        with engine.connect() as conn:
+            wait_for_a_lock_wait(conn, schema, waiting + 1)  # A's guard waits too
         hook.go.set()
         first.join(1.0)  # the operation goes on: it waits for the guard, or (before) closed a cycle
         guard_thread.join(20)
